@@ -1,0 +1,5 @@
+import sys
+
+from sparkfleet.cli import main
+
+sys.exit(main())

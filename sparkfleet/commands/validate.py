@@ -1,0 +1,29 @@
+"""`sparkfleet validate-record FILE...`: check run records against the contract (DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+
+from sparkfleet.errors import UsageError
+from sparkfleet.record import validate
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate-record", help="check record.json files against the run-record schema")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    bad = 0
+    for name in args.files:
+        try:
+            with open(name) as fh:
+                data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{name}: not JSON: {exc}") from exc
+        problems = validate(data)
+        for problem in problems:
+            print(f"{name}: {problem}")
+        bad += bool(problems)
+    return 1 if bad else 0
