@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Set up this checkout on a fresh Debian/Ubuntu machine and run the main job or the tests.
+#
+#   sudo ./bootstrap.sh bench [ansible-playbook args...]   # bench.yml on the default (localhost) inventory
+#   sudo ./bootstrap.sh test  [pytest args...]             # lint, syntax checks, unit + end-to-end tests
+#
+# Idempotent: packages and virtualenvs already in place are reused. Without root, the apt step is
+# skipped (with a note) and the tests that need root are skipped with their reason.
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+
+mode=${1:-}
+[ $# -gt 0 ] && shift
+case "$mode" in
+  bench|test) ;;
+  *) echo "usage: $0 bench|test [args...]" >&2; exit 2 ;;
+esac
+
+say() { printf '\n==> %s\n' "$*"; }
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "note: not root, cannot install ${missing[*]}; tests that need them will be skipped" >&2
+    return 0
+  fi
+  say "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# A venv for one interpreter; pip resolves ansible-core 2.19 on Python 3.11, the newest on 3.12+.
+make_venv() {
+  local dir=$1 python=$2
+  if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import sparkfleet' 2>/dev/null \
+     || [ pyproject.toml -nt "$dir/.installed" ]; then
+    say "virtualenv $dir ($("$python" --version 2>&1))"
+    "$python" -m venv "$dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check -U pip
+    "$dir/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
+    touch "$dir/.installed"
+  fi
+}
+
+# The newest CPython >= 3.12 on this machine (Debian's, deadsnakes', or pyenv's), if any.
+newest_python() {
+  local candidates=()
+  for v in 3.14 3.13 3.12; do
+    command -v "python$v" >/dev/null 2>&1 && "python$v" --version >/dev/null 2>&1 && candidates+=("$(command -v "python$v")")
+    for p in "$HOME"/.pyenv/versions/"$v".*/bin/python"$v" /root/.pyenv/versions/"$v".*/bin/python"$v"; do
+      [ -x "$p" ] && candidates+=("$p")
+    done
+  done
+  [ ${#candidates[@]} -gt 0 ] && echo "${candidates[0]}"
+  return 0
+}
+
+base_pkgs=(python3 python3-venv python3-pip git)
+
+if [ "$mode" = bench ]; then
+  # Docker is optional for the sanity campaign: without it only the native environment runs.
+  apt_install "${base_pkgs[@]}"
+  make_venv .venv python3
+  say "ansible-playbook bench.yml $*"
+  exec .venv/bin/ansible-playbook bench.yml "$@"
+fi
+
+# ---- test ----------------------------------------------------------------------------------------
+apt_install "${base_pkgs[@]}" docker.io openssh-server openssh-client debootstrap iproute2 iptables \
+  chromium fonts-dejavu-core
+make_venv .venv python3
+
+status=0
+step() { say "$1"; shift; "$@" || { echo "FAILED: $*" >&2; status=1; }; }
+
+step "ruff" .venv/bin/ruff check sparkfleet plugins tests benchmarks
+step "ansible-playbook --syntax-check" bash -c \
+  'for pb in bench.yml playbooks/*.yml; do .venv/bin/ansible-playbook --syntax-check "$pb" >/dev/null || exit 1; done'
+step "ansible-lint (production profile)" .venv/bin/ansible-lint --profile production --offline -q \
+  bench.yml playbooks roles
+[ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
+step "pytest (ansible-core $(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)'))" \
+  .venv/bin/pytest -q -ra "$@"
+
+newest=$(newest_python)
+if [ -n "$newest" ]; then
+  make_venv .venv-newest "$newest"
+  step "unit tests on $("$newest" --version) / ansible-core $(.venv-newest/bin/python -c 'import ansible.release as r; print(r.__version__)')" \
+    .venv-newest/bin/pytest -q tests/unit
+else
+  echo "note: no Python >= 3.12 here; the unit tests ran on $(python3 --version) only"
+fi
+exit $status
