@@ -102,10 +102,11 @@ def test_chroot_into_an_exported_copy_of_the_image(test_image, tmp_path):
         out = subprocess.run(
             ["chroot", str(rootfs), "/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "python3", "-c",
              "import os, numpy, tensorrt_llm; print(tensorrt_llm.__version__, os.path.exists('/proc/self/status'),"
-             " os.path.exists('/.dockerenv'))"],
+             " os.stat('/').st_ino)"],
             capture_output=True, text=True, timeout=60)
     finally:
         subprocess.run(["umount", str(proc_dir)], check=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1.1.0rc3", "True", "False"]
+    # The image's Python and package, with /proc mounted, and "/" really is the exported rootfs.
+    assert out.stdout.split() == ["1.1.0rc3", "True", str(rootfs.stat().st_ino)]
     assert str(proc_dir) not in Path("/proc/self/mounts").read_text()
