@@ -20,6 +20,7 @@ anywhere but to those namespaces.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -247,7 +248,6 @@ class FakeFleet:
         for host in self.hosts:
             self.stop_sshd(host)
             _unmount_under(host.dir)
-            _run(["ip", "netns", "pids", host.netns], check=False)
             for pid in _run(["ip", "netns", "pids", host.netns], check=False).stdout.split():
                 _kill(int(pid))
             _run(["ip", "link", "del", host.veth], check=False)
@@ -292,10 +292,8 @@ def _kill(pid: int) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _unmount_under(path: str) -> None:
