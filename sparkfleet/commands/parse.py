@@ -1,0 +1,80 @@
+"""`sparkfleet parse FILE [--report-json JSON] [--json]`: what the parsers read from one log.
+
+Prints the figures under the run record's metric names (DESIGN.md), where each came from, the model the
+log says was loaded, the engine version and what was expected but not found. Exit 0 when the file was
+recognised, 1 when nothing in it was, 2 when it cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sparkfleet.errors import UsageError
+from sparkfleet.parsers import ParseResult, parse_log
+from sparkfleet.record import METRICS
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "parse",
+        help="parse a bench.log (trtllm-bench, memory lines, matmul, vllm) and show "
+        "the figures with their record names and sources",
+    )
+    p.add_argument("file", metavar="FILE", help="log or report to parse")
+    p.add_argument("--report-json", metavar="JSON", help="trtllm-bench --report_json file; its figures win")
+    p.add_argument("--json", action="store_true", help="print the parse result as JSON")
+    p.set_defaults(func=run)
+
+
+def read_input(name: str) -> bytes:
+    """The file's bytes, or a one-line UsageError (exit 2) saying why not."""
+    path = Path(name)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise UsageError(f"{name}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise UsageError(f"{name}: is a directory, not a log file") from exc
+    except PermissionError as exc:
+        raise UsageError(f"{name}: permission denied") from exc
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from exc
+
+
+def format_text(name: str, result: ParseResult) -> str:
+    lines = [f"file: {name}", f"kind: {result.kind}", f"model: {result.model or '(not found)'}"]
+    engine = " ".join(x for x in (result.engine, result.engine_version) if x) or "(not found)"
+    lines.append(f"engine: {engine}" + (f" (backend {result.backend})" if result.backend else ""))
+    if result.metrics:
+        lines.append("metrics:")
+        width = max(len(n) for n in result.metrics)
+        for name in METRICS:  # the contract's order, not the log's
+            if name in result.metrics:
+                value = f"{result.metrics[name]:.6g}"
+                lines.append(f"  {name:<{width}}  {value:>12} {METRICS[name]:<10}  from {result.sources[name]}")
+    else:
+        lines.append("metrics: (none)")
+    lines.append(f"missing: {', '.join(result.missing) if result.missing else '(none)'}")
+    if result.probe:
+        lines.append("ran in: " + ", ".join(f"{k}={v}" for k, v in result.probe.items()))
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    data = read_input(args.file)
+    report = read_input(args.report_json) if args.report_json else None
+    result = parse_log(data, report)
+    if args.json:
+        json.dump(
+            {"file": args.file, "report_json": args.report_json, **result.to_dict()},
+            sys.stdout,
+            indent=2,
+            sort_keys=True,
+        )
+        sys.stdout.write("\n")
+    else:
+        print(format_text(args.file, result))
+    return 1 if result.kind == "unknown" else 0

@@ -1,0 +1,1 @@
+"""Standalone workload scripts copied to the hosts (no sparkfleet imports inside them)."""
