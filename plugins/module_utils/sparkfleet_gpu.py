@@ -1,0 +1,464 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""GPU sensors shared by the sparkfleet modules.
+
+Two implementations of one small interface, :class:`GpuSensor`:
+
+* :class:`NvmlSensor` reads through the nvidia-ml-py bindings (``import pynvml``); no process per sample.
+* :class:`NvidiaSmiSensor` runs ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` once per sample.
+
+Every field may be unavailable: a DGX Spark (GB10, unified memory) answers ``[N/A]`` for the memory fields
+and has no power cap; NVML raises ``NVMLError_NotSupported`` there. Such fields read as ``None``, never as 0,
+so that a missing figure is never mistaken for a measured one.
+
+Stdlib only (pynvml optional), so that ``from ansible.module_utils.sparkfleet_gpu import ...`` works in a
+module shipped to a remote host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# (argv) -> (rc, stdout, stderr); AnsibleModule.run_command fits once wrapped, subprocess by default.
+Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
+
+SENSOR_KINDS = ("auto", "nvml", "nvidia-smi")
+
+# Fields of the sensor query, in order; names as `nvidia-smi --help-query-gpu` lists them (driver 580).
+# clocks_throttle_reasons.active is the older alias of clocks_event_reasons.active; both are accepted
+# and the older one also works on pre-535 drivers.
+QUERY_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "temperature.gpu",
+    "power.draw",
+    "clocks.sm",
+    "clocks.mem",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "pstate",
+    "clocks_throttle_reasons.active",
+)
+
+# Values nvidia-smi prints for a field it cannot report. The bracketed forms appear in CSV output,
+# the bare forms in `-q` and the table.
+_UNAVAILABLE = frozenset(
+    {
+        "",
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "Not Supported",
+        "[Unknown Error]",
+        "[Insufficient Permissions]",
+        "[GPU requires reset]",
+        "[GPU is lost]",
+    }
+)
+
+_UNIT_SUFFIXES = (" MiB", " MHz", " W", " %", " C")
+
+# nvmlClocksEventReason* bits (nvml.h; "throttle" in drivers before 535).
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+    0x200: "board_limit",
+    0x400: "reliability",
+}
+
+
+class GpuSensorError(Exception):
+    """The sensor cannot be opened or read."""
+
+
+@dataclass
+class GpuReading:
+    """One GPU at one instant. ``None`` means the GPU does not report that figure."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    utilization_pct: float | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    pstate: str | None = None
+    throttle_mask: int | None = None
+
+    @property
+    def throttle_reasons(self) -> list[str] | None:
+        return decode_throttle_reasons(self.throttle_mask)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["throttle_reasons"] = self.throttle_reasons
+        return data
+
+
+def decode_throttle_reasons(mask: int | None) -> list[str] | None:
+    """Names of the active clock event reasons; ``[]`` when none, ``None`` when unknown."""
+    if mask is None:
+        return None
+    names = [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(THROTTLE_REASONS)
+    if unknown:
+        names.append(f"unknown_0x{unknown:x}")
+    return names
+
+
+# --------------------------------------------------------------------------- nvidia-smi CSV parsing
+
+
+def clean_value(raw: str | None) -> str | None:
+    """Strip a CSV cell; map nvidia-smi's "unavailable" markers to ``None``."""
+    if raw is None:
+        return None
+    value = raw.strip()
+    if value in _UNAVAILABLE or (value.startswith("[") and value.endswith("]")):
+        return None
+    return value
+
+
+def parse_number(raw: str | None) -> float | None:
+    """``"77.43"``, ``"77.43 W"``, ``"0x01"`` → float; unavailable or garbage → ``None``."""
+    value = clean_value(raw)
+    if value is None:
+        return None
+    for suffix in _UNIT_SUFFIXES:  # tolerate output without `nounits`
+        if value.endswith(suffix):
+            value = value[: -len(suffix)]
+            break
+    try:
+        return float(int(value, 16)) if value.lower().startswith("0x") else float(value)
+    except ValueError:
+        return None
+
+
+def parse_int(raw: str | None) -> int | None:
+    number = parse_number(raw)
+    return None if number is None else int(number)
+
+
+def parse_bitmask(raw: str | None) -> int | None:
+    value = clean_value(raw)
+    if value is None:
+        return None
+    try:
+        return int(value, 16) if value.lower().startswith("0x") else int(value)
+    except ValueError:
+        return None
+
+
+def parse_query_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
+    """Parse ``--query-gpu=... --format=csv,noheader[,nounits]`` output into one dict per GPU.
+
+    A header line (``--format=csv`` without ``noheader``) is skipped. Values are cleaned
+    (:func:`clean_value`) but not converted: the caller knows each field's type.
+    """
+    rows: list[dict[str, str | None]] = []
+    for cells in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if cells[0].strip() == fields[0] or cells[0].strip().startswith(fields[0] + " ["):
+            continue  # header
+        if len(cells) != len(fields):
+            raise GpuSensorError(
+                f"nvidia-smi returned {len(cells)} columns for {len(fields)} fields: {','.join(cells)!r}"
+            )
+        rows.append({f: clean_value(c) for f, c in zip(fields, cells)})  # noqa: B905 (py3.9 targets)
+    return rows
+
+
+def _reading_from_row(row: dict[str, str | None]) -> GpuReading:
+    index = parse_int(row["index"])
+    if index is None:
+        raise GpuSensorError(f"nvidia-smi row without an index: {row!r}")
+    return GpuReading(
+        index=index,
+        uuid=row["uuid"],
+        name=row["name"],
+        temperature_c=parse_number(row["temperature.gpu"]),
+        power_w=parse_number(row["power.draw"]),
+        sm_clock_mhz=parse_number(row["clocks.sm"]),
+        mem_clock_mhz=parse_number(row["clocks.mem"]),
+        utilization_pct=parse_number(row["utilization.gpu"]),
+        memory_used_mib=parse_number(row["memory.used"]),
+        memory_total_mib=parse_number(row["memory.total"]),
+        pstate=row["pstate"],
+        throttle_mask=parse_bitmask(row["clocks_throttle_reasons.active"]),
+    )
+
+
+def subprocess_runner(argv: Sequence[str]) -> tuple[int, str, str]:
+    """Default runner: no shell, C locale so that numbers are printed with a decimal point."""
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def find_nvidia_smi(path: str | None = None) -> str:
+    """Absolute path of nvidia-smi (``path`` if given), or raise :class:`GpuSensorError`."""
+    found = shutil.which(path or "nvidia-smi")
+    if not found:
+        raise GpuSensorError(f"{path or 'nvidia-smi'} not found on PATH")
+    return found
+
+
+def query_gpu(
+    fields: Sequence[str], executable: str, runner: Runner = subprocess_runner
+) -> list[dict[str, str | None]]:
+    """Run one ``--query-gpu`` and return its rows (see :func:`parse_query_csv`)."""
+    argv = [executable, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+    rc, out, err = runner(argv)
+    if rc != 0:
+        detail = (err or out).strip() or f"exit code {rc}"
+        raise GpuSensorError(f"{' '.join(argv)} failed (rc={rc}): {detail}")
+    return parse_query_csv(out, fields)
+
+
+# --------------------------------------------------------------------------- sensors
+
+
+class GpuSensor:
+    """Interface: ``read()`` the selected GPUs; ``close()`` when done."""
+
+    kind: str = "abstract"
+
+    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the sensor (NVML handle); safe to call twice."""
+
+    def __enter__(self) -> GpuSensor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _select(readings: list[GpuReading], indices: Sequence[int] | None) -> list[GpuReading]:
+    if indices is None:
+        return readings
+    by_index = {r.index: r for r in readings}
+    missing = [i for i in indices if i not in by_index]
+    if missing:
+        raise GpuSensorError(f"no GPU with index {missing}; present: {sorted(by_index)}")
+    return [by_index[i] for i in indices]
+
+
+class NvidiaSmiSensor(GpuSensor):
+    kind = "nvidia-smi"
+
+    def __init__(self, executable: str | None = None, runner: Runner = subprocess_runner) -> None:
+        self.executable = find_nvidia_smi(executable)
+        self.runner = runner
+
+    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+        rows = query_gpu(QUERY_FIELDS, self.executable, self.runner)
+        if not rows:
+            raise GpuSensorError("nvidia-smi listed no GPU")
+        return _select([_reading_from_row(r) for r in rows], indices)
+
+
+class NvmlSensor(GpuSensor):
+    kind = "nvml"
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        if nvml is None:
+            try:
+                import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+            except ImportError as exc:
+                raise GpuSensorError(f"pynvml (nvidia-ml-py) is not importable: {exc}") from exc
+        self.nvml = nvml
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # NVMLError and friends (no driver, no library)
+            raise GpuSensorError(f"nvmlInit failed: {exc}") from exc
+        self._open = True
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except Exception as exc:
+            self.close()
+            raise GpuSensorError(f"NVML cannot enumerate GPUs: {exc}") from exc
+        if not self._handles:
+            self.close()
+            raise GpuSensorError("NVML found no GPU")
+
+    def _get(self, fn_name: str, *args: Any) -> Any:
+        """Call an NVML getter; an unsupported or failing field reads as None."""
+        fn = getattr(self.nvml, fn_name, None)
+        if fn is None:
+            return None
+        try:
+            value = fn(*args)
+        except Exception:  # NVMLError_NotSupported on GB10 memory, permissions, ...
+            return None
+        return value.decode() if isinstance(value, bytes) else value
+
+    def _throttle(self, handle: Any) -> int | None:
+        # Renamed in driver 535; the old name stays as a deprecated alias in the bindings.
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            if hasattr(self.nvml, name):
+                value = self._get(name, handle)
+                return None if value is None else int(value)
+        return None
+
+    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
+        nv = self.nvml
+        wanted = range(len(self._handles)) if indices is None else indices
+        readings: list[GpuReading] = []
+        for index in wanted:
+            if not 0 <= index < len(self._handles):
+                raise GpuSensorError(f"no GPU with index {index}; present: {list(range(len(self._handles)))}")
+            h = self._handles[index]
+            power_mw = self._get("nvmlDeviceGetPowerUsage", h)
+            util = self._get("nvmlDeviceGetUtilizationRates", h)
+            mem = self._get("nvmlDeviceGetMemoryInfo", h)
+            pstate = self._get("nvmlDeviceGetPerformanceState", h)
+            temp = self._get("nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU)
+            sm = self._get("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM)
+            memclk = self._get("nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM)
+            readings.append(
+                GpuReading(
+                    index=index,
+                    uuid=self._get("nvmlDeviceGetUUID", h),
+                    name=self._get("nvmlDeviceGetName", h),
+                    temperature_c=None if temp is None else float(temp),
+                    power_w=None if power_mw is None else round(power_mw / 1000.0, 2),
+                    sm_clock_mhz=None if sm is None else float(sm),
+                    mem_clock_mhz=None if memclk is None else float(memclk),
+                    utilization_pct=None if util is None else float(util.gpu),
+                    memory_used_mib=None if mem is None else round(mem.used / 2**20, 1),
+                    memory_total_mib=None if mem is None else round(mem.total / 2**20, 1),
+                    pstate=None if pstate is None or pstate >= 32 else f"P{int(pstate)}",  # 32 = unknown
+                    throttle_mask=self._throttle(h),
+                )
+            )
+        return readings
+
+    def close(self) -> None:
+        if getattr(self, "_open", False):
+            self._open = False
+            with contextlib.suppress(Exception):  # shutting down twice or after a driver loss
+                self.nvml.nvmlShutdown()
+
+
+def open_sensor(
+    kind: str = "auto",
+    runner: Runner = subprocess_runner,
+    nvidia_smi: str | None = None,
+    nvml: Any | None = None,
+) -> GpuSensor:
+    """Open a sensor of ``kind`` (auto | nvml | nvidia-smi).
+
+    ``auto`` prefers NVML and falls back to nvidia-smi when pynvml is missing or NVML does not work
+    (no driver, or a host without it where a stand-in nvidia-smi answers); the NVML sensor must also
+    return a temperature for GPU 0, which rules out half-working shims.
+    """
+    if kind not in SENSOR_KINDS:
+        raise GpuSensorError(f"sensor must be one of {', '.join(SENSOR_KINDS)}, got {kind!r}")
+    if kind in ("auto", "nvml"):
+        try:
+            sensor = NvmlSensor(nvml)
+            if sensor.read([0])[0].temperature_c is None:
+                sensor.close()
+                raise GpuSensorError("NVML reports no temperature for GPU 0")
+            return sensor
+        except GpuSensorError:
+            if kind == "nvml":
+                raise
+    return NvidiaSmiSensor(nvidia_smi, runner)
+
+
+# --------------------------------------------------------------------------- telemetry
+
+TELEMETRY_COLUMNS = (
+    "time_unix",
+    "gpu",
+    "temperature_c",
+    "power_w",
+    "sm_clock_mhz",
+    "utilization_pct",
+    "memory_used_mib",
+    "host_memory_used_mib",
+    "throttle_mask",
+    "throttle_reasons",
+)
+
+
+def host_memory_used_mib(meminfo: str = "/proc/meminfo") -> float | None:
+    """MemTotal − MemAvailable in MiB: on unified memory (GB10) the only memory figure there is."""
+    values: dict[str, int] = {}
+    try:
+        with open(meminfo, encoding="ascii") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    values[key] = int(rest.split()[0])  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(values) != 2:
+        return None
+    return round((values["MemTotal"] - values["MemAvailable"]) / 1024.0, 1)
+
+
+def sample_telemetry(
+    sensor: GpuSensor,
+    indices: Sequence[int] | None = None,
+    clock: Callable[[], float] = time.time,
+    meminfo: str = "/proc/meminfo",
+) -> list[dict[str, Any]]:
+    """One telemetry sample: a flat row per GPU with :data:`TELEMETRY_COLUMNS` as keys.
+
+    ``throttle_reasons`` is a ``|``-joined string so that a row writes straight into CSV.
+    """
+    now = round(clock(), 3)
+    host_used = host_memory_used_mib(meminfo)
+    rows: list[dict[str, Any]] = []
+    for r in sensor.read(indices):
+        reasons = r.throttle_reasons
+        rows.append(
+            {
+                "time_unix": now,
+                "gpu": r.index,
+                "temperature_c": r.temperature_c,
+                "power_w": r.power_w,
+                "sm_clock_mhz": r.sm_clock_mhz,
+                "utilization_pct": r.utilization_pct,
+                "memory_used_mib": r.memory_used_mib,
+                "host_memory_used_mib": host_used,
+                "throttle_mask": r.throttle_mask,
+                "throttle_reasons": None if reasons is None else "|".join(reasons),
+            }
+        )
+    return rows
+
+
+def temperatures(readings: Iterable[GpuReading]) -> list[float | None]:
+    return [r.temperature_c for r in readings]
