@@ -75,7 +75,7 @@ make_venv .venv python3
 status=0
 step() { say "$1"; shift; "$@" || { echo "FAILED: $*" >&2; status=1; }; }
 
-step "ruff" .venv/bin/ruff check sparkfleet plugins tests benchmarks
+step "ruff" .venv/bin/ruff check .
 step "ansible-playbook --syntax-check" bash -c \
   'for pb in bench.yml playbooks/*.yml; do .venv/bin/ansible-playbook --syntax-check "$pb" >/dev/null || exit 1; done'
 step "ansible-lint (production profile)" .venv/bin/ansible-lint --profile production --offline -q \
