@@ -1,0 +1,87 @@
+"""`sparkfleet compare BASELINE CURRENT`: the regression gate between two results directories.
+
+Exit 1 when any judged metric regressed (significant and larger than the threshold), 0 otherwise, 2 on
+bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sparkfleet.errors import UsageError
+
+# Analysis modules (pandas, scipy) load inside run() so that building the CLI parser stays fast.
+DEFAULT_ALPHA = 0.05  # = sparkfleet.compare.DEFAULT_ALPHA (tests check they agree)
+DEFAULT_THRESHOLD = 0.05  # = sparkfleet.compare.DEFAULT_THRESHOLD
+MATCH_MODES = ("auto", "host", "pooled")  # = sparkfleet.compare.MATCH_MODES
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="compare a campaign against a baseline; exit 1 on a regression")
+    p.add_argument("baseline", metavar="BASELINE", help="baseline results directory")
+    p.add_argument("current", metavar="CURRENT", help="current results directory")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.05)")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="smallest relative change reported, as a fraction (default 0.05 = 5%%)")
+    p.add_argument("--match", choices=MATCH_MODES, default="auto",
+                   help="match cells per host, pooled over hosts, or auto (per host when hosts are shared)")
+    p.add_argument("--json", action="store_true", help="print every comparison as JSON")
+    p.set_defaults(func=run)
+
+
+def _load(path: str, role: str):
+    from sparkfleet.load import load_runs
+
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UsageError(f"{role} {directory}: not a results directory")
+    loaded = load_runs(directory)
+    for problem in loaded.problems:
+        print(f"sparkfleet compare: skipped {problem}", file=sys.stderr)
+    if loaded.runs.empty:
+        raise UsageError(f"{role} {directory}: no valid run records")
+    return loaded.runs
+
+
+def run(args) -> int:
+    from sparkfleet.compare import compare_campaigns
+    from sparkfleet.report.summary import records
+
+    if not 0 < args.alpha < 1:
+        raise UsageError("--alpha must be between 0 and 1")
+    if args.threshold < 0:
+        raise UsageError("--threshold must not be negative")
+    table = compare_campaigns(_load(args.baseline, "baseline"), _load(args.current, "current"),
+                              alpha=args.alpha, threshold=args.threshold, match=args.match)
+    judged = table[table["metric"].notna()]
+    if judged.empty:
+        raise UsageError("no cell and metric is present in both baseline and current")
+    regressions = judged[judged["verdict"] == "regression"]
+    if args.json:
+        print(json.dumps({"alpha": args.alpha, "threshold": args.threshold, "regressions": len(regressions),
+                          "comparisons": records(table)}, sort_keys=True, indent=2))
+    else:
+        print(_text(table, args))
+    return 1 if len(regressions) else 0
+
+
+def _text(table, args) -> str:
+    from sparkfleet.report.document import fmt, fmt_p, fmt_pct
+
+    judged = table[table["metric"].notna()]
+    keys = [c for c in ("host", "model", "environment", "workload") if c in table]
+    reported = judged[judged["verdict"] != "unchanged"]
+    lines = [f"{len(judged)} comparisons; reported only when p < {args.alpha:g} and |change| > "
+             f"{args.threshold * 100:g}%: {len(reported)}"]
+    for _, r in reported.iterrows():
+        lines.append(f"  {r['verdict'].upper()}: {' / '.join(str(r[k]) for k in keys)} {r['metric']}: "
+                     f"{fmt(r['baseline_mean'])} -> {fmt(r['current_mean'])} ({fmt_pct(r['change_pct'], 1)}, "
+                     f"p={fmt_p(r['p_value'])})")
+    unmatched = table[table["metric"].isna()]
+    for _, r in unmatched.iterrows():
+        lines.append(f"  note: {' / '.join(str(r[k]) for k in keys)} {r['verdict']}")
+    regressions = int((judged["verdict"] == "regression").sum())
+    lines.append("regression" if regressions else "no regression")
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""`sparkfleet report RESULTS`: statistics, comparisons and warnings over every run record under RESULTS."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkfleet.errors import UsageError
+
+# pandas, scipy and matplotlib load inside run(): building the CLI parser must stay fast for every
+# other subcommand, so defaults are resolved there too (None = the library default).
+
+
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
+    return value
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="aggregate run records into report/summary.md, index.html, runs.csv/parquet")
+    p.add_argument("results", metavar="RESULTS", help="results directory (a campaign, or a tree of campaigns)")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default RESULTS/report)")
+    p.add_argument("--json", action="store_true", help="print cells, comparisons and warnings as JSON")
+    p.add_argument("--cv-gate", type=fraction,
+                   help="coefficient of variation above which a cell fails the quality gate (default 0.05)")
+    p.add_argument("--level", type=fraction, help="confidence level (default 0.95)")
+    p.add_argument("--resamples", type=int, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, help="bootstrap seed, for reproducible CIs (default 0)")
+    p.add_argument("--tolerance", type=fraction,
+                   help="host deviation from the fleet median that gets a host named (default 0.05)")
+    p.add_argument("--kv-fraction", type=fraction,
+                   help="KV fraction assumed where a record has none (default 0.9, TensorRT-LLM's default)")
+    p.set_defaults(func=run)
+
+
+def options_from(args):
+    from sparkfleet.report import Options
+
+    given = {"cv_gate": args.cv_gate, "level": args.level, "resamples": args.resamples, "seed": args.seed,
+             "tolerance": args.tolerance, "kv_fraction": args.kv_fraction}
+    return Options(**{k: v for k, v in given.items() if v is not None})
+
+
+def run(args) -> int:
+    from sparkfleet.load import load_runs
+    from sparkfleet.report import analyse, write_report
+    from sparkfleet.report.summary import terminal_summary, to_json
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"{results}: not a results directory")
+    if args.resamples is not None and args.resamples < 100:
+        raise UsageError("--resamples must be at least 100")
+    options = options_from(args)
+    loaded = load_runs(results)
+    for problem in loaded.problems:
+        print(f"sparkfleet report: skipped {problem}", file=sys.stderr)
+    if loaded.runs.empty:
+        raise UsageError(f"{results}: no valid run records ({len(loaded.problems)} skipped)")
+    analysis = analyse(loaded, options)
+    written = write_report(analysis, args.out or results / "report")
+    if args.json:
+        print(to_json(analysis))
+    else:
+        print(terminal_summary(analysis, [str(p) for p in written]))
+    return 0

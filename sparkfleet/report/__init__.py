@@ -1,0 +1,51 @@
+"""``sparkfleet report``: statistics, comparisons and warnings over a results directory, written as
+report/summary.md, a self-contained report/index.html, runs.csv/parquet and the full tables as CSV."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sparkfleet.load import export_runs, load_runs, write_csv
+from sparkfleet.report.analysis import Analysis, Options, analyse
+from sparkfleet.report.content import build_document, render_figures
+from sparkfleet.report.render import to_html, to_markdown
+
+__all__ = ["Analysis", "Options", "analyse", "build_report", "write_report"]
+
+
+def write_report(analysis: Analysis, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write every report file into ``out_dir``; returns the paths written (main files first)."""
+    out = Path(out_dir)
+    plots_dir = out / "plots"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    figures = render_figures(analysis)
+    sections = build_document(analysis, figures)
+    title = f"sparkfleet report: {', '.join(sorted(set(analysis.runs['campaign'].astype(str)))) or analysis.root}"
+    summary, index = out / "summary.md", out / "index.html"
+    summary.write_text(to_markdown(title, sections))
+    index.write_text(to_html(title, sections))
+    for figure in figures.values():
+        (plots_dir / f"{figure.name}.png").write_bytes(figure.png)
+    csv_path, parquet_path = export_runs(analysis.runs, out)
+    tables = {
+        "cells.csv": analysis.cells.merge(analysis.counts, on=["host", "model", "environment", "workload"],
+                                          how="left"),
+        "environments.csv": analysis.environments,
+        "kv_residuals.csv": analysis.kv_runs,
+        "host_variance.csv": analysis.host_variance,
+        "host_deviations.csv": analysis.host_deviations,
+        "outliers.csv": analysis.outliers,
+    }
+    for name, frame in tables.items():
+        write_csv(frame, out / name)
+    return [summary, index, csv_path, parquet_path]
+
+
+def build_report(results: str | os.PathLike[str], options: Options | None = None,
+                 out_dir: str | os.PathLike[str] | None = None) -> tuple[Analysis, list[Path]]:
+    """Load, analyse and write; the report goes to RESULTS/report unless ``out_dir`` says otherwise."""
+    loaded = load_runs(results)
+    analysis = analyse(loaded, options)
+    written = write_report(analysis, out_dir or Path(results) / "report")
+    return analysis, written

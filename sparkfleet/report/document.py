@@ -1,0 +1,103 @@
+"""A tiny document model (sections of paragraphs, bullet lists, tables, figures) rendered to both Markdown
+and HTML, so the two reports never disagree."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+#: Rows shown per table; full tables are in the CSV files beside the report.
+MAX_TABLE_ROWS = 400
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: list[str]
+    css_class: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    frame: pd.DataFrame  # cells already formatted as strings
+    caption: str = ""
+    total_rows: int = 0
+    full_table: str = ""  # CSV beside the report holding every row
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file stem under report/plots/
+    title: str
+    png: bytes
+
+
+Block = Paragraph | Bullets | Table | Figure
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+def fmt(value: object, digits: int = 4) -> str:
+    """Numbers with ``digits`` significant digits; missing as an en dash."""
+    if value is None or value is pd.NA:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
+            return "–"
+        if isinstance(value, float) and math.isinf(value):
+            return "∞" if value > 0 else "−∞"
+        if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e6:
+            return str(int(value))
+        return f"{value:.{digits}g}"
+    try:
+        if pd.isna(value):
+            return "–"
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def fmt_p(value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def fmt_pct(value: float, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:+.{digits}f}%"
+
+
+def fmt_interval(low: float, high: float, digits: int = 4) -> str:
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
+        return "–"
+    return f"[{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
+
+
+def table(frame: pd.DataFrame, caption: str = "", full_table: str = "", total_rows: int | None = None) -> Table:
+    """A display table limited to MAX_TABLE_ROWS rows (the renderers say when rows were cut).
+
+    Callers format ``shown(source)`` rather than the whole source and pass ``total_rows=len(source)``:
+    formatting 20k rows only to show 400 would dominate a large report.
+    """
+    visible = frame.head(MAX_TABLE_ROWS)
+    return Table(frame=visible.astype(str), caption=caption,
+                 total_rows=len(frame) if total_rows is None else total_rows, full_table=full_table)
+
+
+def shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows a table will show."""
+    return frame.head(MAX_TABLE_ROWS)

@@ -1,0 +1,242 @@
+"""Report figures as PNG bytes (embedded base64 in the HTML, written to report/plots/ for summary.md).
+
+Each figure is bounded (cells, hosts, points, telemetry files) so a 100k-run campaign renders in about the
+time a small one does; what a figure leaves out is said in its title.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: reports are written on controllers and CI runners without a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sparkfleet.stats import CELL_KEYS, measured_runs  # noqa: E402
+
+MAX_CELLS = 24
+MAX_HOSTS = 4
+MAX_POINTS = 2000
+MAX_TELEMETRY_RUNS = 6
+#: How many run directories we probe for telemetry.csv: checking all 100k would cost more than the report.
+TELEMETRY_PROBES = 200
+PLOT_METRICS = ("output_tok_s", "latency_ms_avg", "latency_ms_p50", "peak_memory_gib", "kv_cache_gib",
+                "gflops")
+DPI = 90
+_COLORS = plt.get_cmap("tab10").colors
+
+
+def _subplots(*args, **kwargs):
+    return plt.subplots(*args, layout="constrained", **kwargs)
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buffer = io.BytesIO()
+    # Constrained layout (set per figure) instead of bbox_inches="tight", which draws every figure twice;
+    # light PNG compression: the page is local, encoding time matters more than bytes.
+    fig.savefig(buffer, format="png", dpi=DPI, pil_kwargs={"compress_level": 3})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plot_metrics(runs: pd.DataFrame) -> list[str]:
+    measured = measured_runs(runs)
+    present = [m for m in PLOT_METRICS if m in measured and measured[m].notna().any()]
+    if "latency_ms_avg" in present and "latency_ms_p50" in present:
+        present.remove("latency_ms_p50")
+    return present[:4]
+
+
+def _cell_order(measured: pd.DataFrame) -> list[tuple]:
+    return sorted(measured.groupby(list(CELL_KEYS)).groups)[:MAX_CELLS]
+
+
+def _environment_colors(environments: list[str]) -> dict[str, tuple]:
+    return {env: _COLORS[i % len(_COLORS)] for i, env in enumerate(sorted(set(environments)))}
+
+
+def _labels(cells: list[tuple], sep: str = "\n") -> list[str]:
+    """Cell labels naming only the keys that differ between the cells shown (one host: no host name)."""
+    varying = [i for i in range(len(CELL_KEYS)) if len({c[i] for c in cells}) > 1] or [1]
+    return [sep.join(str(c[i]) for i in varying) for c in cells]
+
+
+def _shown(total: int, shown: int, what: str) -> str:
+    return "" if shown >= total else f" (first {shown} of {total} {what})"
+
+
+def box_plots(runs: pd.DataFrame) -> bytes | None:
+    """Distribution of each key metric per cell: the spread the means hide."""
+    measured = measured_runs(runs)
+    metrics = plot_metrics(runs)
+    if not metrics:
+        return None
+    cells = _cell_order(measured)
+    total = measured.groupby(list(CELL_KEYS)).ngroups
+    grouped = measured.groupby(list(CELL_KEYS))
+    colors = _environment_colors([c[2] for c in cells])
+    size = (max(6, 0.9 * len(cells) + 1), 2.4 * len(metrics))
+    fig, axes = _subplots(len(metrics), 1, figsize=size, squeeze=False, sharex=True)
+    for ax, metric in zip(axes[:, 0], metrics, strict=True):
+        data = [grouped.get_group(c)[metric].dropna().to_numpy() for c in cells]
+        boxes = ax.boxplot(data, patch_artist=True, widths=0.6, showfliers=True)
+        for patch, cell in zip(boxes["boxes"], cells, strict=True):
+            patch.set_facecolor(colors[cell[2]])
+            patch.set_alpha(0.7)
+        ax.set_ylabel(metric)
+        ax.set_xticks(range(1, len(cells) + 1), _labels(cells), fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_title("Runs per cell" + _shown(total, len(cells), "cells"))
+    return _png(fig)
+
+
+def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
+    """Mean per cell with its 95% t confidence interval as the error bar."""
+    metrics = plot_metrics(runs)
+    if not metrics or cells_table.empty:
+        return None
+    cell_keys = _cell_order(measured_runs(runs))
+    indexed = cells_table.set_index([*CELL_KEYS, "metric"])
+    colors = _environment_colors([c[2] for c in cell_keys])
+    size = (4.2 * len(metrics), max(3, 0.28 * len(cell_keys) + 1.5))
+    fig, axes = _subplots(1, len(metrics), figsize=size, squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        rows = [indexed.loc[(*c, metric)] if (*c, metric) in indexed.index else None for c in cell_keys]
+        means = np.array([r["mean"] if r is not None else np.nan for r in rows], dtype=float)
+        low = np.array([r["ci_low"] if r is not None else np.nan for r in rows], dtype=float)
+        high = np.array([r["ci_high"] if r is not None else np.nan for r in rows], dtype=float)
+        errors = np.nan_to_num(np.vstack([means - low, high - means]))
+        y = np.arange(len(cell_keys))
+        ax.barh(y, means, xerr=errors, color=[colors[c[2]] for c in cell_keys], alpha=0.8, capsize=3)
+        ax.set_yticks(y, _labels(cell_keys, " / "), fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{metric}: mean ± 95% CI", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        if metric == metrics[0]:
+            continue
+        ax.set_yticklabels([])
+    return _png(fig)
+
+
+def throughput_by_batch(runs: pd.DataFrame) -> bytes | None:
+    """Throughput against batch size per (model, environment): where batching stops paying."""
+    measured = measured_runs(runs)
+    if "workload_batch" not in measured or "output_tok_s" not in measured:
+        return None
+    data = measured.assign(batch=pd.to_numeric(measured["workload_batch"], errors="coerce"))
+    data = data.dropna(subset=["batch", "output_tok_s"])
+    if data["batch"].nunique() < 2:
+        return None
+    curves = data.groupby(["model", "environment", "batch"])["output_tok_s"].agg(["mean", "std"]).reset_index()
+    series = sorted(curves.groupby(["model", "environment"]).groups)[:12]
+    fig, ax = _subplots(figsize=(7, 4))
+    for i, (model, environment) in enumerate(series):
+        line = curves[(curves["model"] == model) & (curves["environment"] == environment)].sort_values("batch")
+        ax.errorbar(line["batch"], line["mean"], yerr=line["std"].fillna(0), marker="o", capsize=3,
+                    color=_COLORS[i % len(_COLORS)], label=f"{model} / {environment}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("output_tok_s (mean ± sd)")
+    ax.set_title("Throughput against batch size")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def campaign_timeline(runs: pd.DataFrame) -> bytes | None:
+    """Peak memory, throughput and start temperature in run order, coloured by environment: sequential
+    blocks and drift are visible at a glance."""
+    measured = measured_runs(runs).dropna(subset=["order_index"])
+    panels = [m for m in ("peak_memory_gib", "output_tok_s", "telemetry_gpu_temp_start_c")
+              if m in measured and pd.to_numeric(measured[m], errors="coerce").notna().any()]
+    if measured.empty or not panels:
+        return None
+    hosts = sorted(measured["host"].unique())[:MAX_HOSTS]
+    colors = _environment_colors(list(measured["environment"].unique()))
+    size = (5.5 * len(hosts), 2.4 * len(panels))
+    fig, axes = _subplots(len(panels), len(hosts), figsize=size, squeeze=False, sharex="col")
+    for col, host in enumerate(hosts):
+        data = measured[measured["host"] == host]
+        if len(data) > MAX_POINTS:
+            data = data.sample(MAX_POINTS, random_state=0)
+        for row, metric in enumerate(panels):
+            ax = axes[row, col]
+            for environment, part in data.groupby("environment"):
+                # plot() with markers draws one Line2D: far cheaper than scatter() at thousands of points
+                ax.plot(part["order_index"].astype(float), pd.to_numeric(part[metric], errors="coerce"), "o",
+                        ms=3.5, color=colors[environment], label=str(environment))
+            ax.set_ylabel(metric.removeprefix("telemetry_"), fontsize=8)
+            ax.grid(alpha=0.3)
+        axes[0, col].set_title(f"{host}: in run order", fontsize=9)
+        axes[-1, col].set_xlabel("order_index")
+    axes[0, 0].legend(fontsize=7)
+    return _png(fig)
+
+
+def kv_budget(kv_runs: pd.DataFrame, fraction: float) -> bytes | None:
+    """Measured KV cache against the headroom (device_total - peak) with the budget line."""
+    if kv_runs.empty:
+        return None
+    data = kv_runs.sample(MAX_POINTS, random_state=0) if len(kv_runs) > MAX_POINTS else kv_runs
+    colors = _environment_colors(list(data["environment"].unique()))
+    fig, ax = _subplots(figsize=(6, 4))
+    for environment, part in data.groupby("environment"):
+        ax.plot(part["headroom_gib"], part["kv_cache_gib"], "o", ms=4, color=colors[environment],
+                label=str(environment))
+    x = np.linspace(0, float(data["headroom_gib"].max()) * 1.05, 50)
+    ax.plot(x, fraction * x, color="black", lw=1, label=f"kv = {fraction:g} × (total − peak)")
+    ax.set_xlabel("device_total − peak (GiB)")
+    ax.set_ylabel("kv_cache (GiB)")
+    ax.set_title("KV cache is what the peak leaves over")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def telemetry_files(runs: pd.DataFrame, root: Path) -> list[tuple[pd.Series, Path]]:
+    """A bounded, evenly spread sample of runs that have a telemetry.csv."""
+    if runs.empty or "record_dir" not in runs:
+        return []
+    step = max(1, len(runs) // TELEMETRY_PROBES)
+    found = []
+    for _, run in runs.iloc[::step].iterrows():
+        path = root / str(run["record_dir"]) / "telemetry.csv"
+        if path.is_file():
+            found.append((run, path))
+            if len(found) >= MAX_TELEMETRY_RUNS:
+                break
+    return found
+
+
+def telemetry(runs: pd.DataFrame, root: Path) -> bytes | None:
+    """GPU temperature and memory over each sampled run (columns the file lacks are skipped)."""
+    samples = telemetry_files(runs, root)
+    series = []
+    for run, path in samples:
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, ValueError, pd.errors.ParserError):
+            continue
+        if "t_s" in frame:
+            series.append((run, frame))
+    panels = [c for c in ("gpu_temp_c", "mem_used_gib", "gpu_power_w") if any(c in f for _, f in series)]
+    if not series or not panels:
+        return None
+    fig, axes = _subplots(len(panels), 1, figsize=(7, 2.4 * len(panels)), squeeze=False, sharex=True)
+    for i, (run, frame) in enumerate(series):
+        label = f"{run['model']} / {run['environment']} #{run['iteration']} @{run['host']}"
+        for ax, column in zip(axes[:, 0], panels, strict=True):
+            if column in frame:
+                ax.plot(frame["t_s"], pd.to_numeric(frame[column], errors="coerce"), lw=1,
+                        color=_COLORS[i % len(_COLORS)], label=label)
+                ax.set_ylabel(column, fontsize=8)
+                ax.grid(alpha=0.3)
+    axes[0, 0].set_title(f"Telemetry of {len(series)} sampled runs")
+    axes[0, 0].legend(fontsize=6)
+    axes[-1, 0].set_xlabel("t (s)")
+    return _png(fig)

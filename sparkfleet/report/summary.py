@@ -1,0 +1,100 @@
+"""The report for terminals (a short text summary) and for programs (JSON with stable keys)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sparkfleet.report.analysis import Analysis
+from sparkfleet.report.document import fmt, fmt_p, fmt_pct
+
+JSON_VERSION = 1
+_HEADLINE_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "latency_ms_avg", "latency_ms_p50")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalars: NaN/NA -> null, numpy -> Python, timestamps -> ISO text."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) or math.isinf(value) else float(value)
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = list(frame.columns)
+    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)}
+            for row in frame.itertuples(index=False, name=None)]
+
+
+def payload(analysis: Analysis) -> dict[str, Any]:
+    """Cells (statistics joined with status counts), comparisons and warnings."""
+    keys = ["host", "model", "environment", "workload"]
+    cells = analysis.cells.merge(analysis.counts, on=keys, how="left")
+    return {
+        "version": JSON_VERSION,
+        "root": str(analysis.root),
+        "runs": {"total": len(analysis.runs), **{f"status_{k}": int(v) for k, v in
+                                                 analysis.runs["status"].value_counts().sort_index().items()}},
+        "skipped": [{"path": str(p.path), "reason": p.reason} for p in analysis.problems],
+        "options": dataclasses.asdict(analysis.options),
+        "cell_counts": records(analysis.counts),
+        "cells": records(cells),
+        "comparisons": {
+            "environments": records(analysis.environments),
+            "kv_shift": records(analysis.kv_shift),
+        },
+        "kv_fit": dataclasses.asdict(analysis.kv_fit) if analysis.kv_fit else None,
+        "kv_residuals": records(analysis.kv_runs[["run_id", "fraction", "fraction_source", "residual_gib"]])
+        if not analysis.kv_runs.empty else [],
+        "reproducibility": {
+            "variance": records(analysis.host_variance),
+            "deviations": records(analysis.host_deviations),
+        },
+        "outliers": records(analysis.outliers),
+        "warnings": [f.as_dict() for f in analysis.findings],
+    }
+
+
+def to_json(analysis: Analysis) -> str:
+    return json.dumps(payload(analysis), sort_keys=True, indent=2, default=str)
+
+
+def terminal_summary(analysis: Analysis, written: list[str]) -> str:
+    runs = analysis.runs
+    statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
+    lines = [f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
+             f"{len(analysis.problems)} record(s) skipped"]
+    env = analysis.environments
+    if not env.empty:
+        lines.append("environment vs native (overhead, Welch p):")
+        headline = env[env["metric"].isin(_HEADLINE_METRICS)]
+        for r in headline.head(30).itertuples():
+            lines.append(f"  {r.host}/{r.model}/{r.workload} {r.environment} {r.metric}: "
+                         f"{fmt(r.native_mean)} -> {fmt(r.env_mean)} ({fmt_pct(r.overhead_pct, 1)}, "
+                         f"p={fmt_p(r.p_value)})")
+        if len(headline) > 30:
+            lines.append(f"  ... {len(headline) - 30} more in the report")
+    if analysis.kv_fit:
+        fit = analysis.kv_fit
+        lines.append(f"KV budget: residuals {fit.residual_min:+.3f}..{fit.residual_max:+.3f} GiB with fraction "
+                     f"{fit.assumed_fraction:g} where not recorded (fitted {fit.fitted_fraction:.4f})")
+    kinds = pd.Series([f.kind for f in analysis.findings], dtype="string").value_counts()
+    if len(kinds):
+        lines.append("warnings: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
+        for finding in analysis.findings:
+            if finding.kind in ("sequential", "invalid", "not-ok", "skipped"):
+                lines.append(f"  ! {finding.message}")
+    lines += [f"wrote {path}" for path in written]
+    return "\n".join(lines)

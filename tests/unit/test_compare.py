@@ -1,0 +1,172 @@
+"""Environment comparison, KV decomposition and the regression gate (exit codes on synthetic baselines)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparkfleet import record as contract
+from sparkfleet.cli import main
+from sparkfleet.compare import compare_campaigns, compare_environments, kv_decomposition, kv_shift
+
+
+def write_campaign(root: Path, cells: dict[tuple[str, str], dict[str, list[float]]], host: str = "h1",
+                   campaign: str = "c") -> Path:
+    """cells: (model, environment) -> metric -> values (one run per value index)."""
+    for (model, environment), metrics in cells.items():
+        n = len(next(iter(metrics.values())))
+        for i in range(n):
+            values = {m: v[i] for m, v in metrics.items()}
+            sources = {m: "test" for m in values if m in contract.MEMORY_METRICS}
+            rec = {"schema_version": 1, "campaign": campaign, "host": host, "model": model,
+                   "environment": environment, "workload": "w", "iteration": i + 1, "order_index": i,
+                   "status": "ok", "metrics": values, "metric_sources": sources,
+                   "environment_kind": "native" if environment == "native" else "container",
+                   "run_id": contract.run_id(campaign, host, model, environment, "w", i + 1)}
+            contract.write_json_atomic(root / host / "runs" / rec["run_id"] / "record.json", rec)
+    return root
+
+
+def frame(cells: dict[tuple[str, str], dict[str, list[float]]], host: str = "h1") -> pd.DataFrame:
+    rows = []
+    for (model, environment), metrics in cells.items():
+        n = len(next(iter(metrics.values())))
+        for i in range(n):
+            rows.append({"run_id": f"{host}.{model}.{environment}.{i}", "host": host, "model": model,
+                         "environment": environment, "workload": "w", "status": "ok", "warmup": False,
+                         "order_index": i, "kv_fraction": np.nan,
+                         "environment_kind": "native" if environment == "native" else "container",
+                         **{m: v[i] for m, v in metrics.items()}})
+    return pd.DataFrame(rows)
+
+
+def test_environment_difference_ratio_overhead_and_welch() -> None:
+    # native 1..5 (mean 3), container 2..10 step 2 (mean 6): diff 3, ratio 2, overhead (6-3)/3 = 100%;
+    # Welch p 0.1075, CI [-0.8877, 6.8877] (R t.test, see test_stats).
+    runs = frame({("m", "native"): {"peak_memory_gib": [1, 2, 3, 4, 5.0]},
+                  ("m", "container"): {"peak_memory_gib": [2, 4, 6, 8, 10.0]}})
+    row = compare_environments(runs).iloc[0]
+    assert (row["native"], row["environment"], row["metric"]) == ("native", "container", "peak_memory_gib")
+    assert row["diff"] == 3.0 and row["ratio"] == 2.0 and row["overhead_pct"] == pytest.approx(100.0)
+    assert row["p_value"] == pytest.approx(0.10753, abs=1e-5)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((-0.8877416, 6.8877416), abs=1e-5)
+
+
+def test_each_named_container_variant_is_compared_against_native() -> None:
+    runs = frame({("m", "native"): {"output_tok_s": [100, 101, 99.0]},
+                  ("m", "docker"): {"output_tok_s": [90, 91, 89.0]},
+                  ("m", "podman"): {"output_tok_s": [100, 100, 101.0]}})
+    table = compare_environments(runs)
+    assert list(table["environment"]) == ["docker", "podman"]
+    assert set(table["native"]) == {"native"}
+    assert table.iloc[0]["overhead_pct"] == pytest.approx(-10.0)
+
+
+def test_kv_decomposition_residuals_and_shift() -> None:
+    # Study run: total 119.64, peak 70.05, kv 44.69 -> expected 0.9 * 49.59 = 44.631, residual 0.059.
+    # Container: peak 101.56, kv 16.33 -> expected 0.9 * 18.08 = 16.272, residual 0.058.
+    runs = frame({("m", "native"): {"peak_memory_gib": [70.05, 70.05], "kv_cache_gib": [44.69, 44.69],
+                                    "device_total_gib": [119.64, 119.64]},
+                  ("m", "container"): {"peak_memory_gib": [101.56, 101.56], "kv_cache_gib": [16.33, 16.33],
+                                       "device_total_gib": [119.64, 119.64]}})
+    table, fit = kv_decomposition(runs)
+    by_env = table.groupby("environment")["residual_gib"].first()
+    assert by_env["native"] == pytest.approx(0.059, abs=1e-9)
+    assert by_env["container"] == pytest.approx(0.058, abs=1e-9)
+    assert set(table["fraction_source"]) == {"assumed"}
+    assert fit.runs == 4 and fit.residual_max == pytest.approx(0.059)
+    # Δpeak = 31.51 -> predicted ΔKV = -0.9 * 31.51 = -28.359; measured 16.33 - 44.69 = -28.36.
+    shift = kv_shift(compare_environments(runs), table).iloc[0]
+    assert shift["kv_diff_predicted_gib"] == pytest.approx(-28.359)
+    assert shift["kv_diff_gib"] == pytest.approx(-28.36)
+    assert shift["unexplained_gib"] == pytest.approx(-0.001, abs=1e-9)
+
+
+def test_recorded_fraction_wins_over_the_assumed_one() -> None:
+    runs = frame({("m", "native"): {"peak_memory_gib": [70.0], "kv_cache_gib": [39.64],
+                                    "device_total_gib": [120.0]}}).assign(kv_fraction=0.8)
+    table, fit = kv_decomposition(runs)
+    assert table.iloc[0]["fraction_source"] == "recorded"
+    assert table.iloc[0]["residual_gib"] == pytest.approx(-0.36)  # 39.64 - 0.8 * 50
+    assert fit.runs_with_recorded_fraction == 1
+
+
+def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
+    return list(np.random.default_rng(seed).normal(mean, sd, n))
+
+
+def test_real_ten_percent_throughput_regression_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    base = write_campaign(tmp_path / "base", {("m", "native"): {"output_tok_s": _normal(100, 1, 10, 1)}})
+    cur = write_campaign(tmp_path / "cur", {("m", "native"): {"output_tok_s": _normal(90, 1, 10, 2)}})
+    assert main(["compare", str(base), str(cur)]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main(["compare", str(cur), str(base)]) == 0  # the other way round it is an improvement
+
+
+def test_noise_level_change_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    base = write_campaign(tmp_path / "base", {("m", "native"): {"output_tok_s": _normal(100, 1, 10, 1)}})
+    cur = write_campaign(tmp_path / "cur", {("m", "native"): {"output_tok_s": _normal(99.5, 1, 10, 3)}})
+    assert main(["compare", str(base), str(cur), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["regressions"] == 0
+    assert [c["verdict"] for c in out["comparisons"]] == ["unchanged"]
+
+
+def test_big_but_not_significant_change_is_not_reported() -> None:
+    # -20% in the mean but with huge spread on 3 runs each: p is large, so it is not evidence.
+    base = frame({("m", "native"): {"output_tok_s": [100, 40, 160.0]}})
+    cur = frame({("m", "native"): {"output_tok_s": [80, 20, 140.0]}})
+    row = compare_campaigns(base, cur).iloc[0]
+    assert row["change_pct"] == pytest.approx(-20.0)
+    assert row["large"] and not row["significant"]
+    assert row["verdict"] == "unchanged"
+
+
+def test_significant_but_small_change_is_not_reported() -> None:
+    base = frame({("m", "native"): {"output_tok_s": [100.0, 100.1, 99.9, 100.0]}})
+    cur = frame({("m", "native"): {"output_tok_s": [98.0, 98.1, 97.9, 98.0]}})  # -2%, p tiny
+    row = compare_campaigns(base, cur).iloc[0]
+    assert row["significant"] and not row["large"] and row["verdict"] == "unchanged"
+
+
+def test_direction_latency_and_memory_higher_is_a_regression() -> None:
+    base = frame({("m", "native"): {"latency_ms_avg": [10, 10.1, 9.9], "peak_memory_gib": [70, 70.1, 69.9],
+                                    "kv_cache_gib": [44, 44.1, 43.9]}})
+    cur = frame({("m", "native"): {"latency_ms_avg": [12, 12.1, 11.9], "peak_memory_gib": [60, 60.1, 59.9],
+                                   "kv_cache_gib": [30, 30.1, 29.9]}})
+    verdicts = compare_campaigns(base, cur).set_index("metric")["verdict"]
+    assert verdicts["latency_ms_avg"] == "regression"
+    assert verdicts["peak_memory_gib"] == "improvement"
+    assert verdicts["kv_cache_gib"] == "regression"  # less KV cache is less capacity
+
+
+def test_hosts_are_pooled_when_campaigns_share_none() -> None:
+    base = frame({("m", "native"): {"output_tok_s": [100, 101, 99.0]}}, host="spark-study")
+    cur = frame({("m", "native"): {"output_tok_s": [100, 101, 99.0]}}, host="spark-01")
+    table = compare_campaigns(base, cur)
+    assert "host" not in table.columns and table.iloc[0]["verdict"] == "unchanged"
+    per_host = compare_campaigns(base, cur, match="host")
+    assert set(per_host["verdict"]) == {"only in baseline", "only in current"}
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good = write_campaign(tmp_path / "good", {("m", "native"): {"output_tok_s": [1.0, 2.0]}})
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "missing"), str(good)]) == 2
+    assert main(["compare", str(tmp_path / "empty"), str(good)]) == 2
+    assert main(["compare", str(good), str(good), "--alpha", "2"]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_cli_defaults_match_the_library() -> None:
+    from sparkfleet import compare, study
+    from sparkfleet.commands import compare as compare_cmd
+    from sparkfleet.commands import import_cmd
+
+    assert (compare_cmd.DEFAULT_ALPHA, compare_cmd.DEFAULT_THRESHOLD, compare_cmd.MATCH_MODES) == (
+        compare.DEFAULT_ALPHA, compare.DEFAULT_THRESHOLD, compare.MATCH_MODES)
+    assert (import_cmd.CAMPAIGN, import_cmd.HOST) == (study.CAMPAIGN, study.HOST)

@@ -1,0 +1,139 @@
+"""Statistics against values worked out by hand (or from a textbook/R), never from the code under test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparkfleet.stats import (
+    bootstrap_median_ci,
+    cell_statistics,
+    flag_outliers,
+    robust_z,
+    status_counts,
+    welch,
+)
+
+
+def runs_frame(values_by_cell: dict[tuple[str, str], list[float]], metric: str = "output_tok_s",
+               status: str = "ok") -> pd.DataFrame:
+    rows = []
+    for (model, environment), values in values_by_cell.items():
+        for i, value in enumerate(values):
+            rows.append({"run_id": f"{model}.{environment}.{i}", "host": "h1", "model": model,
+                         "environment": environment, "workload": "w", "status": status, "warmup": False,
+                         metric: value})
+    return pd.DataFrame(rows)
+
+
+def test_cell_statistics_on_one_to_five() -> None:
+    # Hand: mean 3; sample variance (4+1+0+1+4)/4 = 2.5 -> std sqrt(2.5) = 1.5811388;
+    # CV = 1.5811388 / 3 = 0.5270463; t(0.975, 4) = 2.7764451 (table) -> half width
+    # 2.7764451 * 1.5811388 / sqrt(5) = 1.9632432 -> CI [1.0367568, 4.9632432].
+    table = cell_statistics(runs_frame({("m", "native"): [5.0, 1.0, 4.0, 2.0, 3.0]}), ["output_tok_s"])
+    row = table.iloc[0]
+    assert row["n"] == 5
+    assert row["mean"] == pytest.approx(3.0)
+    assert row["std"] == pytest.approx(1.5811388, abs=1e-7)
+    assert row["cv"] == pytest.approx(0.5270463, abs=1e-7)
+    assert row["median"] == 3.0 and row["min"] == 1.0 and row["max"] == 5.0
+    assert row["ci_low"] == pytest.approx(1.0367568, abs=1e-6)
+    assert row["ci_high"] == pytest.approx(4.9632432, abs=1e-6)
+    assert row["median_ci_low"] <= 3.0 <= row["median_ci_high"]
+    assert not bool(row["cv_ok"])  # 52.7% > 5%
+
+
+def test_cv_gate_pass_fail_and_undecided() -> None:
+    # CV of [99, 100, 101] = 1/100 = 1% (pass); of [90, 100, 110] = 10/100 = 10% (fail); one run: undecided.
+    frame = runs_frame({("a", "native"): [99, 100, 101], ("b", "native"): [90, 100, 110], ("c", "native"): [7]})
+    table = cell_statistics(frame, ["output_tok_s"], cv_gate=0.05).set_index("model")
+    assert table.loc["a", "cv"] == pytest.approx(0.01)
+    assert bool(table.loc["a", "cv_ok"]) is True
+    assert table.loc["b", "cv"] == pytest.approx(0.10)
+    assert bool(table.loc["b", "cv_ok"]) is False
+    assert pd.isna(table.loc["c", "cv_ok"]) and math.isnan(table.loc["c", "ci_low"])
+
+
+def test_only_ok_runs_enter_statistics_and_others_are_counted() -> None:
+    ok = runs_frame({("m", "native"): [10.0, 12.0]})
+    failed = runs_frame({("m", "native"): [1000.0]}, status="failed").assign(run_id="f1")
+    invalid = runs_frame({("m", "native"): [500.0]}, status="invalid").assign(run_id="i1")
+    warm = runs_frame({("m", "native"): [999.0]}).assign(run_id="w1", warmup=True)
+    frame = pd.concat([ok, failed, invalid, warm], ignore_index=True)
+    row = cell_statistics(frame, ["output_tok_s"]).iloc[0]
+    assert row["n"] == 2 and row["mean"] == 11.0
+    counts = status_counts(frame).iloc[0]
+    assert (counts["n_runs"], counts["n_measured"], counts["n_ok"], counts["n_failed"], counts["n_invalid"],
+            counts["n_warmup"]) == (5, 2, 3, 1, 1, 1)
+
+
+def test_outliers_by_median_and_mad_are_flagged_not_dropped() -> None:
+    # median 10; |x - 10| = 0, .1, .1, 0, .05, .05, 5 -> MAD 0.05; z(15) = 0.6745 * 5 / 0.05 = 67.45;
+    # z(10.1) = 0.6745 * 0.1 / 0.05 = 1.349 (kept quiet).
+    values = [10, 10.1, 9.9, 10, 10.05, 9.95, 15]
+    frame = runs_frame({("m", "native"): values})
+    out = flag_outliers(frame, ["output_tok_s"])
+    assert list(out["value"]) == [15]
+    assert out.iloc[0]["robust_z"] == pytest.approx(67.45)
+    row = cell_statistics(frame, ["output_tok_s"]).iloc[0]
+    assert row["n"] == 7 and row["n_outliers"] == 1  # still counted in n, mean, ...
+    assert row["max"] == 15
+
+
+def test_robust_z_falls_back_to_mean_absolute_deviation_when_mad_is_zero() -> None:
+    # median 5, MAD 0; mean |x - 5| = 4/5 = 0.8; z(9) = 4 / (1.253314 * 0.8) = 3.98942.
+    z = robust_z(np.array([5, 5, 5, 5, 9.0]))
+    assert z[-1] == pytest.approx(3.98942, abs=1e-4)
+    assert list(z[:4]) == [0, 0, 0, 0]
+    assert list(robust_z(np.array([2.0, 2.0, 2.0]))) == [0, 0, 0]
+
+
+def test_welch_matches_hand_and_r() -> None:
+    # a = 1..5 (mean 3, var 2.5), b = 2,4,..,10 (mean 6, var 10): se^2 = 2.5/5 + 10/5 = 2.5,
+    # t = 3 / 1.5811388 = 1.8973666, df = 2.5^2 / (0.5^2/4 + 2^2/4) = 6.25 / 1.0625 = 5.8823529.
+    # R: t.test(c(2,4,6,8,10), 1:5) -> t = 1.8974, df = 5.8824, p-value = 0.1075,
+    # 95 percent CI -0.8877416 6.8877416.
+    result = welch(np.array([1, 2, 3, 4, 5.0]), np.array([2, 4, 6, 8, 10.0]))
+    assert result.diff == 3.0
+    assert result.t == pytest.approx(1.8973666, abs=1e-6)
+    assert result.df == pytest.approx(5.8823529, abs=1e-6)
+    assert result.p_value == pytest.approx(0.10753, abs=1e-5)
+    assert result.ci_low == pytest.approx(-0.8877416, abs=1e-5)
+    assert result.ci_high == pytest.approx(6.8877416, abs=1e-5)
+
+
+def test_welch_degenerate_cases() -> None:
+    same = welch(np.array([1.0, 1.0]), np.array([1.0, 1.0]))
+    assert same.p_value == 1.0 and same.ci_low == same.ci_high == 0.0
+    shifted = welch(np.array([1.0, 1.0]), np.array([2.0, 2.0]))
+    assert shifted.p_value == 0.0 and shifted.diff == 1.0
+    assert math.isnan(welch(np.array([1.0]), np.array([2.0, 3.0])).p_value)
+
+
+def test_bootstrap_median_ci_is_seeded_and_equals_a_plain_bootstrap() -> None:
+    values = np.array([3.1, 2.7, 3.3, 2.9, 3.0, 3.6, 2.8, 3.2, 3.4, 2.95])
+    first = bootstrap_median_ci(values, resamples=1000, seed=7)
+    assert first == bootstrap_median_ci(values, resamples=1000, seed=7)
+    # Plain bootstrap: the same draws, np.median of each resample, percentile interval.
+    rng = np.random.default_rng([7, values.size])
+    draws = rng.integers(0, values.size, size=(1000, values.size))
+    medians = np.median(np.sort(values)[draws], axis=1)
+    expected = np.quantile(medians, [0.025, 0.975])
+    assert first == pytest.approx(tuple(expected))
+    assert first[0] <= np.median(values) <= first[1]
+    assert bootstrap_median_ci(np.array([4.0, 4.0, 4.0])) == (4.0, 4.0)
+    assert all(math.isnan(v) for v in bootstrap_median_ci(np.array([4.0])))
+
+
+def test_cell_statistics_bootstrap_matches_single_cell_function() -> None:
+    rng = np.random.default_rng(1)
+    cells = {("a", "native"): list(rng.normal(100, 3, 9)), ("b", "native"): list(rng.normal(50, 1, 9)),
+             ("c", "native"): list(rng.normal(10, 1, 4))}
+    table = cell_statistics(runs_frame(cells), ["output_tok_s"], seed=3).set_index("model")
+    for model, values in [(k[0], v) for k, v in cells.items()]:
+        low, high = bootstrap_median_ci(np.array(values), seed=3)
+        assert table.loc[model, "median_ci_low"] == pytest.approx(low)
+        assert table.loc[model, "median_ci_high"] == pytest.approx(high)
