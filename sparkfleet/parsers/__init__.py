@@ -4,14 +4,14 @@ the matmul workload, vllm bench throughput. None of them raises on truncated or 
 Start with :func:`parse_log` / :func:`parse_file`; each returns a :class:`ParseResult`.
 """
 
-from sparkfleet.parsers.detect import INTERNAL_ERROR, detect_kind, parse_file, parse_log
-from sparkfleet.parsers.matmul import parse_matmul
-from sparkfleet.parsers.probe import parse_probe
-from sparkfleet.parsers.report_json import parse_report_json
-from sparkfleet.parsers.result import ParseResult
-from sparkfleet.parsers.trtllm_memory import parse_memory_lines
-from sparkfleet.parsers.trtllm_report import parse_report_text
-from sparkfleet.parsers.vllm import parse_vllm
+from .detect import INTERNAL_ERROR, detect_kind, parse_file, parse_log
+from .matmul import parse_matmul
+from .probe import parse_probe
+from .report_json import parse_report_json
+from .result import ParseResult
+from .trtllm_memory import parse_memory_lines
+from .trtllm_report import parse_report_text
+from .vllm import parse_vllm
 
 __all__ = [
     "INTERNAL_ERROR",

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparkfleet.parsers.matmul import looks_like_matmul, parse_matmul
-from sparkfleet.parsers.probe import parse_probe
-from sparkfleet.parsers.report_json import parse_report_json
-from sparkfleet.parsers.result import ParseResult, as_text
-from sparkfleet.parsers.trtllm_memory import MEMORY_EXPECTED, parse_memory_lines
-from sparkfleet.parsers.trtllm_report import REPORT_EXPECTED, STREAMING_EXPECTED, parse_report_text
-from sparkfleet.parsers.vllm import looks_like_vllm, parse_vllm
+from .matmul import looks_like_matmul, parse_matmul
+from .probe import parse_probe
+from .report_json import parse_report_json
+from .result import ParseResult, as_text
+from .trtllm_memory import MEMORY_EXPECTED, parse_memory_lines
+from .trtllm_report import REPORT_EXPECTED, STREAMING_EXPECTED, parse_report_text
+from .vllm import looks_like_vllm, parse_vllm
 
 #: Warnings that start with this mean a parser bug was caught; tests assert they never appear.
 INTERNAL_ERROR = "internal parser error"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from sparkfleet.parsers.result import ParseResult, to_number
+from .result import ParseResult, to_number
 
 ENGINE = "matmul"
 BEGIN = "=== sparkfleet matmul ==="

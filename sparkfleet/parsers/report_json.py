@@ -12,8 +12,8 @@ import json
 import math
 from typing import Any
 
-from sparkfleet.parsers.result import SRC_REPORT_JSON, ParseResult, as_text, compact, to_number
-from sparkfleet.parsers.trtllm_report import ENGINE, REPORT_EXPECTED, STREAMING_EXPECTED
+from .result import SRC_REPORT_JSON, ParseResult, as_text, compact, to_number
+from .trtllm_report import ENGINE, REPORT_EXPECTED, STREAMING_EXPECTED
 
 #: (path in the JSON, metric); for each metric the first path present wins (later ones are older names).
 _METRIC_PATHS: tuple[tuple[tuple[str, ...], str], ...] = (

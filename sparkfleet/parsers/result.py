@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sparkfleet.record import METRICS
+from ..record import METRICS
 
 # Source labels, kept here so reports and tests use one spelling.
 SRC_REPORT_TEXT = "trtllm-bench report text"

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sparkfleet.parsers.result import ParseResult, to_gib, to_number
-from sparkfleet.parsers.trtllm_report import banner_version
+from .result import ParseResult, to_gib, to_number
+from .trtllm_report import banner_version
 
 MEMORY_EXPECTED = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sparkfleet.parsers.result import SRC_REPORT_TEXT, ParseResult, compact, to_gib, to_ms, to_number
-from sparkfleet.record import METRICS
+from ..record import METRICS
+from .result import SRC_REPORT_TEXT, ParseResult, compact, to_gib, to_ms, to_number
 
 ENGINE = "trtllm-bench"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from sparkfleet.parsers.result import ParseResult, to_number
+from .result import ParseResult, to_number
 
 ENGINE = "vllm"
 VLLM_EXPECTED = ("output_tok_s", "total_tok_s", "req_s", "model")
