@@ -1,10 +1,11 @@
 """Parsers for benchmark output: trtllm-bench text reports and --report_json, TensorRT-LLM memory lines,
-the matmul workload, vllm bench throughput. None of them raises on truncated or garbled input.
+the matmul and hf-generate workloads, vllm bench throughput. None of them raises on truncated or garbled input.
 
 Start with :func:`parse_log` / :func:`parse_file`; each returns a :class:`ParseResult`.
 """
 
 from .detect import INTERNAL_ERROR, detect_kind, parse_file, parse_log
+from .hf_generate import parse_hf_generate
 from .matmul import parse_matmul
 from .probe import parse_probe
 from .report_json import parse_report_json
@@ -18,6 +19,7 @@ __all__ = [
     "ParseResult",
     "detect_kind",
     "parse_file",
+    "parse_hf_generate",
     "parse_log",
     "parse_matmul",
     "parse_memory_lines",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .hf_generate import HF_GENERATE_EXPECTED, looks_like_hf_generate, parse_hf_generate
 from .matmul import looks_like_matmul, parse_matmul
 from .probe import parse_probe
 from .report_json import parse_report_json
@@ -40,12 +41,14 @@ _AGREEMENT = 0.01
 
 
 def detect_kind(text: str) -> str:
-    """'report_json', 'matmul', 'vllm', 'trtllm' or 'unknown'."""
+    """'report_json', 'matmul', 'hf-generate', 'vllm', 'trtllm' or 'unknown'."""
     stripped = text.lstrip()
     if stripped.startswith("{") and _is_json_object(stripped):
         return "report_json"
     if looks_like_matmul(text):
         return "matmul"
+    if looks_like_hf_generate(text):
+        return "hf-generate"
     if looks_like_vllm(text):
         return "vllm"
     if any(marker.lower() in text.lower() for marker in _TRTLLM_MARKERS):
@@ -106,6 +109,8 @@ def _parse_trtllm(text: str) -> ParseResult:
 def _expected(result: ParseResult) -> list[str]:
     if result.kind == "matmul":
         return ["gflops", "matmul_s_mean", "model"]
+    if result.kind == "hf-generate":
+        return list(HF_GENERATE_EXPECTED)
     if result.kind == "vllm":
         return ["output_tok_s", "total_tok_s", "req_s", "model"]
     streaming = list(STREAMING_EXPECTED) if result.extra.get("streaming") else []
@@ -117,6 +122,7 @@ def _dispatch(text: str) -> ParseResult:
     parsers: dict[str, Callable[[str], ParseResult]] = {
         "report_json": parse_report_json,
         "matmul": parse_matmul,
+        "hf-generate": parse_hf_generate,
         "vllm": parse_vllm,
         "trtllm": _parse_trtllm,
     }
@@ -125,7 +131,7 @@ def _dispatch(text: str) -> ParseResult:
         return ParseResult(
             kind="unknown",
             missing=["recognisable benchmark output"],
-            warnings=["no trtllm-bench, report_json, matmul or vllm output recognised"],
+            warnings=["no trtllm-bench, report_json, matmul, hf-generate or vllm output recognised"],
         )
     return parsers[kind](text)
 

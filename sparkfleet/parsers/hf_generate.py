@@ -1,0 +1,185 @@
+"""Output of ``sparkfleet/workloads/hf_generate.py``: Hugging Face transformers ``generate`` on PyTorch.
+
+Layout (one ``key: value`` per line between the markers; metric keys are the record's own names)::
+
+    === sparkfleet hf-generate ===
+    engine: hf-generate
+    engine_version: 5.23.0            (the transformers version)
+    torch_version: 2.13.0
+    transformers_version: 5.23.0
+    device: cuda:0 NVIDIA H100 80GB HBM3
+    dtype: bfloat16
+    model: NAME_OR_PATH
+    model_source: preset | path
+    batch: 4
+    input_len: 512
+    output_len: 128
+    warmup: 2
+    iterations: 10
+    output_tokens_per_iteration: 512
+    iteration 1/10: latency_ms 1234.5 ttft_ms 45.6 output_tokens 512
+    ...
+    output_tok_s: ...   total_tok_s: ...   req_s: ...
+    latency_ms_avg / _p50 / _p90 / _p95 / _p99: ...
+    ttft_ms: ...   tpot_ms: ... | n/a
+    peak_memory_gib: ...   peak_memory_source: torch.cuda.max_memory_reserved | ru_maxrss ...
+    kv_cache_gib: ...   kv_cache_bytes: N   kv_cache_tokens: N
+    device_total_gib: ...
+    status: ok
+    === end sparkfleet hf-generate ===
+"""
+
+from __future__ import annotations
+
+import re
+
+from .result import ParseResult, compact, to_number
+
+ENGINE = "hf-generate"
+BEGIN = "=== sparkfleet hf-generate ==="
+END = "=== end sparkfleet hf-generate ==="
+SOURCE = "hf-generate output"
+HF_GENERATE_EXPECTED = (
+    "output_tok_s",
+    "total_tok_s",
+    "req_s",
+    "latency_ms_avg",
+    "latency_ms_p50",
+    "latency_ms_p99",
+    "ttft_ms",
+    "peak_memory_gib",
+    "kv_cache_gib",
+    "device_total_gib",
+    "model",
+    "engine_version",
+)
+#: Block keys that are record metrics, read as they are.
+METRIC_KEYS = (
+    "output_tok_s",
+    "total_tok_s",
+    "req_s",
+    "latency_ms_avg",
+    "latency_ms_p50",
+    "latency_ms_p90",
+    "latency_ms_p95",
+    "latency_ms_p99",
+    "ttft_ms",
+    "tpot_ms",
+    "peak_memory_gib",
+    "kv_cache_gib",
+    "device_total_gib",
+)
+_INT_FIELDS = (
+    "batch",
+    "input_len",
+    "output_len",
+    "warmup",
+    "iterations",
+    "output_tokens_per_iteration",
+    "parameters",
+    "kv_cache_bytes",
+    "kv_cache_tokens",
+    "kv_cache_tensors",
+)
+_FLOAT_FIELDS = ("peak_memory_allocated_gib", "peak_memory_reserved_gib")
+_TEXT_FIELDS = (
+    "torch_version",
+    "transformers_version",
+    "cuda_version",
+    "device",
+    "dtype",
+    "model_source",
+    "architecture",
+    "attn_implementation",
+    "peak_memory_source",
+    "status",
+)
+
+_FIELD = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*:\s*(.*?)\s*$")
+_ITERATION = re.compile(
+    r"^\s*iteration\s+(\d+)\s*/\s*(\d+)\s*:\s*latency_ms\s+(\S+)\s+ttft_ms\s+(\S+)\s+output_tokens\s+(\S+)\s*$"
+)
+
+
+def looks_like_hf_generate(text: str) -> bool:
+    return BEGIN in text
+
+
+def _last_block(text: str, result: ParseResult) -> list[str]:
+    blocks = text.split(BEGIN)
+    if len(blocks) > 2:
+        result.warnings.append(f"{len(blocks) - 1} hf-generate blocks in one output; using the last one")
+    body = blocks[-1]
+    if END not in body:
+        result.warnings.append("hf-generate output has no end marker: truncated?")
+    return body.split(END)[0].splitlines()
+
+
+def _read(lines: list[str]) -> tuple[dict[str, str], list[tuple[float, float, float]]]:
+    fields: dict[str, str] = {}
+    rows: list[tuple[float, float, float]] = []
+    for line in lines:
+        iteration = _ITERATION.match(line)
+        if iteration:
+            latency, ttft, tokens = (to_number(iteration.group(k)) for k in (3, 4, 5))
+            if latency is not None and ttft is not None and tokens is not None:
+                rows.append((latency, ttft, tokens))
+            continue
+        field = _FIELD.match(line)
+        if field:
+            fields[field.group(1)] = field.group(2)
+    return fields, rows
+
+
+def _check(fields: dict[str, str], rows: list[tuple[float, float, float]], result: ParseResult) -> None:
+    announced = to_number(fields.get("iterations"))
+    if announced is not None and len(rows) != int(announced):
+        result.warnings.append(f"{len(rows)} of {int(announced)} iteration timings present")
+    per_iteration = result.extra.get("output_tokens_per_iteration")
+    if per_iteration is not None:
+        wrong = [int(t) for _, _, t in rows if t != per_iteration]
+        if wrong:
+            result.warnings.append(f"iterations generated {sorted(set(wrong))} tokens, expected {per_iteration}")
+    mean = result.metrics.get("latency_ms_avg")
+    if rows and mean:
+        own = sum(r[0] for r in rows) / len(rows)
+        if abs(own - mean) > 0.01 * mean:
+            result.warnings.append(f"latency_ms_avg {mean} differs from the mean of the iterations ({own:.6f})")
+    ordered = [result.metrics.get(f"latency_ms_p{q}") for q in (50, 90, 95, 99)]
+    present = [v for v in ordered if v is not None]
+    if present != sorted(present):
+        result.warnings.append(f"latency percentiles p50..p99 are not ordered: {present}")
+    status = fields.get("status")
+    if status and status != "ok":
+        result.warnings.append(f"hf-generate status: {status}")
+
+
+def parse_hf_generate(text: str) -> ParseResult:
+    """Parse the hf-generate workload's output; never raises."""
+    result = ParseResult(kind="unknown", engine=ENGINE)
+    if not looks_like_hf_generate(text):
+        result.note_missing(HF_GENERATE_EXPECTED)
+        return result
+    result.kind = ENGINE
+    fields, rows = _read(_last_block(text, result))
+    result.model = fields.get("model") or None
+    result.engine_version = fields.get("engine_version") or fields.get("transformers_version") or None
+    result.backend = "pytorch"
+    for name in METRIC_KEYS:
+        result.set_metric(name, to_number(fields.get(name)), SOURCE)
+    for key in _INT_FIELDS:
+        number = to_number(fields.get(key))
+        if number is not None:
+            result.extra[key] = compact(number)
+    for key in _FLOAT_FIELDS:
+        number = to_number(fields.get(key))
+        if number is not None:
+            result.extra[key] = number
+    for key in _TEXT_FIELDS:
+        if fields.get(key):
+            result.extra[key] = fields[key]
+    result.extra["iteration_latency_ms"] = [r[0] for r in rows]
+    result.extra["iteration_ttft_ms"] = [r[1] for r in rows]
+    _check(fields, rows, result)
+    result.note_missing(HF_GENERATE_EXPECTED)
+    return result
