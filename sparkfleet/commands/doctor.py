@@ -1,0 +1,39 @@
+"""`sparkfleet doctor -i INVENTORY`: is every host ready? SSH, sudo, Docker, GPU, disk, clock.
+
+A fast parallel pre-check over SSH (paramiko, host-key checking on). Prints a table, or JSON with
+``--json``; exit 0 when every host passes, 1 otherwise, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check every host of an inventory: SSH, sudo, Docker, GPU, disk, clock skew")
+    p.add_argument("-i", "--inventory", required=True, metavar="INVENTORY", help="Ansible inventory (e.g. sparks.ini)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds for connecting and for each check (default 10)")
+    p.add_argument("--min-free-gib", type=float, default=10.0, metavar="GIB",
+                   help="least free disk under the work dir (default 10 GiB)")
+    p.add_argument("--max-skew", type=float, default=1.0, metavar="S",
+                   help="largest clock skew against this machine (default 1 s)")
+    p.add_argument("--json", action="store_true", help="print the per-host results as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from sparkfleet.doctor import Limits, check_fleet, load_targets, render_table
+    from sparkfleet.errors import UsageError
+
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    targets = load_targets(args.inventory)
+    reports = check_fleet(targets, Limits(timeout=args.timeout, min_free_gib=args.min_free_gib,
+                                          max_skew_s=args.max_skew))
+    if args.json:
+        print(json.dumps({"ok": all(r.ok for r in reports), "hosts": [r.to_dict() for r in reports]},
+                         indent=2, sort_keys=True))
+    else:
+        print(render_table(reports))
+    return 0 if all(r.ok for r in reports) else 1

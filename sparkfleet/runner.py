@@ -1,0 +1,164 @@
+"""Drive a sparkfleet playbook through ansible-runner, with the progress callback feeding a live display.
+
+The run uses the repo's ``ansible.cfg`` (``ANSIBLE_CONFIG``), the repo root as project dir, a throw-away
+private data dir, and the ``sparkfleet_progress`` callback writing JSON lines to a file that the caller
+tails. The caller's environment is passed through (ansible-runner seeds the child's environment with it);
+``env`` entries override it. Host-key checking stays on (ansible-runner would otherwise turn it off).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkfleet.errors import UsageError
+from sparkfleet.progress import JsonlTail
+
+REPO = Path(__file__).resolve().parents[1]
+CALLBACK = "sparkfleet_progress"
+
+
+@dataclass
+class RunRequest:
+    inventory: str
+    playbook: str = "bench.yml"
+    extra_vars: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    events_path: str | None = None
+
+
+@dataclass
+class RunOutcome:
+    rc: int
+    status: str
+    stdout_tail: list[str]
+
+
+def _resolve_inventory(value: str) -> str:
+    path = Path(value).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if "," in value:  # Ansible's inline host list, e.g. "spark1,spark2,"
+        return value
+    raise UsageError(f"inventory {value}: no such file or directory")
+
+
+def _resolve_playbook(value: str) -> str:
+    for candidate in (Path(value).expanduser(), REPO / value):
+        if candidate.is_file():
+            return str(candidate.resolve())
+    raise UsageError(f"playbook {value}: no such file (looked in the current directory and {REPO})")
+
+
+def _extra_var_args(extra_vars: list[str]) -> list[str]:
+    args = []
+    for value in extra_vars:
+        if value.startswith("@"):
+            path = Path(value[1:]).expanduser()
+            if not path.is_file():
+                raise UsageError(f"extra vars file {value[1:]}: no such file")
+            value = "@" + str(path.resolve())
+        args += ["-e", value]
+    return args
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum():
+            raise UsageError(f"--env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def runner_kwargs(request: RunRequest, private_data_dir: str, events_path: str) -> dict[str, Any]:
+    """Keyword arguments for ``ansible_runner.run``/``run_async`` (without callbacks)."""
+    if not (REPO / "ansible.cfg").is_file():
+        raise UsageError(f"{REPO}/ansible.cfg not found: sparkfleet run needs the sparkfleet repo checkout")
+    inventory = _resolve_inventory(request.inventory)
+    playbook = _resolve_playbook(request.playbook)
+    # The inventory goes on the command line as given: ansible-runner would write a non-path string (an
+    # inline host list such as "spark1,spark2,") into an inventory file of its own.
+    cmdline = ["-i", inventory, *_extra_var_args(request.extra_vars)]
+    base = os.environ
+    enabled = [c for c in base.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c.strip()]
+    if CALLBACK not in enabled:
+        enabled.append(CALLBACK)
+    callback_paths = [str(REPO / "plugins" / "callback"), *filter(None, base.get("ANSIBLE_CALLBACK_PLUGINS",
+                                                                                     "").split(":"))]
+    venv_bin = str(Path(sys.executable).parent)
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_HOST_KEY_CHECKING": base.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled),
+        # ansible-runner appends its own callback dir to this variable, which then hides ansible.cfg's.
+        "ANSIBLE_CALLBACK_PLUGINS": ":".join(dict.fromkeys(callback_paths)),
+        "SPARKFLEET_PROGRESS_FILE": events_path,
+        "PATH": f"{venv_bin}:{base.get('PATH', '')}",
+        **request.env,
+    }
+    kwargs: dict[str, Any] = {
+        "private_data_dir": private_data_dir,
+        "project_dir": str(REPO),
+        "playbook": playbook,
+        "envvars": envvars,
+        "quiet": True,
+        "json_mode": False,
+    }
+    kwargs["cmdline"] = shlex.join(cmdline)
+    return kwargs
+
+
+def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]], None],
+                 poll_s: float = 0.2) -> RunOutcome:
+    """Run the playbook; call ``on_events`` with each batch of new callback events (also with [] to tick)."""
+    import ansible_runner  # heavy import, only for this command
+
+    private = tempfile.mkdtemp(prefix="sparkfleet-run-")
+    events_path = request.events_path or os.path.join(private, "progress.jsonl")
+    events_path = str(Path(events_path).expanduser().resolve())
+    try:
+        kwargs = runner_kwargs(request, private, events_path)
+        Path(events_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(events_path).write_text("")  # a fresh file per run: the callback appends
+        tail = JsonlTail(events_path)
+        cancelled = threading.Event()
+        thread, runner = ansible_runner.run_async(cancel_callback=cancelled.is_set, **kwargs)
+        try:
+            while thread.is_alive():
+                thread.join(poll_s)
+                on_events(tail.read_new())
+        except KeyboardInterrupt:
+            cancelled.set()
+            thread.join()
+        on_events(tail.read_new())
+        rc = runner.rc if isinstance(runner.rc, int) else 1
+        if cancelled.is_set():
+            rc = 130
+        return RunOutcome(rc=rc, status=str(runner.status), stdout_tail=_stdout_tail(runner))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _stdout_tail(runner, lines: int = 25, width: int = 400) -> list[str]:
+    """The last lines of ansible-playbook's output, without colours, each cut to ``width``."""
+    try:
+        with runner.stdout as fh:
+            text = fh.read()
+    except (OSError, AttributeError, ValueError):
+        return []
+    out = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in out if line][-lines:]

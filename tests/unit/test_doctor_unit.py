@@ -1,0 +1,134 @@
+"""`sparkfleet doctor` pieces that need no fleet: inventory resolution, parsing, clock skew, the table."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from sparkfleet import cli, doctor
+from sparkfleet.doctor import HostReport, Limits, Target
+
+
+def test_known_hosts_files_from_ssh_args():
+    f = doctor.known_hosts_from_args
+    assert f("-o UserKnownHostsFile=/a/kh -o StrictHostKeyChecking=yes") == ["/a/kh"]
+    assert f("-oUserKnownHostsFile=/b") == ["/b"]
+    assert f('-o "UserKnownHostsFile /c /d"') == ["/c", "/d"]
+    assert f("-o userknownhostsfile=/e", "-o UserKnownHostsFile=/f") == ["/e", "/f"]
+    assert f("-o UserKnownHostsFile=/dev/null") == ["/dev/null"]
+    assert f(None, "", "-o ControlMaster=auto", "'unbalanced") == []
+
+
+DF = """Filesystem     1024-blocks      Used Available Capacity Mounted on
+/dev/vda         263174212  30000000 100000000      23% /
+tmpfs              1000000         0   1000000       0% /dev/shm
+/dev/vdb         500000000         0 400000000       0% /var/lib
+/dev/vdc         500000000         0 300000000       0% /var/lib/sparkfleet-other
+/dev/vdd         100       0     50       0% /mnt/with space
+"""
+
+
+def test_free_space_is_read_for_the_nearest_mount():
+    assert doctor.free_under(DF, "/var/lib/sparkfleet/work") == ("/var/lib", 400000000)
+    assert doctor.free_under(DF, "/var/lib") == ("/var/lib", 400000000)
+    assert doctor.free_under(DF, "/var/lib/sparkfleet-other/x/") == ("/var/lib/sparkfleet-other", 300000000)
+    assert doctor.free_under(DF, "/home/x") == ("/", 100000000)
+    assert doctor.free_under(DF, "/mnt/with space/w") == ("/mnt/with space", 50)
+    assert doctor.free_under(DF, "relative/path") is None
+    assert doctor.free_under("", "/x") is None
+
+
+def test_clock_skew_uses_the_shortest_round_trip():
+    samples = [(100.0, 100.4, "101.0"), (200.0, 200.002, "201.001"), (300.0, 300.1, "garbage")]
+    assert doctor.clock_skew(samples) == 1.0
+    assert doctor.clock_skew([(0.0, 1.0, "x")]) is None
+    assert doctor.clock_skew([]) is None
+
+
+def test_targets_resolved_like_ansible(tmp_path):
+    inv = tmp_path / "sparks.ini"
+    inv.write_text("""
+[sparks]
+s1 ansible_host=10.0.0.1 ansible_port=2222 sparkfleet_work_dir="/data/{{ inventory_hostname }}"
+s2
+here ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"
+
+[sparks:vars]
+ansible_user=bench
+ansible_ssh_private_key_file=/keys/id
+ansible_ssh_common_args='-o UserKnownHostsFile=/kh/known_hosts -o StrictHostKeyChecking=yes'
+""")
+    targets = {t.name: t for t in doctor.load_targets(str(inv))}
+    assert targets["s1"] == Target(name="s1", address="10.0.0.1", port=2222, user="bench", key_file="/keys/id",
+                                   known_hosts=["/kh/known_hosts"], local=False, work_dir="/data/s1")
+    assert targets["s2"].address == "s2" and targets["s2"].port == 22
+    assert targets["s2"].work_dir == doctor.DEFAULT_WORK_DIR
+    assert targets["here"].local is True
+
+
+def test_missing_or_empty_inventory_is_a_usage_error(tmp_path, capsys):
+    assert cli.main(["doctor", "-i", str(tmp_path / "nope.ini")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    empty = tmp_path / "empty.ini"
+    empty.write_text("[sparks]\n")
+    assert cli.main(["doctor", "-i", str(empty)]) == 2
+    assert "no hosts" in capsys.readouterr().err
+
+
+def test_closed_port_is_reported_unreachable():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    report = doctor.check_host(Target(name="x", address="127.0.0.1", port=port, key_file="/nonexistent"),
+                               Limits(timeout=3))
+    assert not report.reachable and not report.ok
+    assert report.problems == [f"unreachable: cannot connect to 127.0.0.1:{port}: Connection refused"]
+
+
+def test_local_host_is_checked_without_ssh(tmp_path):
+    report = doctor.check_host(Target(name="me", address="me", local=True, work_dir=str(tmp_path / "a" / "b")),
+                               Limits(timeout=10, min_free_gib=0))
+    assert report.reachable and report.address == "local"
+    assert report.sudo in ("root", "yes", "no")
+    assert report.clock_skew_s is not None and abs(report.clock_skew_s) < 0.5
+    assert report.disk_free_gib is not None and report.disk_path
+    # whatever this machine lacks (Docker, a GPU) is named, not raised
+    assert all(p.split(":")[0] in ("docker", "gpu", "sudo") for p in report.problems)
+
+
+def test_table_and_exit_code(monkeypatch, tmp_path, capsys):
+    good = HostReport(host="spark1", address="10.0.0.1:22", reachable=True, sudo="root", docker="27.5.1", gpus=1,
+                      disk_free_gib=812.3, disk_path="/", clock_skew_s=0.0021)
+    bad = HostReport(host="spark2", address="10.0.0.2:22",
+                     problems=["unreachable: cannot connect to 10.0.0.2:22: Connection refused"])
+    text = doctor.render_table([good, bad])
+    lines = text.splitlines()
+    assert [c.strip() for c in lines[0].split("|")] == list(doctor.HEADERS)
+    assert [c.strip() for c in lines[2].split("|")] == ["spark1", "yes", "root", "27.5.1", "1 GPU", "812.3 GiB (/)",
+                                                        "+0.002s", "ok"]
+    assert [c.strip() for c in lines[3].split("|")][:2] == ["spark2", "NO"]
+    assert lines[-1] == "1/2 hosts ready; not ready: spark2"
+
+    inv = tmp_path / "i.ini"
+    inv.write_text("spark1\nspark2\n")
+    monkeypatch.setattr(doctor, "check_fleet", lambda targets, limits: [good, bad])
+    assert cli.main(["doctor", "-i", str(inv)]) == 1
+    assert "not ready: spark2" in capsys.readouterr().out
+    monkeypatch.setattr(doctor, "check_fleet", lambda targets, limits: [good])
+    assert cli.main(["doctor", "-i", str(inv), "--json"]) == 0
+    assert '"ok": true' in capsys.readouterr().out
+
+
+def test_only_fixed_commands_are_sent():
+    # Nothing from the inventory may reach a shell: every command is a constant without placeholders
+    # other than date's and docker's own format strings.
+    for cmd in doctor.COMMANDS.values():
+        assert "{" not in cmd.replace("{{.ServerVersion}}", "")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1"])
+def test_timeout_must_be_positive(tmp_path, bad, capsys):
+    inv = tmp_path / "i.ini"
+    inv.write_text("a\n")
+    assert cli.main(["doctor", "-i", str(inv), "--timeout", bad]) == 2
