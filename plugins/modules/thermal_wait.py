@@ -239,7 +239,6 @@ msg:
 
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.sparkfleet_gpu import (  # noqa: E402
@@ -248,8 +247,14 @@ from ansible.module_utils.sparkfleet_gpu import (  # noqa: E402
     Runner,
     open_sensor,
 )
+from ansible.module_utils.sparkfleet_thermal import (  # noqa: E402
+    COOLDOWN_DEFAULTS,
+    CooldownError,
+    validate_cooldown_options,
+    wait_for_cooldown,
+)
 
-# Seams for tests: a fake clock and a fake sensor replace these.
+# Seams for tests: a fake clock and a fake sensor replace these (looked up at call time).
 _monotonic: Callable[[], float] = time.monotonic
 _sleep: Callable[[float], None] = time.sleep
 
@@ -258,104 +263,31 @@ def _open_sensor(kind: str, runner: Runner, nvidia_smi: str) -> GpuSensor:
     return open_sensor(kind, runner=runner, nvidia_smi=nvidia_smi)
 
 
-_EPS = 1e-9
-
-
-def fitted_drift(points: Sequence[tuple[float, float]], window: float) -> float | None:
-    """Least-squares slope of ``points`` (t, temp) times ``window``; None with fewer than two distinct t."""
-    n = len(points)
-    if n < 2:
-        return None
-    mean_t = sum(t for t, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    var_t = sum((t - mean_t) ** 2 for t, _ in points)
-    if var_t <= _EPS:
-        return None
-    cov = sum((t - mean_t) * (y - mean_y) for t, y in points)
-    return cov / var_t * window
-
-
-def window_points(
-    times: Sequence[float], temps: Sequence[float], now: float, window: float
-) -> list[tuple[float, float]] | None:
-    """Readings of the last ``window`` seconds, anchored at the last one at or before ``now - window``.
-
-    None while the readings do not yet reach back that far.
-    """
-    start = now - window
-    anchor = None
-    for i, t in enumerate(times):
-        if t <= start + _EPS:
-            anchor = i
-        else:
-            break
-    if anchor is None:
-        return None
-    return list(zip(times[anchor:], temps[anchor:]))  # noqa: B905 (same length by construction)
-
-
-class _Gpu:
-    """Readings of one GPU and the settle criterion."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.temps: list[float] = []
-
-    def drift(self, times: Sequence[float], now: float, window: float) -> float | None:
-        if window <= 0:
-            return 0.0
-        points = window_points(times, self.temps, now, window)
-        return None if points is None else fitted_drift(points, window)
-
-
-def _validate(module: AnsibleModule) -> None:
-    p = module.params
-    for name in ("settle_band", "settle_window", "min_wait", "max_wait"):
-        if p[name] < 0:
-            module.fail_json(msg=f"{name} must be 0 or more, got {p[name]}")
-    if p["poll_interval"] <= 0:
-        module.fail_json(msg=f"poll_interval must be greater than 0, got {p['poll_interval']}")
-    if p["min_wait"] > p["max_wait"]:
-        module.fail_json(msg=f"min_wait ({p['min_wait']}) must not exceed max_wait ({p['max_wait']})")
-    if p["settle_window"] > p["max_wait"]:
-        module.fail_json(
-            msg=f"settle_window ({p['settle_window']}) must not exceed max_wait ({p['max_wait']}): "
-            "the GPUs could never settle in time"
-        )
-    if p["gpus"] is not None:
-        negative = [g for g in p["gpus"] if g < 0]
-        if negative:
-            module.fail_json(msg=f"gpus must be GPU indices (0 or more), got {negative}")
-        if not p["gpus"]:
-            module.fail_json(msg="gpus must not be empty; omit it to wait for all GPUs")
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+_COOLDOWN_OPTIONS = ("threshold", "settle_band", "settle_window", "min_wait", "max_wait", "poll_interval")
 
 
 def run_module() -> None:
+    d = COOLDOWN_DEFAULTS
     module = AnsibleModule(
         argument_spec=dict(
-            threshold=dict(type="float", default=45.0),
-            settle_band=dict(type="float", default=1.0),
-            settle_window=dict(type="float", default=60.0),
-            min_wait=dict(type="float", default=0.0),
-            max_wait=dict(type="float", default=900.0),
-            poll_interval=dict(type="float", default=1.0),
+            threshold=dict(type="float", default=d["threshold"]),
+            settle_band=dict(type="float", default=d["settle_band"]),
+            settle_window=dict(type="float", default=d["settle_window"]),
+            min_wait=dict(type="float", default=d["min_wait"]),
+            max_wait=dict(type="float", default=d["max_wait"]),
+            poll_interval=dict(type="float", default=d["poll_interval"]),
             gpus=dict(type="list", elements="int"),
             sensor=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi"]),
-            require_cool=dict(type="bool", default=False),
+            require_cool=dict(type="bool", default=d["require_cool"]),
             on_timeout=dict(type="str", default="fail", choices=["fail", "continue"]),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
         ),
         supports_check_mode=True,
     )
-    _validate(module)
     p = module.params
-    threshold: float = p["threshold"]
-    window: float = p["settle_window"]
-    band: float = p["settle_band"]
+    problems = validate_cooldown_options(p)
+    if problems:
+        module.fail_json(msg=problems[0], problems=problems)
 
     def runner(argv: Sequence[str]) -> tuple[int, str, str]:
         rc, out, err = module.run_command(list(argv), environ_update={"LC_ALL": "C"})
@@ -366,91 +298,23 @@ def run_module() -> None:
     except GpuSensorError as exc:
         module.fail_json(msg=f"cannot read GPU temperature: {exc}", changed=False)
 
-    gpu_ids: list[int] | None = list(dict.fromkeys(p["gpus"])) if p["gpus"] is not None else None
-    gpus: list[_Gpu] = []
-    times: list[float] = []
-    trace: list[list[float | None]] = []
-    start = _monotonic()
-    result: dict[str, Any] = dict(changed=False, sensor=sensor.kind, threshold=threshold)
-
-    def read() -> float:
-        nonlocal gpus
-        t = _monotonic() - start
-        try:
-            readings = sensor.read(gpu_ids)
-        except GpuSensorError as exc:
-            module.fail_json(msg=f"cannot read GPU temperature: {exc}", **result)
-        if not gpus:
-            gpus = [_Gpu(r.index) for r in readings]
-            result["gpus"] = [g.index for g in gpus]
-        for g, r in zip(gpus, readings):  # noqa: B905 (the sensor returns the GPUs asked for)
-            if r.temperature_c is None:
-                module.fail_json(msg=f"GPU {r.index} reports no temperature", **result)
-            g.temps.append(float(r.temperature_c))
-        times.append(t)
-        trace.append([round(t, 1), *(g.temps[-1] for g in gpus)])
-        return t
-
-    def summary(reason: str, settled: bool, drifts: list[float | None]) -> dict[str, Any]:
-        start_temps = [g.temps[0] for g in gpus]
-        end_temps = [g.temps[-1] for g in gpus]
-        result.update(
-            reason=reason,
-            timed_out=reason == "max_wait",
-            waited=round(times[-1] - times[0], 1),
-            polls=len(times),
-            start_temp=max(start_temps),
-            end_temp=max(end_temps),
-            start_temps=start_temps,
-            end_temps=end_temps,
-            cool=all(t <= threshold for t in end_temps),
-            settled=settled,
-            drift=[_round(d, 2) for d in drifts],
-            trace=trace,
-        )
-        return result
-
     try:
-        if module.check_mode:
-            read()
-            res = summary("check_mode", False, [None] * len(gpus))
-            res["msg"] = f"check mode: GPU temperature {res['end_temp']:g} C, not waited"
-            module.exit_json(**res)
-
-        deadline = start + p["max_wait"]
-        earliest = start + p["min_wait"]
-        while True:
-            t = read()
-            drifts = [g.drift(times, t, window) for g in gpus]
-            settled = all(d is not None and abs(d) <= band + _EPS for d in drifts)
-            cool = all(g.temps[-1] <= threshold for g in gpus)
-            if settled and t >= p["min_wait"] - _EPS and (cool or not p["require_cool"]):
-                reason = "cool_and_settled" if cool else "settled"
-                res = summary(reason, True, drifts)
-                where = "cool and settled" if cool else f"settled above {threshold:g} C"
-                res["msg"] = f"GPU {_names(res['gpus'])} {where} at {res['end_temp']:g} C after {res['waited']:g} s"
-                module.exit_json(**res)
-            now = _monotonic()
-            if now >= deadline - _EPS:
-                res = summary("max_wait", settled, drifts)
-                res["msg"] = (
-                    f"GPU {_names(res['gpus'])} not {'cool and ' if p['require_cool'] else ''}settled after "
-                    f"{p['max_wait']:g} s (now {res['end_temp']:g} C)"
-                )
-                if p["on_timeout"] == "fail":
-                    module.fail_json(**res)
-                module.exit_json(**res)
-            # Poll on a fixed grid from the start, so slow reads do not stretch the interval; wake exactly at
-            # min_wait and max_wait so that neither is overshot by up to a poll interval.
-            next_poll = start + len(times) * p["poll_interval"]
-            wake = min(next_poll, deadline, earliest if now < earliest else next_poll)
-            _sleep(max(0.0, wake - now))
+        res = wait_for_cooldown(
+            sensor,
+            **{name: p[name] for name in _COOLDOWN_OPTIONS},
+            gpus=p["gpus"],
+            require_cool=p["require_cool"],
+            check_mode=module.check_mode,
+            monotonic=_monotonic,
+            sleep=_sleep,
+        )
+    except CooldownError as exc:
+        module.fail_json(changed=False, **{**exc.result, "msg": exc.msg})
     finally:
         sensor.close()
-
-
-def _names(indices: Sequence[int]) -> str:
-    return ",".join(str(i) for i in indices)
+    if res["timed_out"] and p["on_timeout"] == "fail":
+        module.fail_json(changed=False, **res)
+    module.exit_json(changed=False, **res)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -228,3 +229,46 @@ def test_h200_model_cools_like_the_trace(tmp_path):
     # The real trace: 50 C under load, 33-35 C about 2 s after the load stops, 33 C later.
     assert 33 <= smi.temp(t0 + 77) <= 36
     assert smi.temp(t0 + 200) == 33
+
+
+# --------------------------------------------------------------------------- loop mode (-l / -lms)
+
+
+def _loop(smi: Smi, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(SMI), *args], env=smi.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_loop_ms_prints_one_flushed_block_per_period_until_killed(tmp_path):
+    smi = Smi(tmp_path, "h200", SPARKFLEET_FAKE_GPU_COUNT="2")
+    proc = _loop(smi, "--query-gpu=index,temperature.gpu,power.draw", "--format=csv", "-lms", "100")
+    try:
+        assert proc.stdout is not None
+        lines, stamps = [], []
+        for _ in range(7):  # header once, then three blocks of two GPUs, read while it runs (flushed)
+            lines.append(proc.stdout.readline().rstrip("\n"))
+            stamps.append(time.monotonic())
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        rc = proc.wait(timeout=5)
+    assert rc == 0 and proc.stderr is not None and proc.stderr.read() == ""
+    assert lines[0] == "index, temperature.gpu, power.draw [W]"
+    assert [line.split(", ")[0] for line in lines[1:]] == ["0", "1", "0", "1", "0", "1"]
+    assert lines[1] == "0, 33, 77.40 W"
+    assert stamps[5] - stamps[1] >= 0.18  # blocks one period apart (the tool sleeps the period in between)
+
+
+def test_loop_seconds_and_option_forms(tmp_path):
+    smi = Smi(tmp_path)
+    for args in (["-l"], ["-l", "1"], ["--loop=1"], ["--loop-ms=250"]):
+        proc = _loop(smi, "--query-gpu=index,temperature.gpu", "--format=csv,noheader,nounits", *args, "-i", "0")
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == "0, 38\n"  # the first block at once
+        finally:
+            proc.send_signal(signal.SIGINT)  # Ctrl+C ends the loop quietly
+            assert proc.wait(timeout=5) == 0
+    assert smi("-lms", check=False).returncode == 2
+    assert smi("--query-gpu=index", "--format=csv", "--loop-ms=0", check=False).returncode == 2
+    assert smi("-L", "-l", "1").stdout.startswith("GPU 0: NVIDIA GB10")  # -L does not loop

@@ -1,0 +1,255 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Cooldown before a benchmark run: wait until the GPUs are cool and their temperature has settled.
+
+The one implementation of the rule behind the ``thermal_wait`` module, shared with the run executor:
+
+* :func:`validate_cooldown_options` checks the options and returns problems that name the option;
+* :func:`wait_for_cooldown` polls an open :class:`~sparkfleet_gpu.GpuSensor` until the stop rule holds
+  (or ``max_wait``) and returns the result dict that ``thermal_wait`` returns.
+
+Stop rule (see the module's documentation): a GPU is *cool* at or below ``threshold``; it is *settled* when
+its readings span the last ``settle_window`` seconds and their least-squares trend changes the temperature by
+at most ``settle_band`` across that window. From ``min_wait`` on, the wait ends at the first poll where every
+GPU is settled (and cool, with ``require_cool``). Polls lie on a fixed grid from the start; the loop wakes
+exactly at ``min_wait`` and ``max_wait``.
+
+Stdlib only; the clock and the sleep are parameters, so that tests replay traces on a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+try:
+    from ansible.module_utils.sparkfleet_gpu import GpuSensor, GpuSensorError
+except ImportError:  # outside Ansible: plugins/module_utils on sys.path (benchmarks, device runs)
+    from sparkfleet_gpu import GpuSensor, GpuSensorError  # type: ignore[no-redef]
+
+_EPS = 1e-9
+
+#: Option defaults, as the thermal_wait module declares them.
+COOLDOWN_DEFAULTS: dict[str, Any] = {
+    "threshold": 45.0,
+    "settle_band": 1.0,
+    "settle_window": 60.0,
+    "min_wait": 0.0,
+    "max_wait": 900.0,
+    "poll_interval": 1.0,
+    "gpus": None,
+    "require_cool": False,
+}
+
+
+class CooldownError(GpuSensorError):
+    """The wait could not go on (the sensor failed, a GPU reports no temperature).
+
+    ``result`` holds what was known when it failed (sensor, threshold, and the readings once there are any),
+    so that a caller can still report it.
+    """
+
+    def __init__(self, msg: str, result: dict[str, Any]) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+def validate_cooldown_options(params: Mapping[str, Any]) -> list[str]:
+    """Problems with the cooldown options, each naming its option; ``[]`` when they are fine.
+
+    Missing keys take :data:`COOLDOWN_DEFAULTS`; keys this function does not know are ignored.
+    """
+    p = {**COOLDOWN_DEFAULTS, **{k: v for k, v in params.items() if v is not None or k == "gpus"}}
+    problems: list[str] = []
+    for name in ("threshold", "settle_band", "settle_window", "min_wait", "max_wait", "poll_interval"):
+        value = p[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            problems.append(f"{name} must be a number, got {value!r}")
+    if problems:
+        return problems
+    for name in ("settle_band", "settle_window", "min_wait", "max_wait"):
+        if p[name] < 0:
+            problems.append(f"{name} must be 0 or more, got {p[name]}")
+    if p["poll_interval"] <= 0:
+        problems.append(f"poll_interval must be greater than 0, got {p['poll_interval']}")
+    if p["min_wait"] > p["max_wait"]:
+        problems.append(f"min_wait ({p['min_wait']}) must not exceed max_wait ({p['max_wait']})")
+    if p["settle_window"] > p["max_wait"]:
+        problems.append(
+            f"settle_window ({p['settle_window']}) must not exceed max_wait ({p['max_wait']}): "
+            "the GPUs could never settle in time"
+        )
+    gpus = p["gpus"]
+    if gpus is not None:
+        if isinstance(gpus, (str, bytes)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            problems.append(f"gpus must be a list of GPU indices, got {gpus!r}")
+        elif not gpus:
+            problems.append("gpus must not be empty; omit it to wait for all GPUs")
+        else:
+            negative = [g for g in gpus if g < 0]
+            if negative:
+                problems.append(f"gpus must be GPU indices (0 or more), got {negative}")
+    return problems
+
+
+def fitted_drift(points: Sequence[tuple[float, float]], window: float) -> float | None:
+    """Least-squares slope of ``points`` (t, temp) times ``window``; None with fewer than two distinct t."""
+    n = len(points)
+    if n < 2:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var_t = sum((t - mean_t) ** 2 for t, _ in points)
+    if var_t <= _EPS:
+        return None
+    cov = sum((t - mean_t) * (y - mean_y) for t, y in points)
+    return cov / var_t * window
+
+
+def window_points(
+    times: Sequence[float], temps: Sequence[float], now: float, window: float
+) -> list[tuple[float, float]] | None:
+    """Readings of the last ``window`` seconds, anchored at the last one at or before ``now - window``.
+
+    None while the readings do not yet reach back that far.
+    """
+    start = now - window
+    anchor = None
+    for i, t in enumerate(times):
+        if t <= start + _EPS:
+            anchor = i
+        else:
+            break
+    if anchor is None:
+        return None
+    return list(zip(times[anchor:], temps[anchor:]))  # noqa: B905 (same length by construction)
+
+
+def gpu_drift(times: Sequence[float], temps: Sequence[float], now: float, window: float) -> float | None:
+    """Fitted drift of one GPU over the window; 0 with the settle criterion off, None until it spans it."""
+    if window <= 0:
+        return 0.0
+    points = window_points(times, temps, now, window)
+    return None if points is None else fitted_drift(points, window)
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _names(indices: Sequence[int]) -> str:
+    return ",".join(str(i) for i in indices)
+
+
+def wait_for_cooldown(
+    sensor: GpuSensor,
+    *,
+    threshold: float = COOLDOWN_DEFAULTS["threshold"],
+    settle_band: float = COOLDOWN_DEFAULTS["settle_band"],
+    settle_window: float = COOLDOWN_DEFAULTS["settle_window"],
+    min_wait: float = COOLDOWN_DEFAULTS["min_wait"],
+    max_wait: float = COOLDOWN_DEFAULTS["max_wait"],
+    poll_interval: float = COOLDOWN_DEFAULTS["poll_interval"],
+    gpus: Sequence[int] | None = None,
+    require_cool: bool = False,
+    check_mode: bool = False,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Poll ``sensor`` until every selected GPU has settled (see the module docstring); return the result.
+
+    Keys: reason (cool_and_settled | settled | max_wait | check_mode), timed_out, waited, polls, start_temp,
+    end_temp, start_temps, end_temps, cool, settled, drift, trace, msg, gpus, sensor, threshold. With
+    ``check_mode`` one reading is taken and returned without waiting. Reaching ``max_wait`` is a result
+    (``timed_out=True``), not an exception: whether it fails is the caller's call. Raises
+    :class:`CooldownError` (with the partial result) when the sensor fails or a GPU reports no temperature,
+    and ``ValueError`` for options :func:`validate_cooldown_options` rejects. Does not close the sensor.
+    """
+    problems = validate_cooldown_options(
+        dict(
+            threshold=threshold, settle_band=settle_band, settle_window=settle_window, min_wait=min_wait,
+            max_wait=max_wait, poll_interval=poll_interval, gpus=None if gpus is None else list(gpus),
+        )
+    )
+    if problems:
+        raise ValueError("; ".join(problems))
+    threshold = float(threshold)
+    gpu_ids: list[int] | None = list(dict.fromkeys(gpus)) if gpus is not None else None
+    indices: list[int] = []
+    temps: list[list[float]] = []
+    times: list[float] = []
+    trace: list[list[float | None]] = []
+    result: dict[str, Any] = dict(sensor=sensor.kind, threshold=threshold)
+    start = monotonic()
+
+    def read() -> float:
+        t = monotonic() - start
+        try:
+            readings = sensor.read(gpu_ids)
+        except GpuSensorError as exc:
+            raise CooldownError(f"cannot read GPU temperature: {exc}", result) from exc
+        if not indices:
+            indices.extend(r.index for r in readings)
+            temps.extend([] for _ in readings)
+            result["gpus"] = list(indices)
+        for series, r in zip(temps, readings):  # noqa: B905 (the sensor returns the GPUs asked for)
+            if r.temperature_c is None:
+                raise CooldownError(f"GPU {r.index} reports no temperature", result)
+            series.append(float(r.temperature_c))
+        times.append(t)
+        trace.append([round(t, 1), *(series[-1] for series in temps)])
+        return t
+
+    def summary(reason: str, settled: bool, drifts: list[float | None]) -> dict[str, Any]:
+        start_temps = [series[0] for series in temps]
+        end_temps = [series[-1] for series in temps]
+        result.update(
+            reason=reason,
+            timed_out=reason == "max_wait",
+            waited=round(times[-1] - times[0], 1),
+            polls=len(times),
+            start_temp=max(start_temps),
+            end_temp=max(end_temps),
+            start_temps=start_temps,
+            end_temps=end_temps,
+            cool=all(t <= threshold for t in end_temps),
+            settled=settled,
+            drift=[_round(d, 2) for d in drifts],
+            trace=trace,
+        )
+        return result
+
+    if check_mode:
+        read()
+        res = summary("check_mode", False, [None] * len(temps))
+        res["msg"] = f"check mode: GPU temperature {res['end_temp']:g} C, not waited"
+        return res
+
+    deadline = start + max_wait
+    earliest = start + min_wait
+    while True:
+        t = read()
+        drifts = [gpu_drift(times, series, t, settle_window) for series in temps]
+        settled = all(d is not None and abs(d) <= settle_band + _EPS for d in drifts)
+        cool = all(series[-1] <= threshold for series in temps)
+        if settled and t >= min_wait - _EPS and (cool or not require_cool):
+            res = summary("cool_and_settled" if cool else "settled", True, drifts)
+            where = "cool and settled" if cool else f"settled above {threshold:g} C"
+            res["msg"] = f"GPU {_names(res['gpus'])} {where} at {res['end_temp']:g} C after {res['waited']:g} s"
+            return res
+        now = monotonic()
+        if now >= deadline - _EPS:
+            res = summary("max_wait", settled, drifts)
+            res["msg"] = (
+                f"GPU {_names(res['gpus'])} not {'cool and ' if require_cool else ''}settled after "
+                f"{max_wait:g} s (now {res['end_temp']:g} C)"
+            )
+            return res
+        # Poll on a fixed grid from the start, so slow reads do not stretch the interval; wake exactly at
+        # min_wait and max_wait so that neither is overshot by up to a poll interval.
+        next_poll = start + len(times) * poll_interval
+        wake = min(next_poll, deadline, earliest if now < earliest else next_poll)
+        sleep(max(0.0, wake - now))
