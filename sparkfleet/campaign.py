@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,14 @@ WORKLOAD_PRESETS: dict[str, dict[str, Any]] = {
     "T6": {"engine": "trtllm", "mode": "throughput", "batch": 32, "input_len": 512, "output_len": 128},
     "matmul": {"engine": "matmul", "iterations": 10, "warmup": 1},
 }
-ENGINES = ("trtllm", "matmul", "hf-generate", "vllm")
+ENGINES = ("trtllm", "matmul", "hf-generate")
 ORDERS = ("interleaved", "randomized", "sequential")
 ENV_KINDS = ("native", "container")
 
 _TOP_KEYS = {
     "name": str, "models": list, "environments": list, "workloads": list, "iterations": int,
     "warmup_runs": int, "order": str, "seed": int, "cooldown": dict, "timeout_s": (int, float),
-    "results_dir": str, "image": str, "description": str,
+    "results_dir": str, "image": str, "description": str, "image_build": dict,
 }
 _REQUIRED = ("name", "models", "environments", "workloads")
 _MODEL_KEYS = {"name": str, "hf_id": str, "path": str}
@@ -48,7 +49,7 @@ _ENV_KEYS = {"name": str, "kind": str, "docker_flags": list, "variant": str}
 _WORKLOAD_KEYS = {
     "name": str, "preset": str, "engine": str, "mode": str, "batch": int, "concurrency": int, "requests": int,
     "input_len": int, "output_len": int, "backend": str, "iterations": int, "warmup": int, "size": int,
-    "extra_args": list,
+    "extra_args": list, "env": dict,
 }
 _COOLDOWN_KEYS = {
     "threshold_c": (int, float), "settle_band_c": (int, float), "settle_window_s": (int, float),
@@ -133,6 +134,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     out["environments"] = _environments(data.get("environments"), problems)
     out["workloads"] = _workloads(data.get("workloads"), problems)
     out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
+    out["image_build"] = _image_build(data.get("image_build"), problems)
     if problems:
         raise CampaignError(problems, source)
     out["config_hash"] = config_hash(out)
@@ -267,6 +269,10 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
                 problems.append(f"{where}.{key}: must be at least 1, got {resolved[key]}")
         if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
+        env = resolved.get("env")
+        if isinstance(env, dict) and not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)
+                                             and isinstance(v, (str, int, float)) for k, v in env.items()):
+            problems.append(f"{where}.env: names must be identifiers and values strings or numbers")
         extra = resolved.get("extra_args")
         if isinstance(extra, list) and not all(isinstance(a, str) for a in extra):
             problems.append(f"{where}.extra_args: every argument must be a string")
@@ -292,6 +298,28 @@ def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
                         f"{out['max_wait_s']}")
     if out["on_timeout"] not in ("fail", "continue"):
         problems.append(f"campaign.cooldown.on_timeout: {out['on_timeout']!r} is not fail or continue")
+    return out
+
+
+_IMAGE_BUILD_KEYS = {"method": str, "suite": str, "packages": list, "mirror": str}
+
+
+def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
+    """Optional: build `image` on the host itself (debootstrap + docker import) when it is absent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"campaign.image_build: must be a mapping, got {_tname(value)}")
+        return None
+    _check_keys(value, _IMAGE_BUILD_KEYS, "campaign.image_build", problems)
+    out = {"method": "debootstrap", "suite": "bookworm", "packages": ["python3", "python3-numpy"],
+           "mirror": "http://deb.debian.org/debian", **value}
+    if out["method"] != "debootstrap":
+        problems.append(f"campaign.image_build.method: {out['method']!r} is not debootstrap")
+    if not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", p) for p in out["packages"]):
+        problems.append("campaign.image_build.packages: every entry must be a Debian package name")
+    if not re.fullmatch(r"[a-z]+", str(out["suite"])):
+        problems.append(f"campaign.image_build.suite: {out['suite']!r} is not a Debian suite name")
     return out
 
 

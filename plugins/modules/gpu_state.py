@@ -242,6 +242,7 @@ class GpuState:
         self.state_file: str = p["state_file"]
         self.cpu_root: str = p["cpu_sysfs_root"]
         self.gpu_ids: list[int] | None = list(dict.fromkeys(p["gpus"])) if p["gpus"] is not None else None
+        self.no_gpu = False  # no nvidia-smi at all: a host without an NVIDIA driver
 
     # ------------------------------------------------------------------ GPU reads
 
@@ -278,6 +279,14 @@ class GpuState:
             self.module.fail_json(msg=f"state_file {self.state_file} cannot be written: {exc}")
 
     def read_gpus(self) -> list[dict[str, Any]]:
+        try:
+            find_nvidia_smi(self.module.params["nvidia_smi"])
+        except GpuSensorError:
+            if "/" in self.module.params["nvidia_smi"]:
+                self.smi()  # an explicit path that does not exist is a mistake: fail naming it
+            # No driver: GPU controls are reported unsupported; CPU governor and caches still apply.
+            self.no_gpu = True
+            return []
         try:
             rows = query_gpu(STATE_FIELDS, self.smi(), self.run)
         except GpuSensorError as exc:
@@ -648,6 +657,10 @@ def run_module() -> None:
         per_gpu = {g["index"]: flat for g in before["gpus"]}
 
     plan = plan_changes(st, before, per_gpu, governors, restore=p["state"] == "restore")
+    if st.no_gpu and p["state"] == "present":
+        for control in ("persistence_mode", "locked_clocks", "power_limit"):
+            if control in flat:
+                plan.skip(control, "no NVIDIA GPU on this host (nvidia-smi not found)")
     controls = {s["control"] for s in plan.steps}
 
     if module.check_mode:

@@ -232,6 +232,14 @@ def test_missing_nvidia_smi_fails_clearly(gs, h200):
     assert res["failed"] is True and "nvidia-smi not found" in res["msg"]
 
 
+def test_host_without_a_gpu_reports_gpu_controls_unsupported(gs, h200, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi anywhere: a host without an NVIDIA driver
+    res = run_module(gs, h200.args(persistence_mode=True, power_limit=300.0))
+    assert not res.get("failed"), res
+    assert res["changed"] is False and res["before"]["gpus"] == []
+    assert set(res["unsupported"]) == {"persistence_mode", "power_limit"}
+
+
 def test_only_selected_gpus(gs, h200, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_FAKE_GPU_COUNT", "2")
     res = run_module(gs, h200.args(gpus=[1], persistence_mode=False))

@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+"""The per-host ledger: an append-only JSON-lines log of planned / started / finished events.
+
+Resume reads it back: a run whose last event is ``finished`` (and whose record.json exists) is done; a
+run that ``started`` but never finished was interrupted and is run again. Each event is one ``write`` of
+one line on an O_APPEND descriptor, fsynced, so a crash leaves at worst a truncated last line, which
+``read_events`` skips.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+FINAL = ("ok", "failed", "timeout", "invalid")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def append_event(path: str, event: str, run_id: str, **fields) -> dict:
+    entry = {"ts": utc_now(), "event": event, "run_id": run_id}
+    entry.update(fields)
+    line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return entry
+
+
+def read_events(path: str) -> list:
+    events = []
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                try:
+                    events.append(json.loads(raw))
+                except ValueError:  # a line cut by a crash: the run it belonged to is re-done
+                    continue
+    except FileNotFoundError:
+        pass
+    return events
+
+
+def run_states(path: str) -> dict:
+    """run_id -> last event ('planned', 'started', or 'finished') with its fields."""
+    states = {}
+    for entry in read_events(path):
+        if isinstance(entry, dict) and "run_id" in entry:
+            states[entry["run_id"]] = entry
+    return states

@@ -1,0 +1,224 @@
+# -*- coding: utf-8 -*-
+"""One benchmark run, start to finish: argv per engine, launch in its environment, timeout, record.
+
+Used by the ``bench_run`` module. Kept apart from the module so the pieces (argv building, provenance,
+container cgroup lookup) are testable without Ansible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.sparkfleet_chroot import chroot_argv
+
+#: Where the standalone workload scripts are installed, relative to the results root (visible at the
+#: same path natively, in the chroot and in the container).
+WORKLOADS_SUBDIR = ".sparkfleet/workloads"
+SECRET_FLAG = re.compile(r"(?i)(token|password|passwd|secret|api[_-]?key|auth)")
+KILL_GRACE_S = 10
+
+
+class RunSetupError(Exception):
+    """The run could not be launched as asked (bad environment settings, missing rootfs, ...)."""
+
+
+# ------------------------------------------------------------------------------------------ argv
+
+
+def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloads_dir: str) -> list:
+    """The commands (argv lists) one run executes inside its environment, in order: [(name, argv), ...].
+
+    The last step is the measured one; its output is bench.log. Arguments are list elements, never
+    shell text: a model name with spaces or `$()` reaches the engine literally.
+    """
+    extra = [str(a) for a in (workload.get("extra_args") or [])]
+    name = str(model.get("name") or "")
+    model_ref = str(model.get("hf_id") or name)
+    path = model.get("path")
+    if engine == "matmul":
+        argv = ["python3", f"{workloads_dir}/matmul.py", "--model", name,
+                "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 1))]
+        if workload.get("size"):
+            argv += ["--size", str(workload["size"])]
+        return [("bench", argv + extra)]
+    if engine == "hf-generate":
+        argv = ["python3", f"{workloads_dir}/hf_generate.py", "--model", str(path or name),
+                "--batch", str(workload.get("batch", 1)), "--input-len", str(workload.get("input_len", 128)),
+                "--output-len", str(workload.get("output_len", 128)),
+                "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 2))]
+        return [("bench", argv + extra)]
+    if engine == "trtllm":
+        dataset = f"{run_dir}/dataset.jsonl"
+        requests = int(workload.get("requests") or max(int(workload.get("batch", 1)) * 10, 10))
+        base = ["trtllm-bench", "--model", model_ref]
+        if path:
+            base += ["--model_path", str(path)]
+        prepare = base + ["prepare-dataset", "--output", dataset, "token-norm-dist",
+                          "--num-requests", str(requests),
+                          "--input-mean", str(workload.get("input_len", 128)), "--input-stdev", "0",
+                          "--output-mean", str(workload.get("output_len", 128)), "--output-stdev", "0"]
+        mode = workload.get("mode", "throughput")
+        bench = base + [mode, "--dataset", dataset, "--backend", str(workload.get("backend", "pytorch")),
+                        "--report_json", f"{run_dir}/report.json", "--num_requests", str(requests)]
+        if workload.get("batch"):
+            bench += ["--max_batch_size", str(workload["batch"])]
+        if workload.get("concurrency"):
+            bench += ["--concurrency", str(workload["concurrency"])]
+        return [("prepare", prepare), ("bench", bench + extra)]
+    raise RunSetupError(f"engine {engine!r} is not supported by the run executor")
+
+
+def redact(argv: list) -> list:
+    """argv for the record: values of secret-looking flags and environment assignments hidden."""
+    out, hide_next = [], False
+    for arg in argv:
+        arg = str(arg)
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if arg.startswith("-") and SECRET_FLAG.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        if "=" in arg and not arg.startswith("-") and SECRET_FLAG.search(arg.split("=", 1)[0]):
+            out.append(arg.split("=", 1)[0] + "=***")
+            continue
+        out.append(arg)
+    return out
+
+
+# ---------------------------------------------------------------------------------- environments
+
+
+def native_command(rootfs: str, image_env: dict, argv: list, env: dict, cwd: str) -> list:
+    if not rootfs or not os.path.isdir(rootfs):
+        raise RunSetupError(f"native rootfs {rootfs!r} does not exist: run playbooks/provision.yml first")
+    return chroot_argv(rootfs, image_env, argv, extra_env=env, cwd=cwd)
+
+
+def strip_gpu_flags(flags: list) -> list:
+    """Drop `--gpus X` / `--gpus=X` (a host without an NVIDIA container runtime cannot honour them)."""
+    out, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+            continue
+        if flag == "--gpus":
+            skip = True
+            continue
+        if str(flag).startswith("--gpus="):
+            continue
+        out.append(flag)
+    return out
+
+
+def container_command(docker: str, name: str, image: str, flags: list, argv: list, env: dict, cwd: str,
+                      binds: list, labels: dict) -> list:
+    if not image:
+        raise RunSetupError("container environment without an image")
+    cmd = [docker, "run", "--name", name, "--init"]
+    for key, value in labels.items():
+        cmd += ["--label", f"{key}={value}"]
+    cmd += [str(f) for f in flags]
+    for src, dest, read_only in binds:
+        cmd += ["--mount", f"type=bind,source={src},target={dest}" + (",readonly" if read_only else "")]
+    for key, value in env.items():
+        cmd += ["--env", f"{key}={value}"]
+    cmd += ["--workdir", cwd, image]
+    return cmd + [str(a) for a in argv]
+
+
+def container_cgroup_memory_file(docker: str, name: str, timeout: float = 10.0):
+    """The container's cgroup memory-usage file (v1 or v2), found through its init process."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run([docker, "inspect", "--format", "{{.State.Pid}}", name],
+                              capture_output=True, text=True)
+        pid = proc.stdout.strip()
+        if proc.returncode == 0 and pid not in ("", "0"):
+            return cgroup_memory_file_of(int(pid))
+        time.sleep(0.1)
+    return None
+
+
+def cgroup_memory_file_of(pid: int, sysfs: str = "/sys/fs/cgroup"):
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            candidate = f"{sysfs}/memory{path}/memory.usage_in_bytes"
+            if os.path.exists(candidate):
+                return candidate
+    for line in lines:
+        if line.startswith("0::"):
+            candidate = f"{sysfs}{line[3:]}/memory.current"
+            if os.path.exists(candidate):
+                return candidate
+    return None
+
+
+# ----------------------------------------------------------------------------------------- launch
+
+
+def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_timeout=None) -> dict:
+    """Run argv with stdout+stderr appended to log_path; kill the whole process group at the timeout."""
+    started = time.monotonic()
+    with open(log_path, "ab") as log:
+        log.write(("$ " + " ".join(shlex.quote(str(a)) for a in redact(cmd)) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen([str(a) for a in cmd], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        if on_start:
+            on_start(proc)
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=max(timeout_s, 0.001))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            if on_timeout:
+                on_timeout()
+            _kill_group(proc)
+            rc = proc.returncode
+    return {"rc": rc, "timed_out": timed_out, "seconds": time.monotonic() - started}
+
+
+def _kill_group(proc) -> None:
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 30)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ------------------------------------------------------------------------------------- provenance
+
+
+def _norm(text) -> str:
+    return str(text or "").strip().rstrip("/").lower()
+
+
+def model_matches(requested: dict, loaded) -> bool:
+    """Does the model the log names match any way the campaign named it (name, HF id, path, basename)?"""
+    got = _norm(loaded)
+    if not got:
+        return True
+    names = {_norm(requested.get(k)) for k in ("name", "hf_id", "path")} - {""}
+    names |= {n.rsplit("/", 1)[-1] for n in names}
+    return got in names or got.rsplit("/", 1)[-1] in names

@@ -1,0 +1,506 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Run one planned benchmark run: cooldown, launch, telemetry, timeout, parse, record, ledger."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bench_run
+short_description: Execute one benchmark run of a sparkfleet campaign and write its run record
+description:
+  - Executes exactly one planned run (model x environment x workload x iteration) on the host, the way
+    the run-record contract in DESIGN.md describes, so that a campaign is one loop of this module.
+  - "Before the run: waits for the GPU to cool and settle with the same rule as M(thermal_wait)."
+  - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
+    the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
+    flags - as argv, never through a shell; enforces the timeout by killing the whole process group
+    (and the container); samples telemetry in-process (NVML, or one persistent C(nvidia-smi) loop;
+    C(/proc/meminfo); the container's cgroup memory)."
+  - "After the run: parses the engine's output with sparkfleet's parsers, checks that the model the log
+    says was loaded is the requested one (else the run is C(invalid)), writes C(bench.log),
+    C(telemetry.csv) and C(record.json) (atomically) under C(<results_root>/<campaign>/<host>/runs/<run_id>/)
+    and appends C(started)/C(finished) events to the host's C(ledger.jsonl)."
+  - A run whose ledger says C(finished) and whose record exists is skipped (C(changed=false)), so
+    re-running a campaign resumes it. A run that started but never finished is run again; its partial
+    directory is kept beside it as C(<run_id>.interrupted-N).
+  - A failed, timed-out or invalid run is recorded with its reason and the module still succeeds, so
+    the matrix goes on. The task fails only when its inputs are wrong.
+options:
+  run:
+    description: One entry of the campaign plan (run_id, order_index, model, environment, workload, iteration, warmup).
+    type: dict
+    required: true
+  campaign:
+    description: Campaign name.
+    type: str
+    required: true
+  host:
+    description: Host name used in the results tree and the run identity (inventory_hostname).
+    type: str
+    required: true
+  results_root:
+    description: Results directory on the host; must be visible at the same path in the chroot and container.
+    type: path
+    required: true
+  total:
+    description: Number of runs planned on this host (for progress events).
+    type: int
+    default: 0
+  native:
+    description: "Native environment: C(rootfs) (path) and C(image_env) (dict)."
+    type: dict
+    default: {}
+  container:
+    description: "Container environment: C(image), C(flags) (dict environment name -> list of docker run flags), C(docker)."
+    type: dict
+    default: {}
+  gpu_present:
+    description: Whether the host has an NVIDIA GPU; without one, C(--gpus) flags are dropped (and recorded).
+    type: bool
+    default: true
+  env:
+    description: Extra environment variables for the workload (names and values passed literally).
+    type: dict
+    default: {}
+  models_dir:
+    description: Models directory, bind-mounted read-only into the container at the same path.
+    type: path
+  cooldown:
+    description: "thermal_wait settings: enabled, threshold_c, settle_band_c, settle_window_s, min_wait_s, max_wait_s, poll_interval_s, on_timeout (fail|continue)."
+    type: dict
+    default: {}
+  timeout_s:
+    description: Wall-clock limit for the run's commands, in seconds.
+    type: float
+    default: 3600
+  telemetry_interval_s:
+    description: Telemetry sampling period in seconds.
+    type: float
+    default: 1.0
+  retry_failed:
+    description: Run again runs whose last attempt finished as failed or timeout.
+    type: bool
+    default: false
+  versions:
+    description: Software versions to record (image digest, controller versions, ...).
+    type: dict
+    default: {}
+author: sparkfleet
+"""
+
+EXAMPLES = r"""
+- name: Run the matrix, one module call per run
+  bench_run:
+    run: "{{ item }}"
+    campaign: "{{ sparkfleet_resolved_campaign.name }}"
+    host: "{{ inventory_hostname }}"
+    results_root: /var/lib/sparkfleet/results
+    total: "{{ sparkfleet_plan | length }}"
+    native: {rootfs: "{{ native_rootfs_path }}", image_env: "{{ native_rootfs_image_env }}"}
+    container: {image: "{{ native_rootfs_image_ref }}", flags: {container: [--ipc=host]}}
+    cooldown: "{{ sparkfleet_resolved_campaign.cooldown }}"
+    timeout_s: 3600
+  loop: "{{ sparkfleet_plan }}"
+  loop_control:
+    label: "{{ item.run_id }}"
+"""
+
+RETURN = r"""
+run_id:
+  description: The run's identity.
+  returned: always
+  type: str
+status:
+  description: ok, failed, timeout, invalid - or skipped when the ledger says the run is already done.
+  returned: always
+  type: str
+reason:
+  description: Why the run is not ok (exit code and last log line, timeout, model mismatch, ...).
+  returned: always
+  type: str
+record_path:
+  description: Path of record.json on the host.
+  returned: always
+  type: str
+metrics:
+  description: The run's figures with the contract's names.
+  returned: always
+  type: dict
+cooldown:
+  description: What the wait before the run did (waited_s, start_temp_c, end_temp_c, threshold_c, reason).
+  returned: always
+  type: dict
+sparkfleet_event:
+  description: Progress event for the sparkfleet_progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
+  returned: always
+  type: dict
+"""
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkfleet.parsers import parse_log
+from ansible.module_utils.sparkfleet.record import SCHEMA_VERSION, run_id, write_json_atomic
+from ansible.module_utils.sparkfleet_ledger import FINAL, append_event, run_states
+from ansible.module_utils.sparkfleet_runexec import (
+    WORKLOADS_SUBDIR,
+    RunSetupError,
+    container_cgroup_memory_file,
+    container_command,
+    engine_steps,
+    model_matches,
+    native_command,
+    redact,
+    run_process,
+    strip_gpu_flags,
+)
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TAIL_BYTES = 4000
+
+
+def _utc(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(fh.tell() - TAIL_BYTES, 0))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines()
+                     if ln.strip() and not ln.startswith("Run 'docker")]  # docker's usage hint says nothing
+        return lines[-1][:300] if lines else ""
+    except OSError:
+        return ""
+
+
+def _cooldown(params: dict) -> dict:
+    """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so."""
+    if not params.get("enabled", True):
+        return {"reason": "disabled", "waited_s": 0.0}
+    from ansible.module_utils.sparkfleet_gpu import GpuSensorError, open_sensor
+    from ansible.module_utils.sparkfleet_thermal import wait_for_cooldown
+
+    try:
+        sensor = open_sensor("auto")
+    except (GpuSensorError, OSError) as exc:
+        return {"reason": "no GPU sensor: %s" % exc, "waited_s": 0.0}
+    try:
+        result = wait_for_cooldown(
+            sensor,
+            threshold=float(params.get("threshold_c", 45)),
+            settle_band=float(params.get("settle_band_c", 1.0)),
+            settle_window=float(params.get("settle_window_s", 30)),
+            min_wait=float(params.get("min_wait_s", 0)),
+            max_wait=float(params.get("max_wait_s", 900)),
+            poll_interval=float(params.get("poll_interval_s", 2)),
+        )
+    except GpuSensorError as exc:
+        return {"reason": "GPU sensor failed: %s" % exc, "waited_s": 0.0}
+    finally:
+        close = getattr(sensor, "close", None)
+        if close:
+            close()
+    return {
+        "reason": result.get("reason"),
+        "waited_s": result.get("waited"),
+        "start_temp_c": result.get("start_temp"),
+        "end_temp_c": result.get("end_temp"),
+        "threshold_c": result.get("threshold"),
+        "timed_out": bool(result.get("timed_out")),
+        "polls": result.get("polls"),
+    }
+
+
+class Run:
+    """One execution of one planned run."""
+
+    def __init__(self, module: AnsibleModule):
+        self.m = module
+        p = module.params
+        self.p = p
+        self.plan = p["run"]
+        for key in ("run_id", "model", "environment", "workload", "iteration"):
+            if key not in self.plan:
+                module.fail_json(msg="run: missing key %r in the planned run" % key)
+        for what, name in (("campaign", p["campaign"]), ("host", p["host"])):
+            if not SAFE_NAME.match(name):
+                module.fail_json(msg="%s %r: use letters, digits, '.', '_' and '-' only" % (what, name))
+        self.model = self.plan["model"]
+        self.environment = self.plan["environment"]
+        self.workload = self.plan["workload"]
+        expected = run_id(p["campaign"], p["host"], self.model["name"], self.environment["name"],
+                          self.workload["name"], int(self.plan["iteration"]))
+        if expected != self.plan["run_id"]:
+            module.fail_json(msg="run: run_id %r does not match its identity (%s)" % (self.plan["run_id"], expected))
+        self.rid = expected
+        self.host_dir = os.path.join(p["results_root"], p["campaign"], p["host"])
+        self.run_dir = os.path.join(self.host_dir, "runs", self.rid)
+        self.ledger = os.path.join(self.host_dir, "ledger.jsonl")
+        self.record_path = os.path.join(self.run_dir, "record.json")
+        self.workloads_dir = os.path.join(p["results_root"], WORKLOADS_SUBDIR)
+
+    # ---------------------------------------------------------------------------- resume
+    def previous(self):
+        """The finished record when this run is already done, else None (after moving a partial dir aside)."""
+        state = run_states(self.ledger).get(self.rid)
+        record = None
+        if os.path.exists(self.record_path):
+            try:
+                with open(self.record_path) as fh:
+                    record = json.load(fh)
+            except ValueError:
+                record = None
+        if record and record.get("status") in FINAL:
+            if not state or state.get("event") != "finished":  # crashed between record and ledger
+                append_event(self.ledger, "finished", self.rid, status=record["status"], recovered=True)
+            if self.p["retry_failed"] and record["status"] in ("failed", "timeout"):
+                self._move_aside("retried")
+                return None
+            return record
+        if os.path.isdir(self.run_dir):
+            self._move_aside("interrupted")
+        return None
+
+    def _move_aside(self, why: str) -> None:
+        n = 1
+        while os.path.exists("%s.%s-%d" % (self.run_dir, why, n)):
+            n += 1
+        os.rename(self.run_dir, "%s.%s-%d" % (self.run_dir, why, n))
+
+    # ------------------------------------------------------------------------------- run
+    def execute(self) -> dict:
+        kind = self.environment.get("kind", "native")
+        os.makedirs(self.run_dir, exist_ok=True)
+        append_event(self.ledger, "started", self.rid, order_index=self.plan.get("order_index"))
+        record = self._base_record(kind)
+        cooldown = _cooldown(self.p["cooldown"] or {})
+        record["cooldown"] = cooldown
+        if cooldown.get("timed_out") and (self.p["cooldown"] or {}).get("on_timeout") == "fail":
+            return self._finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {}, None)
+        try:
+            steps = engine_steps(self.workload.get("engine", "trtllm"), self.workload, self.model,
+                                 self.run_dir, self.workloads_dir)
+            launches = [(name, self._command(kind, name, argv)) for name, argv in steps]
+        except (RunSetupError, ValueError, TypeError) as exc:
+            return self._finish(record, "failed", "setup: %s" % exc, {}, None)
+        record["command"] = redact(launches[-1][1])
+        from ansible.module_utils.sparkfleet_telemetry import TelemetrySampler
+
+        sampler = TelemetrySampler(os.path.join(self.run_dir, "telemetry.csv"),
+                                   interval_s=float(self.p["telemetry_interval_s"]))
+        started = time.time()
+        deadline = time.monotonic() + float(self.p["timeout_s"])
+        outcome = {"rc": None, "timed_out": False}
+        sampler.start()
+        try:
+            for name, cmd in launches:
+                log = os.path.join(self.run_dir, "bench.log" if name == "bench" else "%s.log" % name)
+                outcome = self._launch(kind, cmd, log, deadline - time.monotonic(), sampler)
+                if outcome["timed_out"] or outcome["rc"] != 0:
+                    outcome["step"] = name
+                    break
+        except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
+            outcome = {"rc": None, "timed_out": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+        finally:
+            telemetry = sampler.stop()
+            if kind == "container":
+                subprocess.run([self._docker(), "rm", "-f", self._container_name()], capture_output=True)
+        record["started_utc"], record["ended_utc"] = _utc(started), _utc(time.time())
+        record["duration_s"] = round(time.time() - started, 3)
+        record["telemetry"] = telemetry
+        record["exit_code"] = outcome.get("rc")
+        return self._judge(record, outcome)
+
+    def _docker(self) -> str:
+        return (self.p["container"] or {}).get("docker") or "docker"
+
+    def _container_name(self) -> str:
+        return ("sf-" + self.rid)[:120]
+
+    def _env(self) -> dict:
+        env = {str(k): str(v) for k, v in (self.p["env"] or {}).items()}
+        env.update({str(k): str(v) for k, v in (self.workload.get("env") or {}).items()})
+        env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (self.environment.get("kind"), self.environment["name"]))
+        return env
+
+    def _command(self, kind: str, step: str, argv: list) -> list:
+        if kind == "native":
+            native = self.p["native"] or {}
+            return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self._env(), self.run_dir)
+        container = self.p["container"] or {}
+        flags = self.environment.get("docker_flags")
+        if flags is None:
+            flags = (container.get("flags") or {}).get(self.environment["name"])
+        if flags is None:
+            raise RunSetupError("no docker flags resolved for environment %r" % self.environment["name"])
+        if not self.p["gpu_present"]:
+            flags = strip_gpu_flags(flags)
+        results_root = self.p["results_root"]
+        binds = [(results_root, results_root, False)]
+        if self.p["models_dir"] and os.path.isdir(self.p["models_dir"]):
+            binds.append((self.p["models_dir"], self.p["models_dir"], True))
+        labels = {"sparkfleet.run_id": self.rid, "sparkfleet.campaign": self.p["campaign"], "sparkfleet.step": step}
+        return container_command(self._docker(), self._container_name(), container.get("image"), flags, argv,
+                                 self._env(), self.run_dir, binds, labels)
+
+    def _launch(self, kind: str, cmd: list, log: str, timeout: float, sampler) -> dict:
+        if kind != "container":
+            return run_process(cmd, log, timeout)
+        docker, name = self._docker(), self._container_name()
+        subprocess.run([docker, "rm", "-f", name], capture_output=True)  # a leftover from a killed run
+
+        def watch_cgroup(_proc):
+            def find():
+                path = container_cgroup_memory_file(docker, name)
+                if path:
+                    sampler.set_cgroup_memory_file(path)
+            threading.Thread(target=find, daemon=True).start()
+
+        def kill_container():
+            subprocess.run([docker, "kill", name], capture_output=True)
+
+        try:
+            return run_process(cmd, log, timeout, on_start=watch_cgroup, on_timeout=kill_container)
+        finally:
+            subprocess.run([docker, "rm", "-f", name], capture_output=True)
+
+    # ------------------------------------------------------------------------- judging
+    def _judge(self, record: dict, outcome: dict) -> dict:
+        bench_log = os.path.join(self.run_dir, "bench.log")
+        report_json = os.path.join(self.run_dir, "report.json")
+        parsed = None
+        try:
+            with open(bench_log, "rb") as fh:
+                text = fh.read()
+            json_data = None
+            if os.path.exists(report_json):
+                with open(report_json, "rb") as fh:
+                    json_data = fh.read()
+            parsed = parse_log(text, json_data)
+        except OSError:
+            parsed = None
+        metrics = dict(parsed.metrics) if parsed else {}
+        if parsed:
+            record.update({"model_loaded": parsed.model, "engine_version": parsed.engine_version,
+                           "metric_sources": dict(parsed.sources), "parse_warnings": parsed.warnings,
+                           "parse_missing": parsed.missing, "probe": parsed.probe})
+            record["versions"]["engine"] = parsed.engine
+            record["versions"]["engine_version"] = parsed.engine_version
+        if outcome.get("error"):
+            return self._finish(record, "failed", outcome["error"], metrics, parsed)
+        if outcome["timed_out"]:
+            return self._finish(record, "timeout", "timed out after %.0f s (step %s)"
+                                % (float(self.p["timeout_s"]), outcome.get("step", "bench")), metrics, parsed)
+        if outcome["rc"] != 0:
+            log = bench_log if outcome.get("step", "bench") == "bench" else os.path.join(
+                self.run_dir, "%s.log" % outcome["step"])
+            return self._finish(record, "failed", "step %s exited %s: %s"
+                                % (outcome.get("step", "bench"), outcome["rc"], _last_line(log)), metrics, parsed)
+        if not metrics:
+            missing = ", ".join(parsed.missing) if parsed else "bench.log unreadable"
+            return self._finish(record, "failed", "no figures in bench.log (missing: %s)" % missing, metrics, parsed)
+        if parsed and parsed.model and not model_matches(self.model, parsed.model):
+            return self._finish(record, "invalid", "log says model %r was loaded, campaign asked for %r"
+                                % (parsed.model, self.model.get("hf_id") or self.model["name"]), metrics, parsed)
+        reason = None if not parsed or parsed.model else "the log does not name the loaded model"
+        return self._finish(record, "ok", reason, metrics, parsed)
+
+    def _base_record(self, kind: str) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": self.rid,
+            "campaign": self.p["campaign"],
+            "host": self.p["host"],
+            "model": self.model["name"],
+            "model_id": self.model.get("hf_id") or self.model.get("path"),
+            "model_loaded": None,
+            "environment": self.environment["name"],
+            "environment_kind": kind,
+            "workload": self.workload["name"],
+            "workload_params": {k: v for k, v in self.workload.items() if k not in ("name", "env")},
+            "engine": self.workload.get("engine"),
+            "engine_version": None,
+            "iteration": int(self.plan["iteration"]),
+            "warmup": bool(self.plan.get("warmup")),
+            "order_index": self.plan.get("order_index"),
+            "status": "failed",
+            "reason": None,
+            "metrics": {},
+            "metric_sources": {},
+            "versions": dict(self.p["versions"] or {}),
+        }
+
+    def _finish(self, record: dict, status: str, reason, metrics: dict, parsed) -> dict:
+        record["status"], record["reason"], record["metrics"] = status, reason, metrics
+        record.setdefault("metric_sources", {})
+        written = True
+        try:
+            write_json_atomic(self.record_path, record)
+            append_event(self.ledger, "finished", self.rid, status=status)
+        except OSError as exc:  # e.g. the disk is full: say so; earlier runs' files are untouched
+            written = False
+            record["reason"] = "%s; record not written: %s" % (reason or status, exc)
+        return self._result(record, changed=True, written=written)
+
+    def _result(self, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
+        cooldown = record.get("cooldown") or {}
+        status = "skipped" if skipped else record.get("status")
+        event = {
+            "type": "run", "run_id": self.rid, "order_index": self.plan.get("order_index"),
+            "total": self.p["total"], "status": status, "duration_s": record.get("duration_s"),
+            "cooldown_s": cooldown.get("waited_s"), "model": record.get("model"),
+            "environment": record.get("environment"), "workload": record.get("workload"),
+            "iteration": record.get("iteration"), "warmup": record.get("warmup"),
+        }
+        return {"changed": changed, "run_id": self.rid, "status": status, "reason": record.get("reason"),
+                "record_path": self.record_path, "record_written": written, "metrics": record.get("metrics") or {},
+                "cooldown": cooldown, "sparkfleet_event": event}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run=dict(type="dict", required=True),
+            campaign=dict(type="str", required=True),
+            host=dict(type="str", required=True),
+            results_root=dict(type="path", required=True),
+            total=dict(type="int", default=0),
+            native=dict(type="dict", default={}),
+            container=dict(type="dict", default={}),
+            gpu_present=dict(type="bool", default=True),
+            env=dict(type="dict", default={}),
+            models_dir=dict(type="path"),
+            cooldown=dict(type="dict", default={}),
+            timeout_s=dict(type="float", default=3600),
+            telemetry_interval_s=dict(type="float", default=1.0),
+            retry_failed=dict(type="bool", default=False),
+            versions=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params["timeout_s"] <= 0 or module.params["telemetry_interval_s"] <= 0:
+        module.fail_json(msg="timeout_s and telemetry_interval_s must be positive")
+    run = Run(module)
+    previous = run.previous() if not module.check_mode else None
+    if previous is not None:
+        module.exit_json(**run._result(previous, changed=False, skipped=True))
+    if module.check_mode:
+        module.exit_json(changed=True, run_id=run.rid, status="planned", reason="check mode: not run",
+                         record_path=run.record_path, metrics={}, cooldown={},
+                         sparkfleet_event={"type": "run", "run_id": run.rid, "status": "planned"})
+    module.exit_json(**run.execute())
+
+
+if __name__ == "__main__":
+    main()

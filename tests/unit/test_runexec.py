@@ -1,0 +1,103 @@
+"""The run executor's pieces: argv per engine (never a shell), redaction, provenance, ledger, timeouts."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+
+import _ansible_modules  # noqa: F401  (wires ansible.module_utils to plugins/module_utils)
+import pytest
+
+runexec = importlib.import_module("ansible.module_utils.sparkfleet_runexec")
+ledger = importlib.import_module("ansible.module_utils.sparkfleet_ledger")
+
+HOSTILE = "m; rm -rf / $(touch /tmp/pwned) `id` 'q' \"d\"\nx"
+
+
+def test_trtllm_steps_prepare_a_dataset_then_bench_with_report_json():
+    steps = runexec.engine_steps("trtllm", {"name": "T4", "batch": 4, "input_len": 512, "output_len": 128,
+                                            "mode": "throughput"},
+                                 {"name": "qwen", "hf_id": "Qwen/Qwen2.5-72B-Instruct", "path": "/m/q"}, "/r/run", "/w")
+    (prep_name, prep), (bench_name, bench) = steps
+    assert (prep_name, bench_name) == ("prepare", "bench")
+    assert prep[:5] == ["trtllm-bench", "--model", "Qwen/Qwen2.5-72B-Instruct", "--model_path", "/m/q"]
+    assert prep[prep.index("--input-mean") + 1] == "512" and prep[prep.index("--output-mean") + 1] == "128"
+    assert bench[5:8] == ["throughput", "--dataset", "/r/run/dataset.jsonl"]
+    assert bench[bench.index("--report_json") + 1] == "/r/run/report.json"
+    assert bench[bench.index("--max_batch_size") + 1] == "4"
+
+
+def test_study_workload_uses_its_request_count():
+    _, (_, bench) = runexec.engine_steps("trtllm", {"name": "study", "requests": 50, "input_len": 128,
+                                                    "output_len": 128}, {"name": "d"}, "/r", "/w")
+    assert bench[bench.index("--num_requests") + 1] == "50"
+
+
+def test_hostile_names_stay_single_literal_arguments():
+    steps = runexec.engine_steps("matmul", {"name": "matmul", "extra_args": ["--x", HOSTILE]}, {"name": HOSTILE},
+                                 "/r", "/w")
+    argv = steps[0][1]
+    assert argv.count(HOSTILE) == 2  # the model name and the extra argument, each one argv element
+
+
+def test_unknown_engine_is_a_setup_error():
+    with pytest.raises(runexec.RunSetupError, match="engine 'onnx'"):
+        runexec.engine_steps("onnx", {"name": "x"}, {"name": "m"}, "/r", "/w")
+
+
+def test_container_command_binds_labels_and_env_as_argv():
+    cmd = runexec.container_command("docker", "sf-x", "sha256:abc", ["--ipc=host"], ["python3", HOSTILE],
+                                    {"K": HOSTILE}, "/r/run", [("/r", "/r", False), ("/m", "/m", True)],
+                                    {"sparkfleet.run_id": "x"})
+    assert cmd[:5] == ["docker", "run", "--name", "sf-x", "--init"]
+    assert "type=bind,source=/m,target=/m,readonly" in cmd and f"K={HOSTILE}" in cmd
+    assert cmd[-3:] == ["sha256:abc", "python3", HOSTILE]
+
+
+def test_gpu_flags_are_dropped_on_hosts_without_a_gpu():
+    assert runexec.strip_gpu_flags(["--gpus", "all", "--ipc=host", "--gpus=1"]) == ["--ipc=host"]
+
+
+def test_secrets_are_redacted_from_recorded_commands():
+    argv = ["trtllm-bench", "--hf_token", "hf_abc", "--api-key=sk-1", "HF_TOKEN=hf_x", "--model", "m"]
+    assert runexec.redact(argv) == ["trtllm-bench", "--hf_token", "***", "--api-key=***", "HF_TOKEN=***",
+                                    "--model", "m"]
+
+
+@pytest.mark.parametrize(("loaded", "ok"), [
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", True), ("DeepSeek-R1-Distill-Qwen-7B", True),
+    ("/data/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-7B/", True), ("deepseek", True), (None, True),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", False), ("Qwen/Qwen2.5-72B-Instruct", False)])
+def test_model_provenance(loaded, ok):
+    requested = {"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+                 "path": "/data/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}
+    assert runexec.model_matches(requested, loaded) is ok
+
+
+def test_run_process_kills_the_whole_group_at_the_timeout(tmp_path):
+    log = tmp_path / "bench.log"
+    marker = tmp_path / "child-alive"
+    script = f"sleep 30 & echo $! > {marker}; wait"
+    started = time.monotonic()
+    out = runexec.run_process(["bash", "-c", script], str(log), timeout_s=1)
+    assert out["timed_out"] and time.monotonic() - started < 15
+    child = int(marker.read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{child}/status")
+    assert not status.exists() or "zombie" in status.read_text().lower()
+    assert log.read_text().startswith("$ bash -c ")
+
+
+def test_ledger_last_event_wins_and_a_torn_line_is_skipped(tmp_path):
+    path = str(tmp_path / "ledger.jsonl")
+    ledger.append_event(path, "started", "r1")
+    ledger.append_event(path, "finished", "r1", status="ok")
+    ledger.append_event(path, "started", "r2")
+    with open(path, "a") as fh:
+        fh.write('{"event": "finished", "run_id": "r2", "sta')  # the controller died mid-write
+    states = ledger.run_states(path)
+    assert states["r1"]["event"] == "finished" and states["r1"]["status"] == "ok"
+    assert states["r2"]["event"] == "started"
+    assert all(json.loads(line) for line in Path(path).read_text().splitlines()[:3])
