@@ -36,7 +36,9 @@ WORKLOAD_PRESETS: dict[str, dict[str, Any]] = {
 }
 ENGINES = ("trtllm", "matmul", "hf-generate")
 ORDERS = ("interleaved", "randomized", "sequential")
-ENV_KINDS = ("native", "container")
+#: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation),
+#: the baseline that shows what the chroot itself costs.
+ENV_KINDS = ("native", "container", "bare")
 
 _TOP_KEYS = {
     "name": str, "models": list, "environments": list, "workloads": list, "iterations": int,
@@ -230,7 +232,7 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
         if kind not in ENV_KINDS:
             problems.append(f"{where}.kind: {kind!r} is not one of {', '.join(ENV_KINDS)}")
             continue
-        if kind == "native" and "docker_flags" in item:
+        if kind != "container" and "docker_flags" in item:
             problems.append(f"{where}.docker_flags: only a container environment takes docker flags")
         flags = item.get("docker_flags")
         if isinstance(flags, list) and not all(isinstance(f, str) for f in flags):

@@ -16,7 +16,7 @@ description:
   - "Before the run: waits for the GPU to cool and settle with the same rule as M(thermal_wait)."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
     the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
-    flags - as argv, never through a shell; enforces the timeout by killing the whole process group
+    flags, C(bare) straight on the host - as argv, never through a shell; enforces the timeout by killing the whole process group
     (and the container); samples telemetry in-process (NVML, or one persistent C(nvidia-smi) loop;
     C(/proc/meminfo); the container's cgroup memory)."
   - "After the run: parses the engine's output with sparkfleet's parsers, checks that the model the log
@@ -335,6 +335,8 @@ class Run:
         return env
 
     def _command(self, kind: str, step: str, argv: list) -> list:
+        if kind == "bare":  # straight on the host, with the module's own environment plus the workload's
+            return ["/usr/bin/env", "-C", self.run_dir] + ["%s=%s" % kv for kv in self._env().items()] + list(argv)
         if kind == "native":
             native = self.p["native"] or {}
             return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self._env(), self.run_dir)

@@ -96,6 +96,7 @@ class FakeFleet:
         host_env: dict[str, dict[str, str]] | None = None,
         group: str = "sparks",
         extra_vars: dict[str, str] | None = None,
+        host_vars: dict[str, dict[str, str]] | None = None,
     ) -> FakeFleet:
         if os.geteuid() != 0:
             raise FleetError("the fake fleet needs root (network namespaces, veth, sshd on port 22)")
@@ -134,7 +135,7 @@ class FakeFleet:
                 fleet._make_host(host)
             fleet._wait_ssh()
             fleet._write_known_hosts()
-            fleet._write_inventory(group, extra_vars or {})
+            fleet._write_inventory(group, extra_vars or {}, host_vars or {})
             fleet._save()
         except BaseException:
             fleet.down()
@@ -220,6 +221,15 @@ class FakeFleet:
             _kill(pid)
         Path(host.pidfile).unlink(missing_ok=True)
 
+    def cut_network(self, host: FakeHost) -> None:
+        """Unplug the host's cable: established SSH sessions hang, new ones time out (a lost host)."""
+        _run(["ip", "link", "set", host.veth, "down"])
+
+    def restore_network(self, host: FakeHost) -> None:
+        _run(["ip", "link", "set", host.veth, "up"])
+        _run(["ip", "link", "set", host.veth, "master", self.bridge])
+        _wait(lambda: _port_open(host.address, 22), 15, f"{host.name} did not come back")
+
     def _wait_ssh(self) -> None:
         for host in self.hosts:
             _wait(lambda h=host: _port_open(h.address, 22), 15, f"sshd of {host.name} not reachable")
@@ -231,10 +241,11 @@ class FakeFleet:
             lines.append(f"{host.address} {pub[0]} {pub[1]}")
         Path(self.known_hosts).write_text("\n".join(lines) + "\n")
 
-    def _write_inventory(self, group: str, extra_vars: dict[str, str]) -> None:
+    def _write_inventory(self, group: str, extra_vars: dict[str, str], host_vars: dict[str, dict[str, str]]) -> None:
         rows = [f"[{group}]"]
         for host in self.hosts:
-            rows.append(f"{host.name} ansible_host={host.address} sparkfleet_work_dir={host.work_dir}")
+            more = "".join(f" {k}={v}" for k, v in host_vars.get(host.name, {}).items())
+            rows.append(f"{host.name} ansible_host={host.address} sparkfleet_work_dir={host.work_dir}{more}")
         ssh_args = (f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes "
                     "-o ControlMaster=auto -o ControlPersist=60s")
         rows += ["", f"[{group}:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={self.key}",

@@ -1,0 +1,38 @@
+"""`sparkfleet fleet RESULTS/<campaign>`: do the hosts agree, and if not, what differed about them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sparkfleet.errors import UsageError
+from sparkfleet.fleet_state import analyse, render_markdown
+from sparkfleet.record import write_json_atomic
+from sparkfleet.reproducibility import DEFAULT_TOLERANCE
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fleet", help="cross-host reproducibility: outlier hosts and the state that differed")
+    p.add_argument("results", metavar="RESULTS", help="a campaign's results directory (results/<campaign>)")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE * 100,
+                   help="percent from the fleet median before a host is named (default %(default)g)")
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    root = Path(args.results)
+    if not root.is_dir():
+        raise UsageError(f"{root}: not a directory")
+    if args.tolerance <= 0:
+        raise UsageError("--tolerance must be positive")
+    state = analyse(root, tolerance=args.tolerance / 100)
+    if not state.hosts:
+        raise UsageError(f"{root}: no host directories (expected <host>/host.json or <host>/runs/)")
+    text = render_markdown(state, args.tolerance / 100)
+    (root / "report").mkdir(exist_ok=True)
+    (root / "report" / "fleet.md").write_text(text)
+    write_json_atomic(root / "report" / "fleet.json", state.to_dict())
+    print(json.dumps(state.to_dict(), indent=2, default=str) if args.json else text, end="")
+    # Non-zero when the fleet does not reproduce (an outlier host or missing runs): usable as a CI gate.
+    return 1 if state.outside_hosts or state.missing else 0

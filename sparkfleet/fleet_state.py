@@ -1,0 +1,186 @@
+"""What differed between hosts: the facts and the measured state behind a cross-host difference.
+
+A host outside the fleet's tolerance is only half an answer; the other half is what was different about
+it. This reads each host's facts (``host.json``, ``host_metadata.json``, ``preflight.json``) and the
+telemetry summaries of its runs, and reports (a) facts that are not the same on every host (driver,
+VBIOS, CUDA, kernel, GPU model, power limit, ...) and (b) measured state that deviates from the fleet
+median (SM clock, temperature, power, throttle reasons).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparkfleet import reproducibility
+from sparkfleet.load import load_runs
+
+#: Facts compared verbatim across hosts: (label, file, path inside the JSON).
+FACTS: tuple[tuple[str, str, tuple[str | int, ...]], ...] = (
+    ("gpu_name", "host_metadata.json", ("gpu_name",)),
+    ("gpu_count", "host_metadata.json", ("gpu_count",)),
+    ("driver", "host_metadata.json", ("driver_version",)),
+    ("cuda", "host_metadata.json", ("cuda_version",)),
+    ("vbios", "host_metadata.json", ("gpus", 0, "vbios")),
+    ("kernel", "host.json", ("kernel",)),
+    ("os", "host.json", ("os",)),
+    ("cpu_model", "host.json", ("cpu_model",)),
+    ("memory_total_mb", "host.json", ("memory_total_mb",)),
+    ("pstate", "preflight.json", ("gates", "performance_state", "value")),
+)
+
+#: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
+TELEMETRY = {
+    "telemetry_sm_clock_mhz_mean": "SM clock (MHz, mean)",
+    "telemetry_gpu_temp_c_max": "GPU temperature (°C, max)",
+    "telemetry_gpu_power_w_mean": "GPU power (W, mean)",
+    "telemetry_gpu_util_pct_mean": "GPU utilisation (%, mean)",
+    "cooldown_start_temp_c": "start temperature (°C)",
+}
+
+
+@dataclass
+class FleetState:
+    hosts: list[str]
+    facts: pd.DataFrame  # host x fact
+    differing_facts: dict[str, dict[str, Any]]  # fact -> {host: value}, only facts not equal everywhere
+    telemetry: pd.DataFrame  # host x telemetry median
+    telemetry_outliers: list[dict[str, Any]]  # {host, what, value, fleet_median, deviation_pct}
+    throttle: dict[str, list[str]]  # host -> throttle reasons seen in any run
+    deviations: pd.DataFrame  # reproducibility.host_deviations
+    outside_hosts: list[str]
+    missing: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> planned/found/missing
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hosts": self.hosts,
+            "outside_hosts": self.outside_hosts,
+            "differing_facts": self.differing_facts,
+            "telemetry_outliers": self.telemetry_outliers,
+            "throttle_reasons": self.throttle,
+            "missing_runs": self.missing,
+            "deviations": json.loads(self.deviations.to_json(orient="records")),
+        }
+
+
+def _dig(data: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        if isinstance(data, dict):
+            data = data.get(key)
+        elif isinstance(data, list) and isinstance(key, int) and -len(data) <= key < len(data):
+            data = data[key]
+        else:
+            return None
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def host_facts(campaign_dir: Path, hosts: list[str]) -> pd.DataFrame:
+    rows = {}
+    for host in hosts:
+        files = {name: _read_json(campaign_dir / host / name) for name in {f for _, f, _ in FACTS}}
+        rows[host] = {label: _dig(files[name], path) for label, name, path in FACTS}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver."""
+    plan = _read_json(campaign_dir / "campaign.json") or {}
+    found = runs.groupby("host")["run_id"].nunique().to_dict() if not runs.empty else {}
+    out = {}
+    for host, info in (plan.get("hosts") or {}).items():
+        planned = len(set(info.get("run_ids") or []))
+        have = int(found.get(host, 0))
+        if planned and have < planned:
+            out[host] = {"planned": planned, "found": have, "missing": planned - have}
+    return out
+
+
+def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE) -> FleetState:
+    campaign_dir = Path(campaign_dir)
+    runs = load_runs(campaign_dir).runs
+    ok = runs[runs["status"] == "ok"] if not runs.empty else runs
+    if "warmup" in ok.columns:
+        ok = ok[ok["warmup"].fillna(False) == False]  # noqa: E712 (a nullable column)
+    hosts = sorted({p.name for p in campaign_dir.iterdir() if (p / "host.json").exists() or (p / "runs").is_dir()})
+    facts = host_facts(campaign_dir, hosts)
+    differing = {}
+    for column in facts.columns:
+        values = facts[column].dropna()
+        if values.map(str).nunique() > 1:
+            differing[column] = {h: facts.at[h, column] for h in hosts}
+    telemetry_cols = [c for c in TELEMETRY if c in ok.columns]
+    telemetry = (ok.groupby("host")[telemetry_cols].median(numeric_only=True) if telemetry_cols
+                 else pd.DataFrame(index=hosts))
+    outliers = []
+    for column in telemetry.columns:
+        series = telemetry[column].dropna()
+        if len(series) < 2:
+            continue
+        median = float(series.median())
+        for host, value in series.items():
+            if median and abs(value - median) / abs(median) > tolerance:
+                outliers.append({"host": host, "what": TELEMETRY[column], "value": round(float(value), 3),
+                                 "fleet_median": round(median, 3),
+                                 "deviation_pct": round((value - median) / abs(median) * 100, 2)})
+    throttle = {}
+    if "telemetry_throttle_reasons_seen" in ok.columns:
+        for host, values in ok.groupby("host")["telemetry_throttle_reasons_seen"]:
+            seen = set()
+            for value in values.dropna():
+                seen |= set(json.loads(value) if isinstance(value, str) and value.startswith("[") else [value])
+            throttle[host] = sorted(str(s) for s in seen if s not in ("", "none"))
+    deviations = reproducibility.host_deviations(ok, tolerance=tolerance)
+    outside = sorted(set(deviations.loc[deviations["outside"], "host"].astype(str)))
+    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside,
+                      missing_runs(campaign_dir, runs))
+
+
+def render_markdown(state: FleetState, tolerance: float) -> str:
+    lines = [f"# Fleet reproducibility: {len(state.hosts)} hosts", ""]
+    if state.outside_hosts:
+        lines.append(f"**Hosts outside ±{tolerance * 100:g}% of the fleet median:** {', '.join(state.outside_hosts)}")
+        worst = state.deviations[state.deviations["outside"]].copy()
+        worst["abs"] = worst["deviation_pct"].abs()
+        lines += ["", "| host | cell | metric | host median | fleet median | deviation |", "|---|---|---|---|---|---|"]
+        for _, row in worst.sort_values("abs", ascending=False).head(40).iterrows():
+            cell = f"{row['model']}/{row['environment']}/{row['workload']}"
+            lines.append(f"| {row['host']} | {cell} | {row['metric']} | {row['host_median']:.4g} | "
+                         f"{row['fleet_median']:.4g} | {row['deviation_pct']:+.2f}% |")
+    else:
+        lines.append(f"Every host is within ±{tolerance * 100:g}% of the fleet median on every shared cell.")
+    lines += ["", "## What differed between hosts", ""]
+    if state.differing_facts:
+        lines += ["| fact | " + " | ".join(state.hosts) + " |", "|---|" + "---|" * len(state.hosts)]
+        for fact, values in state.differing_facts.items():
+            lines.append(f"| {fact} | " + " | ".join(str(values.get(h)) for h in state.hosts) + " |")
+    else:
+        lines.append("Recorded facts (GPU, driver, CUDA, VBIOS, kernel, OS, CPU, memory, performance state) "
+                     "are the same on every host.")
+    lines.append("")
+    if state.telemetry_outliers:
+        lines += ["Measured state away from the fleet median:", "",
+                  "| host | what | value | fleet median | deviation |", "|---|---|---|---|---|"]
+        for o in state.telemetry_outliers:
+            lines.append(f"| {o['host']} | {o['what']} | {o['value']} | {o['fleet_median']} | "
+                         f"{o['deviation_pct']:+.2f}% |")
+    else:
+        lines.append("Clocks, temperatures, power and utilisation during the runs agree across hosts.")
+    throttled = {h: r for h, r in state.throttle.items() if r}
+    if throttled:
+        lines += ["", "Throttle reasons seen: " + "; ".join(f"{h}: {', '.join(r)}" for h, r in throttled.items())]
+    if state.missing:
+        lines += ["", "## Missing runs", ""]
+        lines += [f"- {h}: {m['missing']} of {m['planned']} planned runs have no record (host unreachable or "
+                  "interrupted; re-run the same command to resume)" for h, m in sorted(state.missing.items())]
+    return "\n".join(lines) + "\n"
