@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
+    from sparkfleet import hostvars
     from sparkfleet.campaign import CampaignError, plan, resolve
 except ImportError as exc:  # the controller runs ansible from a Python without sparkfleet installed
     _IMPORT_ERROR: ImportError | None = exc
@@ -38,6 +39,14 @@ def campaign_plan(campaign, host):
     return [run.to_dict() for run in plan(campaign, str(host))]
 
 
+def host_settings_problems(variables, host):
+    """{'errors': [...], 'warnings': [...]} for a host's sparkfleet_* inventory variables."""
+    _need_sparkfleet()
+    errors, warnings = hostvars.problems(str(host), dict(variables))
+    return {"errors": errors, "warnings": warnings}
+
+
 class FilterModule:
     def filters(self):
-        return {"sparkfleet_campaign_resolve": campaign_resolve, "sparkfleet_campaign_plan": campaign_plan}
+        return {"sparkfleet_campaign_resolve": campaign_resolve, "sparkfleet_campaign_plan": campaign_plan,
+                "sparkfleet_host_settings_problems": host_settings_problems}

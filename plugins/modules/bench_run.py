@@ -140,6 +140,7 @@ sparkfleet_event:
 """
 
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -166,6 +167,14 @@ from ansible.module_utils.sparkfleet_runexec import (
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAIL_BYTES = 4000
+# Space set aside before each run so that a run that fills the disk can still be recorded as failed.
+RESERVE_BYTES = 512 * 1024
+LOW_SPACE_BYTES = 4 * 1024 * 1024
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def _utc(ts: float) -> str:
@@ -248,6 +257,7 @@ class Run:
         self.run_dir = os.path.join(self.host_dir, "runs", self.rid)
         self.ledger = os.path.join(self.host_dir, "ledger.jsonl")
         self.record_path = os.path.join(self.run_dir, "record.json")
+        self.reserve = os.path.join(self.host_dir, ".sparkfleet-reserve")
         self.workloads_dir = os.path.join(p["results_root"], WORKLOADS_SUBDIR)
 
     # ---------------------------------------------------------------------------- resume
@@ -279,9 +289,20 @@ class Run:
         os.rename(self.run_dir, "%s.%s-%d" % (self.run_dir, why, n))
 
     # ------------------------------------------------------------------------------- run
+    def _reserve_space(self) -> None:
+        if not os.path.exists(self.reserve):
+            with open(self.reserve, "wb") as fh:
+                fh.write(b"\0" * RESERVE_BYTES)
+                fh.flush()
+                os.fsync(fh.fileno())
+
     def execute(self) -> dict:
         kind = self.environment.get("kind", "native")
         os.makedirs(self.run_dir, exist_ok=True)
+        try:
+            self._reserve_space()
+        except OSError as exc:
+            self.m.fail_json(msg="%s: cannot write in %s: %s" % (self.p["host"], self.host_dir, exc), run_id=self.rid)
         append_event(self.ledger, "started", self.rid, order_index=self.plan.get("order_index"))
         record = self._base_record(kind)
         cooldown = _cooldown(self.p["cooldown"] or {})
@@ -444,15 +465,27 @@ class Run:
         }
 
     def _finish(self, record: dict, status: str, reason, metrics: dict, parsed) -> dict:
+        try:
+            low = _free_bytes(self.host_dir) < LOW_SPACE_BYTES
+        except OSError:
+            low = False
+        if low:  # whatever the workload said, a full disk is the cause worth naming
+            status = "failed" if status == "ok" else status
+            reason = "disk full on %s (%s)" % (self.host_dir, reason or "the run's output could not be written")
         record["status"], record["reason"], record["metrics"] = status, reason, metrics
         record.setdefault("metric_sources", {})
         written = True
-        try:
-            write_json_atomic(self.record_path, record)
-            append_event(self.ledger, "finished", self.rid, status=status)
-        except OSError as exc:  # e.g. the disk is full: say so; earlier runs' files are untouched
-            written = False
-            record["reason"] = "%s; record not written: %s" % (reason or status, exc)
+        for attempt in (1, 2):
+            try:
+                write_json_atomic(self.record_path, record)
+                append_event(self.ledger, "finished", self.rid, status=status)
+                break
+            except OSError as exc:
+                if attempt == 1 and os.path.exists(self.reserve):
+                    os.unlink(self.reserve)  # give the record the space kept for it, then try again
+                    continue
+                written = False
+                record["reason"] = "%s; record not written: %s" % (reason or status, exc)
         return self._result(record, changed=True, written=written)
 
     def _result(self, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
@@ -494,6 +527,20 @@ def main():
     if module.params["timeout_s"] <= 0 or module.params["telemetry_interval_s"] <= 0:
         module.fail_json(msg="timeout_s and telemetry_interval_s must be positive")
     run = Run(module)
+    if not module.check_mode:
+        # One run at a time per host and campaign: a module orphaned by a killed controller may still be
+        # finishing its run when the campaign is resumed; the resume waits for it instead of racing it.
+        os.makedirs(run.host_dir, exist_ok=True)
+        lock = open(os.path.join(run.host_dir, ".lock"), "w")  # noqa: SIM115 (held until the process exits)
+        deadline = time.monotonic() + float(module.params["timeout_s"]) + 600
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    module.fail_json(msg="%s: another bench_run still holds %s" % (module.params["host"], lock.name))
+                time.sleep(0.5)
     previous = run.previous() if not module.check_mode else None
     if previous is not None:
         module.exit_json(**run._result(previous, changed=False, skipped=True))

@@ -1,20 +1,36 @@
-"""The README's main job on the default localhost inventory: runs what exists, pretends nothing."""
+"""The README's main job on the default localhost inventory (the sanity campaign), and bad input."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkfleet.record import validate
 
 
-def test_bench_on_localhost_records_facts_and_says_what_did_not_run(ansible_env, repo, tmp_path):
-    work = tmp_path / "work"
-    proc = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}"],
-                          cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    host = json.loads((work / "results/sanity/localhost/host.json").read_text())
-    assert host["host"] == "localhost" and host["kernel"] and host["memory_total_mb"] > 0
-    assert "NOT RUN" in proc.stdout
-    assert "campaign sanity (" in proc.stdout and "runs planned on localhost" in proc.stdout
+@pytest.mark.root
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_localhost_sanity_campaign_completes(docker_engine, ansible_env, repo, tmp_path):
+    work, results = tmp_path / "work", tmp_path / "results"
+    proc = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}",
+                           "-e", f"sparkfleet_results_dir={results}"],
+                          cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert "campaign sanity (" in proc.stdout and "6 runs planned on localhost" in proc.stdout
+    records = [json.loads(p.read_text()) for p in (results / "sanity/localhost/runs").glob("*/record.json")]
+    assert sorted(r["environment"] for r in records) == ["container"] * 3 + ["native"] * 3
+    for rec in records:
+        assert validate(rec) == [] and rec["status"] == "ok", rec["reason"]
+        assert rec["metrics"]["gflops"] > 0 and rec["model_loaded"] == "matmul-fp32"
+        assert rec["probe"]["dockerenv"] == ("yes" if rec["environment"] == "container" else "no")
+    host = json.loads((results / "sanity/localhost/host.json").read_text())
+    assert host["host"] == "localhost" and host["memory_total_mb"] > 0
+    assert (results / "sanity/report/index.html").exists() and (results / "sanity/report/summary.md").exists()
+    assert str(work) not in Path("/proc/self/mounts").read_text()  # restored: nothing left mounted
 
 
 def test_bench_rejects_a_bad_campaign_before_touching_the_host(ansible_env, repo, tmp_path):
@@ -26,3 +42,21 @@ def test_bench_rejects_a_bad_campaign_before_touching_the_host(ansible_env, repo
     assert proc.returncode != 0
     assert "campaign.models: empty" in proc.stdout and "unknown preset 'T9'" in proc.stdout
     assert not work.exists()  # nothing was written on the host
+
+
+def test_bad_inventory_variables_and_missing_model_paths_stop_before_the_host_changes(ansible_env, repo, tmp_path):
+    work = tmp_path / "work"
+    campaign = tmp_path / "c.yml"
+    campaign.write_text("sparkfleet_campaign:\n  name: x\n  models: [{name: m, path: /nonexistent/model}]\n"
+                        "  environments: [native]\n  workloads: [T1]\n")
+    bad_var = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}",
+                              "-e", "sparkfleet_telemetry_interval_s=0", "-e", f"@{campaign}"],
+                             cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)
+    assert bad_var.returncode != 0
+    assert "localhost: sparkfleet_telemetry_interval_s: must be above 0" in bad_var.stdout
+    missing = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}",
+                              "-e", f"@{campaign}"],
+                             cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0
+    assert "localhost: model path(s) not found: /nonexistent/model (models m)" in missing.stdout
+    assert not work.exists()
