@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Orchestration overhead per run, and fleet scaling over 1, 4 and 8 namespace hosts.
+
+For each fleet size N: a fake fleet of N hosts (tests/fleet/fakefleet.py) runs the same per-host
+campaign through bench.yml (the matrix stage only is timed, from the ledger: first `started` to last
+`finished` on each host). The workload is the trtllm-bench stand-in with a fixed run time, cooldown off.
+
+  overhead per run = (matrix wall time − Σ run durations − Σ cooldown waits) / runs     (per host)
+  scaling          = matrix wall time of the fleet (slowest host) / that of 1 host
+
+Needs root and Docker (like the end-to-end tests). Usage:
+  sudo .venv/bin/python benchmarks/fleet_scaling.py [--sizes 1,4,8] [--runs 6] [--runtime 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "fleet"))
+
+from fakefleet import FakeFleet  # noqa: E402
+from testimage import ensure_dockerd, ensure_test_image  # noqa: E402
+
+
+def _ts(text: str) -> float:
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+def measure(n: int, runs: int, runtime: float, image: str, base: Path) -> dict:
+    fleet = FakeFleet.up(n, base / f"fleet{n}")
+    try:
+        campaign = base / f"c{n}.json"
+        iterations = runs // 2
+        campaign.write_text(json.dumps({"sparkfleet_campaign": {
+            "name": f"scale{n}", "image": image, "models": [{"name": "deepseek"}],
+            "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
+            "workloads": [{"name": "w", "preset": "T1", "requests": 4,
+                           "env": {"SPARKFLEET_FAKE_RUNTIME_S": str(runtime), "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],
+            "iterations": iterations, "cooldown": {"enabled": False}, "timeout_s": 300}}))
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+        env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        started = time.monotonic()
+        proc = subprocess.run(
+            ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{campaign}",
+             "-e", f"sparkfleet_results_dir={base / 'results'}", "-e", "sparkfleet_image_offline=true",
+             "-e", "sparkfleet_preflight_max_load_per_cpu=100", "-e", "sparkfleet_preflight_min_free_memory_gib=0.5",
+             "-e", "sparkfleet_preflight_min_free_disk_gib=1"],
+            cwd=REPO, env=env, capture_output=True, text=True)
+        total = time.monotonic() - started
+        if proc.returncode != 0:
+            raise SystemExit(f"bench.yml failed on {n} hosts:\n{proc.stdout[-3000:]}")
+        per_host = []
+        for host in fleet.hosts:
+            hdir = Path(host.work_dir, "results", f"scale{n}", host.name)
+            events = [json.loads(line) for line in (hdir / "ledger.jsonl").read_text().splitlines()]
+            first = min(_ts(e["ts"]) for e in events if e["event"] == "started")
+            last = max(_ts(e["ts"]) for e in events if e["event"] == "finished")
+            recs = [json.loads(p.read_text()) for p in (hdir / "runs").glob("*/record.json")]
+            work = sum(r["duration_s"] for r in recs)
+            cool = sum((r.get("cooldown") or {}).get("waited_s") or 0 for r in recs)
+            per_host.append({"matrix_s": last - first, "overhead_per_run_s": (last - first - work - cool) / len(recs),
+                             "run_s_mean": work / len(recs)})
+        return {"hosts": n, "runs_per_host": runs, "playbook_s": round(total, 1),
+                "matrix_s": round(max(h["matrix_s"] for h in per_host), 2),
+                "overhead_per_run_s": round(statistics.mean(h["overhead_per_run_s"] for h in per_host), 3),
+                "run_s_mean": round(statistics.mean(h["run_s_mean"] for h in per_host), 3)}
+    finally:
+        fleet.down()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,4,8")
+    parser.add_argument("--runs", type=int, default=6, help="runs per host (even: native + container)")
+    parser.add_argument("--runtime", type=float, default=2.0, help="stand-in run time per run, seconds")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (network namespaces, chroot, Docker)", file=sys.stderr)
+        return 2
+    ensure_dockerd()
+    image = ensure_test_image()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-scale-") as tmp:
+        for n in (int(s) for s in args.sizes.split(",")):
+            rows.append(measure(n, args.runs, args.runtime, image, Path(tmp)))
+            print(json.dumps(rows[-1]), flush=True)
+    base = rows[0]["matrix_s"]
+    print(f"\n{'hosts':>5} {'runs/host':>9} {'playbook s':>10} {'matrix s':>9} {'x 1 host':>8} "
+          f"{'run s':>6} {'overhead/run s':>14}")
+    for r in rows:
+        print(f"{r['hosts']:>5} {r['runs_per_host']:>9} {r['playbook_s']:>10} {r['matrix_s']:>9} "
+              f"{r['matrix_s'] / base:>8.2f} {r['run_s_mean']:>6} {r['overhead_per_run_s']:>14}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}, cpus: {os.cpu_count()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
