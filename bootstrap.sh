@@ -81,14 +81,15 @@ step "ansible-playbook --syntax-check" bash -c \
 step "ansible-lint (production profile)" .venv/bin/ansible-lint --profile production --offline -q \
   bench.yml playbooks roles
 [ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
+# --dist loadfile: a file's tests share one worker (and its fake fleets); the e2e tests mostly wait.
 step "pytest (ansible-core $(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)'))" \
-  .venv/bin/pytest -q -ra "$@"
+  .venv/bin/pytest -q -ra -n "${SPARKFLEET_TEST_WORKERS:-3}" --dist loadfile "$@"
 
 newest=$(newest_python)
 if [ -n "$newest" ]; then
   make_venv .venv-newest "$newest"
   step "unit tests on $("$newest" --version) / ansible-core $(.venv-newest/bin/python -c 'import ansible.release as r; print(r.__version__)')" \
-    .venv-newest/bin/pytest -q tests/unit
+    .venv-newest/bin/pytest -q -n 2 tests/unit
 else
   echo "note: no Python >= 3.12 here; the unit tests ran on $(python3 --version) only"
 fi

@@ -82,7 +82,8 @@ def docker_engine() -> Iterator[None]:
         pytest.skip("Docker is not installed (Debian package docker.io)")
     started = ensure_dockerd()
     yield
-    if started:
+    # Under pytest-xdist another worker may still be using the engine: leave it running.
+    if started and not os.environ.get("PYTEST_XDIST_WORKER"):
         subprocess.run(["docker", "ps", "-aq", "--filter", "label=sparkfleet.test"], capture_output=True)
         stop_dockerd()
 

@@ -104,7 +104,9 @@ class FakeFleet:
             raise FleetError(f"hosts must be between 1 and 64, got {n}")
         base = Path(base_dir).resolve()
         base.mkdir(parents=True, exist_ok=True)
-        subnet = _free_subnet()
+        with _host_lock():  # fleets built in parallel (pytest-xdist) must not pick the same subnet
+            subnet = _free_subnet()
+            _run(["ip", "link", "add", f"sfbr{subnet}", "type", "bridge"])
         fleet = cls(
             dir=str(base),
             subnet=subnet,
@@ -152,7 +154,6 @@ class FakeFleet:
         Path(self.dir, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
 
     def _make_bridge(self) -> None:
-        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{SUBNET_PREFIX}.{self.subnet}.1/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
 
@@ -267,10 +268,20 @@ class FakeFleet:
         _unmount_under(self.dir)
 
 
+@contextlib.contextmanager
+def _host_lock(name: str = "/run/sparkfleet-fakefleet.lock"):
+    import fcntl
+
+    with open(name, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def _free_subnet() -> int:
     used = _run(["ip", "-o", "-4", "addr"]).stdout
+    links = _run(["ip", "-o", "link"]).stdout
     for k in range(10, 250):
-        if f" {SUBNET_PREFIX}.{k}." not in used:
+        if f" {SUBNET_PREFIX}.{k}." not in used and f" sfbr{k}:" not in links:
             return k
     raise FleetError(f"no free {SUBNET_PREFIX}.K.0/24 subnet left on this machine")
 

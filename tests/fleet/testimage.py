@@ -11,6 +11,8 @@ tagged with a hash of its recipe and stand-ins, so an unchanged recipe is never 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -50,6 +52,11 @@ def docker_ok() -> bool:
 
 def ensure_dockerd(timeout: float = 60) -> bool:
     """Start dockerd when none answers. Returns True when this call started it (so it should stop it)."""
+    with _cache_lock():
+        return _ensure_dockerd(timeout)
+
+
+def _ensure_dockerd(timeout: float) -> bool:
     if docker_ok():
         return False
     dockerd = shutil.which("dockerd")
@@ -124,8 +131,21 @@ def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+@contextlib.contextmanager
+def _cache_lock():
+    """Parallel test workers build the base tarball and the image once, not once each."""
+    with open(cache_dir() / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_test_image() -> str:
     """Return the test image reference, building it when its recipe changed."""
+    with _cache_lock():
+        return _ensure_test_image()
+
+
+def _ensure_test_image() -> str:
     ref = f"{IMAGE_REPO}:{_recipe_hash()}"
     if _run(["docker", "image", "inspect", ref], check=False).returncode == 0:
         _run(["docker", "tag", ref, f"{IMAGE_REPO}:latest"])
