@@ -23,7 +23,6 @@ import argparse
 import math
 import os
 import resource
-import socket
 import sys
 import time
 from typing import Any
@@ -35,6 +34,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
 SEED = 0
 GIB = float(2**30)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling module, copied with the scripts
+from sparkfleet_probe import probe_lines  # noqa: E402
+
 NL = "\n"
 
 #: Architecture presets: (config class name in transformers, its keyword arguments). Shapes follow the
@@ -84,23 +86,6 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 
 class SetupError(Exception):
     """Something the user can fix: a missing library, a bad model path, no CUDA device."""
-
-
-def probe_lines() -> list[str]:
-    """Where this ran; the same lines as matmul.py and the trtllm-bench stand-in print."""
-    try:
-        root = os.stat("/")
-        root_id = f"{root.st_dev}:{root.st_ino}"
-    except OSError as exc:
-        root_id = f"error {exc.strerror}"
-    env_probe = os.environ.get("SPARKFLEET_ENV_PROBE")
-    return [
-        f"[sparkfleet-probe] hostname: {socket.gethostname()}",
-        f"[sparkfleet-probe] dockerenv: {'yes' if os.path.exists('/.dockerenv') else 'no'}",
-        f"[sparkfleet-probe] root_dev_ino: {root_id}",
-        f"[sparkfleet-probe] env_probe: {'(unset)' if env_probe is None else env_probe.replace(NL, ' ')}",
-        f"[sparkfleet-probe] pid: {os.getpid()}",
-    ]
 
 
 # ------------------------------------------------------------------------------------------ helpers

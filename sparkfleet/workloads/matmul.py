@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,9 @@ GPU_DEFAULT_SIZE = 10000
 # 10 products of 2048^2 on 2 CPU cores with an ordinary BLAS take a few seconds at most.
 CPU_DEFAULT_SIZE = 2048
 BACKENDS = ("auto", "torch", "cupy", "numpy")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling module, copied with the scripts
+from sparkfleet_probe import probe_lines  # noqa: E402
+
 NL = "\n"
 
 
@@ -115,23 +117,6 @@ def choose_backend(wanted: str) -> Backend | None:
         if backend is not None:
             return backend
     return None
-
-
-def probe_lines() -> list[str]:
-    """Where this ran; the same lines as the trtllm-bench stand-in prints."""
-    try:
-        root = os.stat("/")
-        root_id = f"{root.st_dev}:{root.st_ino}"
-    except OSError as exc:
-        root_id = f"error {exc.strerror}"
-    env_probe = os.environ.get("SPARKFLEET_ENV_PROBE")
-    return [
-        f"[sparkfleet-probe] hostname: {socket.gethostname()}",
-        f"[sparkfleet-probe] dockerenv: {'yes' if os.path.exists('/.dockerenv') else 'no'}",
-        f"[sparkfleet-probe] root_dev_ino: {root_id}",
-        f"[sparkfleet-probe] env_probe: {'(unset)' if env_probe is None else env_probe.replace(NL, ' ')}",
-        f"[sparkfleet-probe] pid: {os.getpid()}",
-    ]
 
 
 def time_products(backend: Backend, size: int, warmup: int, iterations: int) -> list[float]:

@@ -82,7 +82,7 @@ def test_bad_arguments_exit_2(args, tmp_path):
 
 
 def test_script_is_standalone():
-    """It runs in a chroot/container without sparkfleet: no sparkfleet import, only stdlib at top level."""
+    """It runs in a chroot/container without sparkfleet: only stdlib and its sibling probe module at top level."""
     tree = ast.parse(MATMUL.read_text())
     top_level = set()
     for node in tree.body:
@@ -90,5 +90,7 @@ def test_script_is_standalone():
             top_level |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             top_level.add(node.module.split(".")[0])
-    assert top_level <= {"__future__", "argparse", "os", "socket", "sys", "time", "collections"}
+    assert top_level <= {"__future__", "argparse", "os", "socket", "sys", "time", "collections", "sparkfleet_probe"}
+    probe = ast.parse((MATMUL.parent / "sparkfleet_probe.py").read_text())
+    assert {n.names[0].name for n in probe.body if isinstance(n, ast.Import)} <= {"os", "socket"}
     assert "sparkfleet" not in {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
