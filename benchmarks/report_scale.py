@@ -1,6 +1,6 @@
 """Time `sparkfleet report` on 100,000 synthetic run records (wall time and peak memory).
 
-    .venv/bin/python benchmarks/report_scale.py [--runs 100000] [--keep DIR]
+    .venv/bin/python benchmarks/report_scale.py [--runs 100000] [--keep DIR] [--repeat N]
 
 Records are sharded like a real fleet: hosts x models x environments x workloads x iterations, written
 as ``<campaign>/<host>/runs/<run_id>/record.json``; one run in 2,000 also gets a telemetry.csv. The report
@@ -120,6 +120,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temp dir)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N", help="time the report N times (default 1)")
     args = parser.parse_args()
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sparkfleet-scale-"))
     campaign = base / "scale"
@@ -128,12 +129,15 @@ def main() -> int:
             start = time.perf_counter()
             count = generate(campaign, args.runs)
             print(f"generated {count} records in {time.perf_counter() - start:.1f} s under {campaign}")
-        load = os.getloadavg()[0]
-        result = time_report(campaign)
-        print(f"sparkfleet report: exit {result['exit']}, wall {result['wall_s']:.2f} s, "
-              f"cpu {result['cpu_s']:.2f} s, peak RSS {result['peak_rss_gib']:.2f} GiB, "
-              f"cpus {len(os.sched_getaffinity(0))}, load average before {load:.2f}")
-        return int(result["exit"])
+        status = 0
+        for _ in range(max(1, args.repeat)):
+            load = os.getloadavg()[0]
+            result = time_report(campaign)
+            print(f"sparkfleet report: exit {result['exit']}, wall {result['wall_s']:.2f} s, "
+                  f"cpu {result['cpu_s']:.2f} s, peak RSS {result['peak_rss_gib']:.2f} GiB, "
+                  f"cpus {len(os.sched_getaffinity(0))}, load average before {load:.2f}", flush=True)
+            status = status or int(result["exit"])
+        return status
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

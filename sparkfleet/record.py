@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import os
 import re
 import tempfile
@@ -43,7 +44,7 @@ METRICS: dict[str, str] = {
 MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction")
 
 STATUSES = ("ok", "failed", "timeout", "invalid")
-ENVIRONMENT_KINDS = ("native", "container")
+ENVIRONMENT_KINDS = ("native", "container", "bare")
 
 IDENTITY_FIELDS = ("campaign", "host", "model", "environment", "workload", "iteration")
 
@@ -52,8 +53,17 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def slug(text: str, limit: int = 40) -> str:
     """A path-safe, human-readable fragment: never empty, never '.' or '..'."""
+    if type(text) is str:  # the common case, and repeated: a fleet has a handful of models and workloads
+        return _slug_str(text, limit)
+    return _slug(text, limit)
+
+
+def _slug(text: Any, limit: int) -> str:
     out = _SAFE.sub("-", str(text)).strip("-.")[:limit]
     return out or "x"
+
+
+_slug_str = functools.lru_cache(maxsize=4096)(_slug)
 
 
 def run_id(campaign: str, host: str, model: str, environment: str, workload: str, iteration: int) -> str:
@@ -61,7 +71,7 @@ def run_id(campaign: str, host: str, model: str, environment: str, workload: str
 
     Readable prefix for humans, hash suffix for uniqueness (slugs of different names may collide).
     """
-    key = "\x1f".join(str(v) for v in (campaign, host, model, environment, workload, int(iteration)))
+    key = "\x1f".join(map(str, (campaign, host, model, environment, workload, int(iteration))))
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{slug(model, 24)}.{slug(environment, 16)}.{slug(workload, 16)}.i{int(iteration):03d}.{digest}"
 
@@ -72,36 +82,71 @@ def schema() -> dict[str, Any]:
     return json.loads((Path(__file__).with_name("record.schema.json")).read_text())
 
 
+@functools.cache
+def _rules() -> tuple[tuple[str, ...], frozenset[str], tuple[tuple[str, Any], ...]]:
+    """The schema as `validate` uses it, derived once per process: the required keys (in schema order, and
+    as a set for one subset test) and the properties that name a type, with that type."""
+    sch = schema()
+    required = tuple(sch["required"])
+    typed = tuple((key, spec["type"]) for key, spec in sch["properties"].items() if spec.get("type") is not None)
+    return required, frozenset(required), typed
+
+
+@functools.lru_cache(maxsize=256)
+def _type_problems(keys: tuple[str, ...], value_types: tuple[type, ...]) -> tuple[str, ...]:
+    """Type problems of a record with these keys and these Python types of its values, in schema order.
+
+    Whether a value has its property's JSON type depends on the value's Python type alone, and the records
+    of one producer share keys and types: so this runs once per record shape, not once per record.
+    """
+    present = {key: value_types[i] for i, key in enumerate(keys)}
+    return tuple(
+        f"field '{key}' has type {present[key].__name__}, expected {types}"
+        for key, types in _rules()[2]
+        if key in present and not _type_ok(present[key], types)
+    )
+
+
+_IDENTITY_AND_RUN_ID = frozenset((*IDENTITY_FIELDS, "run_id"))
+_identity = operator.itemgetter(*IDENTITY_FIELDS)
+_METRIC_NAMES = frozenset(METRICS)
+#: Metric value types accepted without a closer look (bool, an int subclass, is accepted by the slow path).
+_PLAIN_METRIC_TYPES = frozenset((int, float, type(None)))
+
+
 def validate(record: Any) -> list[str]:
-    """Return a list of problems (empty when the record honours the contract)."""
+    """Return a list of problems (empty when the record honours the contract).
+
+    Called once per record when loading (100k times for a large fleet), so every check is shaped for the
+    valid case: set operations in C first, the per-item walk (which words the problems) only when one fails.
+    """
     errors: list[str] = []
     if not isinstance(record, dict):
         return ["record is not a JSON object"]
-    sch = schema()
-    for key in sch["required"]:
-        if key not in record:
-            errors.append(f"missing field '{key}'")
-    for key, spec in sch["properties"].items():
-        if key in record and not _type_ok(record[key], spec.get("type")):
-            errors.append(f"field '{key}' has type {type(record[key]).__name__}, expected {spec['type']}")
+    required, required_set, _ = _rules()
+    keys = record.keys()
+    if not keys >= required_set:
+        errors += [f"missing field '{key}'" for key in required if key not in record]
+    errors += _type_problems(tuple(keys), tuple(map(type, record.values())))
     if record.get("schema_version") not in (None, SCHEMA_VERSION):
         errors.append(f"schema_version {record.get('schema_version')!r} is not {SCHEMA_VERSION}")
     if "status" in record and record["status"] not in STATUSES:
         errors.append(f"status {record['status']!r} is not one of {', '.join(STATUSES)}")
     metrics = record.get("metrics")
     if isinstance(metrics, dict):
-        for name, value in metrics.items():
-            if name not in METRICS:
-                errors.append(f"unknown metric '{name}'")
-            elif value is not None and not isinstance(value, (int, float)):
-                errors.append(f"metric '{name}' is not a number")
+        if not (metrics.keys() <= _METRIC_NAMES and _PLAIN_METRIC_TYPES.issuperset(map(type, metrics.values()))):
+            for name, value in metrics.items():
+                if name not in METRICS:
+                    errors.append(f"unknown metric '{name}'")
+                elif value is not None and not isinstance(value, (int, float)):
+                    errors.append(f"metric '{name}' is not a number")
         sources = record.get("metric_sources") or {}
         for name in MEMORY_METRICS:
             if metrics.get(name) is not None and not sources.get(name):
                 errors.append(f"memory metric '{name}' has no entry in metric_sources")
-    if all(k in record for k in IDENTITY_FIELDS) and "run_id" in record:
+    if keys >= _IDENTITY_AND_RUN_ID:
         try:
-            expected: str | None = run_id(*(record[k] for k in IDENTITY_FIELDS))
+            expected: str | None = run_id(*_identity(record))
         except (TypeError, ValueError):  # e.g. iteration "3": already reported as a type problem above
             expected = None
         if record["run_id"] != expected:
@@ -120,14 +165,15 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _type_ok(value: Any, types: str | list[str] | None) -> bool:
+def _type_ok(value_type: type, types: str | list[str] | None) -> bool:
+    """Whether a value of this Python type has one of the JSON ``types`` (a bool is never a number)."""
     if types is None:
         return True
     names = [types] if isinstance(types, str) else types
     for name in names:
-        if name in ("integer", "number") and isinstance(value, bool):
+        if name in ("integer", "number") and issubclass(value_type, bool):
             continue
-        if isinstance(value, _JSON_TYPES[name]):
+        if issubclass(value_type, _JSON_TYPES[name]):
             return True
     return False
 

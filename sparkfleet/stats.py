@@ -114,11 +114,13 @@ def _grouped_bootstrap(
     for n in np.unique(counts[(counts >= 2) & ~constant]):
         lo, hi = _bootstrap_median_positions(int(n), resamples, seed)
         groups = np.flatnonzero((counts == n) & ~constant)
-        for batch in np.array_split(groups, max(1, len(groups) // _BOOTSTRAP_BATCH)):
-            base = starts[batch][:, None]
-            medians = (values[base + lo[None, :]] + values[base + hi[None, :]]) / 2
+        # Each cell's sorted sample as a row: the resample medians are then two column gathers.
+        samples = values[starts[groups][:, None] + np.arange(n)]
+        for rows in np.array_split(np.arange(len(groups)), max(1, len(groups) // _BOOTSTRAP_BATCH)):
+            block = samples[rows]
+            medians = (block[:, lo] + block[:, hi]) / 2
             q = np.quantile(medians, quantiles, axis=1)
-            low[batch], high[batch] = q[0], q[1]
+            low[groups[rows]], high[groups[rows]] = q[0], q[1]
     out = long.groupby(group_cols, sort=True, observed=True).size().index.to_frame(index=False)
     out["median_ci_low"], out["median_ci_high"] = low, high
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -46,22 +47,25 @@ def options_from(args):
 
 def run(args) -> int:
     from sparkfleet.load import load_runs
-    from sparkfleet.report import analyse, write_report
-    from sparkfleet.report.summary import terminal_summary, to_json
 
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"{results}: not a results directory")
     if args.resamples is not None and args.resamples < 100:
         raise UsageError("--resamples must be at least 100")
+    # scipy and matplotlib (most of a second) are imported while the loader's workers read the records.
+    loaded = load_runs(results, while_loading=lambda: importlib.import_module("sparkfleet.report.summary"))
+    from sparkfleet.report import analyse, start_run_figures, write_report
+    from sparkfleet.report.summary import terminal_summary, to_json
+
     options = options_from(args)
-    loaded = load_runs(results)
     for problem in loaded.problems:
         print(f"sparkfleet report: skipped {problem}", file=sys.stderr)
     if loaded.runs.empty:
         raise UsageError(f"{results}: no valid run records ({len(loaded.problems)} skipped)")
+    started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed
     analysis = analyse(loaded, options)
-    written = write_report(analysis, args.out or results / "report")
+    written = write_report(analysis, args.out or results / "report", started)
     if args.json:
         print(to_json(analysis))
     else:

@@ -8,25 +8,22 @@ from pathlib import Path
 
 from sparkfleet.load import export_runs, load_runs, write_csv
 from sparkfleet.report.analysis import Analysis, Options, analyse
-from sparkfleet.report.content import build_document, render_figures
+from sparkfleet.report.content import FigureDrawing, PendingFigures, build_document, start_run_figures
 from sparkfleet.report.render import to_html, to_markdown
 
-__all__ = ["Analysis", "Options", "analyse", "build_report", "write_report"]
+__all__ = ["Analysis", "Options", "analyse", "build_report", "start_run_figures", "write_report"]
 
 
-def write_report(analysis: Analysis, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write every report file into ``out_dir``; returns the paths written (main files first)."""
+def write_report(analysis: Analysis, out_dir: str | os.PathLike[str],
+                 started: FigureDrawing | None = None) -> list[Path]:
+    """Write every report file into ``out_dir``; returns the paths written (main files first).
+
+    ``started``: the run-only figures, when the caller began drawing them with `start_run_figures`.
+    Large reports write the data files while the figures are drawn in other processes."""
     out = Path(out_dir)
     plots_dir = out / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
-    figures = render_figures(analysis)
-    sections = build_document(analysis, figures)
-    title = f"sparkfleet report: {', '.join(sorted(set(analysis.runs['campaign'].astype(str)))) or analysis.root}"
-    summary, index = out / "summary.md", out / "index.html"
-    summary.write_text(to_markdown(title, sections))
-    index.write_text(to_html(title, sections))
-    for figure in figures.values():
-        (plots_dir / f"{figure.name}.png").write_bytes(figure.png)
+    pending = PendingFigures(analysis, started)
     csv_path, parquet_path = export_runs(analysis.runs, out)
     tables = {
         "cells.csv": analysis.cells.merge(analysis.counts, on=["host", "model", "environment", "workload"],
@@ -39,6 +36,14 @@ def write_report(analysis: Analysis, out_dir: str | os.PathLike[str]) -> list[Pa
     }
     for name, frame in tables.items():
         write_csv(frame, out / name)
+    figures = pending.figures()
+    sections = build_document(analysis, figures)
+    title = f"sparkfleet report: {', '.join(sorted(set(analysis.runs['campaign'].astype(str)))) or analysis.root}"
+    summary, index = out / "summary.md", out / "index.html"
+    summary.write_text(to_markdown(title, sections))
+    index.write_text(to_html(title, sections))
+    for figure in figures.values():
+        (plots_dir / f"{figure.name}.png").write_bytes(figure.png)
     return [summary, index, csv_path, parquet_path]
 
 
@@ -46,6 +51,7 @@ def build_report(results: str | os.PathLike[str], options: Options | None = None
                  out_dir: str | os.PathLike[str] | None = None) -> tuple[Analysis, list[Path]]:
     """Load, analyse and write; the report goes to RESULTS/report unless ``out_dir`` says otherwise."""
     loaded = load_runs(results)
+    started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed
     analysis = analyse(loaded, options)
-    written = write_report(analysis, out_dir or Path(results) / "report")
+    written = write_report(analysis, out_dir or Path(results) / "report", started)
     return analysis, written

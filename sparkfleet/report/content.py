@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import os
+import pickle
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 
@@ -31,47 +32,119 @@ CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 MAX_KV_RUN_ROWS = 200
 
 
-#: Runs above which figures are drawn in two processes (forking costs more than it saves on small reports).
+#: Runs above which figures are drawn in forked processes (forking costs more than it saves on small reports).
 PARALLEL_FIGURES_MIN_RUNS = 20_000
-_FORKED: dict[str, dict] = {}
+_TITLES = {
+    "box_per_cell": "Runs per cell (box plots)",
+    "ci_bars": "Means with 95% confidence intervals",
+    "throughput_batch": "Throughput against batch size",
+    "kv_budget": "KV-cache budget",
+    "timeline": "Campaign in run order",
+    "telemetry": "Telemetry (temperature, memory) over time",
+}
+
+
+def run_figure_makers(runs: pd.DataFrame, root: Path) -> dict[str, Callable[[], bytes | None]]:
+    """The figures that need only the runs: a large report draws them while it computes the statistics."""
+    return {
+        "box_per_cell": lambda: plots.box_plots(runs),
+        "throughput_batch": lambda: plots.throughput_by_batch(runs),
+        "timeline": lambda: plots.campaign_timeline(runs),
+        "telemetry": lambda: plots.telemetry(runs, root),
+    }
 
 
 def figure_makers(analysis: Analysis) -> dict[str, tuple[str, Callable[[], bytes | None]]]:
     fraction = analysis.kv_fit.assumed_fraction if analysis.kv_fit else analysis.options.kv_fraction
-    return {
-        "box_per_cell": ("Runs per cell (box plots)", lambda: plots.box_plots(analysis.runs)),
-        "ci_bars": ("Means with 95% confidence intervals", lambda: plots.ci_bars(analysis.cells, analysis.runs)),
-        "throughput_batch": ("Throughput against batch size", lambda: plots.throughput_by_batch(analysis.runs)),
-        "kv_budget": ("KV-cache budget", lambda: plots.kv_budget(analysis.kv_runs, fraction)),
-        "timeline": ("Campaign in run order", lambda: plots.campaign_timeline(analysis.runs)),
-        "telemetry": ("Telemetry (temperature, memory) over time",
-                      lambda: plots.telemetry(analysis.runs, analysis.root)),
+    makers = run_figure_makers(analysis.runs, analysis.root) | {
+        "ci_bars": lambda: plots.ci_bars(analysis.cells, analysis.runs),
+        "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, fraction),
     }
+    return {name: (title, makers[name]) for name, title in _TITLES.items()}
 
 
-def _draw(names: list[str]) -> dict[str, bytes | None]:
-    makers = _FORKED["makers"]
-    return {name: makers[name][1]() for name in names}
+class FigureDrawing:
+    """Figures drawn in a forked child (it inherits the data, so nothing big is pickled; the PNGs come
+    back through a pipe), or right here where forking is not worth it or not possible."""
+
+    def __init__(self, makers: dict[str, Callable[[], bytes | None]], fork: bool) -> None:
+        self.names = list(makers)
+        self._pngs: dict[str, bytes | None] | None = None
+        self._pid = 0
+        if not fork:
+            self._pngs = {name: make() for name, make in makers.items()}
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: draw, send, leave without running the parent's exit handlers
+            status = 1
+            try:
+                os.close(read_fd)
+                try:
+                    reply: object = {name: make() for name, make in makers.items()}
+                except Exception as exc:  # handed to the parent, which raises it
+                    reply = exc
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pickle.dump(reply, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_fd)
+        self._pid, self._read_fd = pid, read_fd
+
+    def result(self) -> dict[str, bytes | None]:
+        if self._pngs is None:
+            try:
+                with os.fdopen(self._read_fd, "rb") as pipe:
+                    data = pipe.read()
+            finally:
+                _, status = os.waitpid(self._pid, 0)
+            if not data:
+                raise RuntimeError(f"figure process exited with status {status} without a result")
+            reply = pickle.loads(data)
+            if isinstance(reply, BaseException):
+                raise reply
+            self._pngs = reply
+        return self._pngs
 
 
-def render_figures(analysis: Analysis) -> dict[str, Figure]:
-    """Every figure that has data. Large reports draw the two heaviest figures in a forked process
-    (it inherits the analysis, so nothing big is pickled) while this one draws the rest."""
-    makers = figure_makers(analysis)
-    names = list(makers)
-    forked = ["box_per_cell", "ci_bars"]
-    if len(analysis.runs) >= PARALLEL_FIGURES_MIN_RUNS and "fork" in mp.get_all_start_methods():
-        _FORKED["makers"] = makers  # set before the pool forks its worker at submit()
-        try:
-            with ProcessPoolExecutor(1, mp_context=mp.get_context("fork")) as pool:
-                future = pool.submit(_draw, forked)
-                pngs = {name: makers[name][1]() for name in names if name not in forked}
-                pngs |= future.result()
-        finally:
-            _FORKED.clear()
-    else:
-        pngs = {name: make() for name, (_, make) in makers.items()}
-    return {name: Figure(name=name, title=makers[name][0], png=pngs[name]) for name in names if pngs[name]}
+def _fork_figures(runs: pd.DataFrame) -> bool:
+    return len(runs) >= PARALLEL_FIGURES_MIN_RUNS and hasattr(os, "fork")
+
+
+def start_run_figures(runs: pd.DataFrame, root: Path | None) -> FigureDrawing | None:
+    """Start drawing the figures that need only the runs, in a forked process, when the report is large
+    enough to gain from it: the caller computes the statistics meanwhile. None: nothing started."""
+    if not _fork_figures(runs):
+        return None
+    return FigureDrawing(run_figure_makers(runs, root or Path(".")), fork=True)
+
+
+class PendingFigures:
+    """The report's figures, being drawn; `figures()` waits for them."""
+
+    def __init__(self, analysis: Analysis, started: FigureDrawing | None = None) -> None:
+        makers = figure_makers(analysis)
+        fork = _fork_figures(analysis.runs)
+        if started is None and fork:
+            started = start_run_figures(analysis.runs, analysis.root)
+        self._parts = [started] if started is not None else []
+        done = set(started.names) if started is not None else set()
+        rest = {name: make for name, (_, make) in makers.items() if name not in done}
+        self._parts.append(FigureDrawing(rest, fork=fork))
+
+    def figures(self) -> dict[str, Figure]:
+        pngs: dict[str, bytes | None] = {}
+        for part in self._parts:
+            pngs |= part.result()
+        return {name: Figure(name=name, title=title, png=pngs[name])
+                for name, title in _TITLES.items() if pngs.get(name)}
+
+
+def render_figures(analysis: Analysis, started: FigureDrawing | None = None) -> dict[str, Figure]:
+    """Every figure that has data. Large reports draw them in two forked processes: the run-only figures
+    (perhaps already started by `start_run_figures`) in one and the rest in another."""
+    return PendingFigures(analysis, started).figures()
 
 
 def build_document(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:

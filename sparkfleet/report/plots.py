@@ -78,7 +78,7 @@ def box_plots(runs: pd.DataFrame) -> bytes | None:
         return None
     cells = _cell_order(measured)
     total = measured.groupby(list(CELL_KEYS)).ngroups
-    grouped = measured.groupby(list(CELL_KEYS))
+    grouped = measured.groupby(list(CELL_KEYS))[metrics]  # only the plotted columns: get_group copies them
     colors = _environment_colors([c[2] for c in cells])
     size = (max(6, 0.9 * len(cells) + 1), 2.4 * len(metrics))
     fig, axes = _subplots(len(metrics), 1, figsize=size, squeeze=False, sharex=True)
