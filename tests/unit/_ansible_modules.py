@@ -45,6 +45,11 @@ def run_module(module: ModuleType, args: dict[str, Any], check_mode: bool = Fals
     """Run ``module.main()`` with ``args``; return its JSON result (``failed: true`` when it failed)."""
     if check_mode:
         args = {**args, "_ansible_check_mode": True}
+    # Warnings are process-global in ansible-core; one module run's must not show up in the next one's result.
+    from ansible.module_utils.common import warnings as ansible_warnings
+
+    ansible_warnings._global_warnings.clear()
+    ansible_warnings._global_deprecations.clear()
     out = io.StringIO()
     with patch_module_args(args), contextlib.redirect_stdout(out):
         try:

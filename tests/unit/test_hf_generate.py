@@ -122,14 +122,20 @@ def test_llama_tiny_preset_on_cpu(libs, tmp_path):
 
 
 def test_local_path_model_loads_without_network(libs, tmp_path):
-    torch, transformers = libs
-    config = transformers.LlamaConfig(
-        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128,
-    )
-    torch.manual_seed(1)
     model_dir = tmp_path / "tiny-llama"
-    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
+    # Built in a child process: torch's compiler and ansible-core's patches (loaded in this worker by the
+    # module tests) do not mix in one interpreter.
+    made = subprocess.run([sys.executable, "-c", (
+        "import sys, torch, transformers as t\n"
+        "c = t.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=3,"
+        " num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128)\n"
+        "torch.manual_seed(1)\n"
+        "m = t.AutoModelForCausalLM.from_config(c)\n"
+        "m.save_pretrained(sys.argv[1])\n"
+        "print(sum(p.numel() for p in m.parameters()))\n"), str(model_dir)],
+        capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    parameters = int(made.stdout.split()[-1])
     assert (model_dir / "config.json").is_file()
     proc = run_workload(
         "--model", str(model_dir), "--batch", "1", "--input-len", "5", "--output-len", "3",
@@ -140,8 +146,7 @@ def test_local_path_model_loads_without_network(libs, tmp_path):
     assert result.kind == "hf-generate" and result.model == str(model_dir)
     assert result.missing == [] and result.warnings == []
     assert result.extra["model_source"] == "path"
-    assert result.extra["parameters"] == sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(
-        config).parameters())
+    assert result.extra["parameters"] == parameters
     assert iteration_tokens(proc.stdout) == [3, 3]
     assert_consistent(result, batch=1, input_len=5, output_len=3)
     # 3 layers, 1 KV head, head_dim 32/4 = 8, float32, 5 + 3 - 1 cached tokens

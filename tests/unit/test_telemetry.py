@@ -113,6 +113,15 @@ def test_rows_at_the_rate_from_one_persistent_nvidia_smi(standin, no_nvml, monke
     assert 0.9 <= summary["duration_s"] <= 1.3 and summary["interval_s"] == 0.1
 
 
+def _wait_for_rows(path, n: int, timeout: float = 20.0) -> None:
+    """The stand-in is a Python process: on a loaded machine its first line can take a while."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) > n:
+            return
+        time.sleep(0.05)
+
+
 def test_gpu_selection_and_load(standin, no_nvml, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_FAKE_GPU_COUNT", "2")
     marker = standin / "load"
@@ -120,12 +129,12 @@ def test_gpu_selection_and_load(standin, no_nvml, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_FAKE_GPU_LOAD", str(marker))
     both = TelemetrySampler(str(standin / "both.csv"), interval_s=0.1, sensor="nvidia-smi")
     both.start()
-    time.sleep(0.35)
+    _wait_for_rows(standin / "both.csv", 4)
     s_both = both.stop()
     assert s_both["gpus"] == [0, 1] and s_both["rows"] == 2 * s_both["samples"]
     one = TelemetrySampler(str(standin / "one.csv"), interval_s=0.1, gpus=[1], sensor="nvidia-smi")
     one.start()
-    time.sleep(0.25)
+    _wait_for_rows(standin / "one.csv", 2)
     s_one = one.stop()
     data = rows(standin / "one.csv")
     assert {r["gpu"] for r in data} == {"1"} and s_one["gpus"] == [1]
