@@ -128,6 +128,10 @@ class KvFit:
     fitted_residual_max_abs: float
 
 
+#: Engines whose KV cache grows with the sequence instead of being preallocated from the free memory.
+GROWING_KV_ENGINES = ("hf-generate", "matmul")
+
+
 def kv_decomposition(
     runs: pd.DataFrame, assumed_fraction: float = DEFAULT_KV_FRACTION
 ) -> tuple[pd.DataFrame, KvFit | None]:
@@ -143,6 +147,8 @@ def kv_decomposition(
     if not all(c in measured for c in needed):
         return pd.DataFrame(), None
     usable = measured.dropna(subset=needed)
+    if "engine" in usable:  # only engines that size their KV cache from free memory (TensorRT-LLM) fit it
+        usable = usable[~usable["engine"].isin(GROWING_KV_ENGINES)]
     if usable.empty:
         return pd.DataFrame(), None
     recorded = usable["kv_fraction"].notna() if "kv_fraction" in usable else pd.Series(False, usable.index)
