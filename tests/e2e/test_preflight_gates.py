@@ -45,3 +45,20 @@ def test_hot_gpu_fails_its_host_only(fleet_factory, ansible_env, repo, tmp_path)
         assert meta["cuda_version"] == "13.0" and meta["kernel"] and meta["os"] and meta["memory_total_mb"] > 0
         assert meta["python"]["packages"] and len(meta["python"]["packages_sha256"]) == 64
         assert "CUDA Version" in (results / "nvidia-smi-q.txt").read_text()
+
+
+def test_max_fail_percentage_stops_the_whole_fleet_before_any_change(fleet_factory, ansible_env, repo, tmp_path):
+    fleet = fleet_factory(3, host_env={"spark2": {"SPARKFLEET_FAKE_IDLE_TEMP": "85"}})
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({"preflight_gates_max_load_per_cpu": 1000, "preflight_gates_min_free_memory_gib": 0.01,
+                                 "preflight_gates_min_free_disk_gib": 0.01, "sparkfleet_max_fail_percentage": 20,
+                                 "sparkfleet_campaign": {"name": "mfp", "models": ["m"], "environments": ["native"],
+                                                         "workloads": ["T1"]}}))
+    # One host of three (33 %) fails a gate: above the 20 % allowed, so no host may go on to the matrix.
+    run = subprocess.run(["ansible-playbook", "-i", fleet.inventory, "-e", f"@{extra}", "bench.yml"],
+                         env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "NO MORE HOSTS LEFT" in run.stdout
+    assert "Provision, tune and run" not in run.stdout and "PLAY [Benchmark matrix]" not in run.stdout
+    for host in fleet.hosts:
+        assert not Path(host.work_dir, "rootfs").exists()
