@@ -255,6 +255,8 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         if not _name_ok(item.get("name", item.get("preset")), where, problems):
             continue
         preset_name = item.get("preset", item["name"] if item.get("name") in WORKLOAD_PRESETS else None)
+        if preset_name is not None and not isinstance(preset_name, str):
+            continue  # its type is already reported by _check_keys
         if preset_name is not None and preset_name not in WORKLOAD_PRESETS:
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
                             f"{', '.join(WORKLOAD_PRESETS)})")
@@ -318,7 +320,8 @@ def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
            "mirror": "http://deb.debian.org/debian", **value}
     if out["method"] != "debootstrap":
         problems.append(f"campaign.image_build.method: {out['method']!r} is not debootstrap")
-    if not all(isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", p) for p in out["packages"]):
+    if not isinstance(out["packages"], list) or not all(
+            isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", p) for p in out["packages"]):
         problems.append("campaign.image_build.packages: every entry must be a Debian package name")
     if not re.fullmatch(r"[a-z]+", str(out["suite"])):
         problems.append(f"campaign.image_build.suite: {out['suite']!r} is not a Debian suite name")

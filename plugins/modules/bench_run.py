@@ -302,7 +302,12 @@ class Run:
         try:
             self._reserve_space()
         except OSError as exc:
-            self.m.fail_json(msg="%s: cannot write in %s: %s" % (self.p["host"], self.host_dir, exc), run_id=self.rid)
+            # The disk is already full: this run cannot even be recorded. It stays unfinished in the ledger
+            # (a resume runs it once there is space); the task does not fail, so what this host measured
+            # so far is still collected.
+            record = self._base_record(kind)
+            record["reason"] = "disk full on %s: the run was not started (%s)" % (self.host_dir, exc)
+            return self._result(record, changed=False, written=False)
         append_event(self.ledger, "started", self.rid, order_index=self.plan.get("order_index"))
         record = self._base_record(kind)
         cooldown = _cooldown(self.p["cooldown"] or {})

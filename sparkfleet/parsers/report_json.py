@@ -72,7 +72,11 @@ def as_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float: garbage, not a figure
+            return None
+        return number if math.isfinite(number) else None
     if isinstance(value, str):
         return to_number(value)
     return None
