@@ -89,7 +89,7 @@ newest=$(newest_python)
 if [ -n "$newest" ]; then
   make_venv .venv-newest "$newest"
   step "unit tests on $("$newest" --version) / ansible-core $(.venv-newest/bin/python -c 'import ansible.release as r; print(r.__version__)')" \
-    .venv-newest/bin/pytest -q -n 2 tests/unit
+    .venv-newest/bin/pytest -q -n 2 --dist loadfile tests/unit
 else
   echo "note: no Python >= 3.12 here; the unit tests ran on $(python3 --version) only"
 fi

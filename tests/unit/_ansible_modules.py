@@ -41,6 +41,22 @@ def load_module(name: str) -> ModuleType:
     return module
 
 
+@contextlib.contextmanager
+def _as_module_process():
+    """A module runs on a target, not the controller. Tests of controller plugins in the same worker process
+    flip ansible-core's process-wide flag (2.20+), which would send module warnings to the display."""
+    internal = importlib.import_module("ansible.module_utils._internal")
+    before = getattr(internal, "is_controller", None)
+    if before is None:  # ansible-core 2.19 has no such flag
+        yield
+        return
+    internal.is_controller = False
+    try:
+        yield
+    finally:
+        internal.is_controller = before
+
+
 def run_module(module: ModuleType, args: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
     """Run ``module.main()`` with ``args``; return its JSON result (``failed: true`` when it failed)."""
     if check_mode:
@@ -51,7 +67,7 @@ def run_module(module: ModuleType, args: dict[str, Any], check_mode: bool = Fals
     ansible_warnings._global_warnings.clear()
     ansible_warnings._global_deprecations.clear()
     out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out):
+    with patch_module_args(args), contextlib.redirect_stdout(out), _as_module_process():
         try:
             module.main()
         except SystemExit:
