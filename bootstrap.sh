@@ -59,9 +59,25 @@ newest_python() {
 
 base_pkgs=(python3 python3-venv python3-pip git)
 
+# dockerd from Debian's docker.io: started through systemd where there is one, else in the background.
+start_docker() {
+  command -v docker >/dev/null 2>&1 || return 0
+  docker info >/dev/null 2>&1 && return 0
+  [ "$(id -u)" -eq 0 ] || { echo "note: Docker is not running and only root can start it" >&2; return 0; }
+  if [ -d /run/systemd/system ]; then
+    systemctl start docker
+  else
+    nohup dockerd >/var/log/sparkfleet-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
+  echo "dockerd did not start: see /var/log/sparkfleet-dockerd.log" >&2
+  return 1
+}
+
 if [ "$mode" = bench ]; then
-  # Docker is optional for the sanity campaign: without it only the native environment runs.
-  apt_install "${base_pkgs[@]}"
+  # The sanity campaign builds its image with debootstrap and runs it natively (chroot) and in Docker.
+  apt_install "${base_pkgs[@]}" docker.io debootstrap
+  start_docker
   make_venv .venv python3
   say "ansible-playbook bench.yml $*"
   exec .venv/bin/ansible-playbook bench.yml "$@"
@@ -70,6 +86,7 @@ fi
 # ---- test ----------------------------------------------------------------------------------------
 apt_install "${base_pkgs[@]}" docker.io openssh-server openssh-client debootstrap iproute2 iptables \
   chromium fonts-dejavu-core
+start_docker
 make_venv .venv python3
 
 status=0
