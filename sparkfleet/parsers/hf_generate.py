@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from .result import ParseResult, compact, to_number
+from .result import ParseResult, compact, last_block, to_number
 
 ENGINE = "hf-generate"
 BEGIN = "=== sparkfleet hf-generate ==="
@@ -105,16 +105,6 @@ def looks_like_hf_generate(text: str) -> bool:
     return BEGIN in text
 
 
-def _last_block(text: str, result: ParseResult) -> list[str]:
-    blocks = text.split(BEGIN)
-    if len(blocks) > 2:
-        result.warnings.append(f"{len(blocks) - 1} hf-generate blocks in one output; using the last one")
-    body = blocks[-1]
-    if END not in body:
-        result.warnings.append("hf-generate output has no end marker: truncated?")
-    return body.split(END)[0].splitlines()
-
-
 def _read(lines: list[str]) -> tuple[dict[str, str], list[tuple[float, float, float]]]:
     fields: dict[str, str] = {}
     rows: list[tuple[float, float, float]] = []
@@ -161,7 +151,7 @@ def parse_hf_generate(text: str) -> ParseResult:
         result.note_missing(HF_GENERATE_EXPECTED)
         return result
     result.kind = ENGINE
-    fields, rows = _read(_last_block(text, result))
+    fields, rows = _read(last_block(text, BEGIN, END, "hf-generate", result))
     result.model = fields.get("model") or None
     result.engine_version = fields.get("engine_version") or fields.get("transformers_version") or None
     result.backend = "pytorch"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from .result import ParseResult, to_number
+from .result import ParseResult, last_block, to_number
 
 ENGINE = "matmul"
 BEGIN = "=== sparkfleet matmul ==="
@@ -37,16 +37,6 @@ _INT_FIELDS = ("size", "warmup", "iterations")
 
 def looks_like_matmul(text: str) -> bool:
     return BEGIN in text
-
-
-def _last_block(text: str, result: ParseResult) -> list[str]:
-    blocks = text.split(BEGIN)
-    if len(blocks) > 2:
-        result.warnings.append(f"{len(blocks) - 1} matmul blocks in one output; using the last one")
-    body = blocks[-1]
-    if END not in body:
-        result.warnings.append("matmul output has no end marker: truncated?")
-    return body.split(END)[0].splitlines()
 
 
 def _read_fields(lines: list[str], result: ParseResult) -> tuple[dict[str, str], list[float]]:
@@ -83,7 +73,7 @@ def parse_matmul(text: str) -> ParseResult:
         result.note_missing(MATMUL_EXPECTED)
         return result
     result.kind = ENGINE
-    fields, timings = _read_fields(_last_block(text, result), result)
+    fields, timings = _read_fields(last_block(text, BEGIN, END, "matmul", result), result)
     result.model = fields.get("model") or None
     result.backend = fields.get("backend") or None
     result.engine_version = fields.get("backend_version") or None

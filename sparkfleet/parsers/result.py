@@ -130,3 +130,14 @@ def as_text(data: str | bytes) -> str:
     if isinstance(data, bytes):
         return data.decode("utf-8", errors="replace")
     return data if isinstance(data, str) else str(data)
+
+
+def last_block(text: str, begin: str, end: str, label: str, result: ParseResult) -> list[str]:
+    """Lines of the last ``begin``…``end`` block of a workload's output (a log may hold a retried run)."""
+    blocks = text.split(begin)
+    if len(blocks) > 2:
+        result.warnings.append(f"{len(blocks) - 1} {label} blocks in one output; using the last one")
+    body = blocks[-1]
+    if end not in body:
+        result.warnings.append(f"{label} output has no end marker: truncated?")
+    return body.split(end)[0].splitlines()
