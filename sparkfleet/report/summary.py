@@ -14,7 +14,7 @@ from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.document import fmt, fmt_p, fmt_pct
 
 JSON_VERSION = 1
-_HEADLINE_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "latency_ms_avg", "latency_ms_p50")
+_HEADLINE_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "latency_ms_avg", "latency_ms_p50", "gflops")
 
 
 def _plain(value: Any) -> Any:

@@ -30,6 +30,7 @@ def test_the_localhost_sanity_campaign_completes(docker_engine, ansible_env, rep
     host = json.loads((results / "sanity/localhost/host.json").read_text())
     assert host["host"] == "localhost" and host["memory_total_mb"] > 0
     assert (results / "sanity/report/index.html").exists() and (results / "sanity/report/summary.md").exists()
+    assert "localhost/matmul-fp32/matmul container gflops:" in proc.stdout  # the headline: native vs container
     assert str(work) not in Path("/proc/self/mounts").read_text()  # restored: nothing left mounted
 
 
