@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 
+from ..record import METRICS
 from .result import ParseResult, compact, last_block, to_number
 
 ENGINE = "hf-generate"
@@ -53,22 +54,9 @@ HF_GENERATE_EXPECTED = (
     "model",
     "engine_version",
 )
-#: Block keys that are record metrics, read as they are.
-METRIC_KEYS = (
-    "output_tok_s",
-    "total_tok_s",
-    "req_s",
-    "latency_ms_avg",
-    "latency_ms_p50",
-    "latency_ms_p90",
-    "latency_ms_p95",
-    "latency_ms_p99",
-    "ttft_ms",
-    "tpot_ms",
-    "peak_memory_gib",
-    "kv_cache_gib",
-    "device_total_gib",
-)
+#: Block keys that are record metrics, read as they are: the contract's names, less what this engine
+#: does not measure (the matmul figures, and kv_fraction, which only TensorRT-LLM has).
+METRIC_KEYS = tuple(name for name in METRICS if name not in ("kv_fraction", "gflops", "matmul_s_mean"))
 _INT_FIELDS = (
     "batch",
     "input_len",
