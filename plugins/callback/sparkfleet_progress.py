@@ -37,6 +37,9 @@ description:
     0), null until one such run was seen; C(cell) is null when the event names no model, environment or
     workload; C(next_cell) is the cell of the first planned run (by
     C(order_index)) with no event yet, or null. Events of another C(type) get C(host), C(ts), C(cell) only."
+  - "A result may instead carry C(sparkfleet_events), a list of such dicts (the matrix's C(bench_follow)
+    returns one per finished run each time it polls, also on C(until) retries): each is written as above,
+    once - an event whose C(run_id) and C(finished_ts) were written before for that host is not written again."
   - "C(host_failed): C(host), C(task), C(msg); a task failed on a host and its errors were not ignored."
   - "C(host_unreachable): C(host), C(task), C(msg)."
   - "C(stats): at the end, C(hosts) maps each host to C(ok), C(changed), C(failed), C(unreachable),
@@ -94,6 +97,7 @@ class _HostProgress:
         self.done_ids = set()
         self.done_anon = 0
         self.spent = []  # duration_s + cooldown_s of non-skipped runs
+        self.seen = set()  # (run_id, finished_ts) of list events already written
 
     @property
     def done(self):
@@ -168,6 +172,17 @@ class CallbackModule(CallbackBase):
         event = result.get("sparkfleet_event")
         if isinstance(event, dict):
             self._event(host, event)
+        events = result.get("sparkfleet_events")
+        if isinstance(events, list):
+            progress = self._host(host)
+            for event in events:
+                if not isinstance(event, dict):
+                    continue
+                key = (str(event.get("run_id")), str(event.get("finished_ts")))
+                if key in progress.seen:
+                    continue
+                progress.seen.add(key)
+                self._event(host, event)
 
     def _planned(self, host, plan):
         progress = self._host(host)
@@ -214,6 +229,9 @@ class CallbackModule(CallbackBase):
         self._emit("play_start", name=play.get_name().strip())
 
     def v2_runner_on_ok(self, result):
+        self._inspect(self._hostname(result), result._result)
+
+    def v2_runner_retry(self, result):  # bench_follow under until: progress while the matrix runs
         self._inspect(self._hostname(result), result._result)
 
     def v2_runner_item_on_ok(self, result):

@@ -1,5 +1,8 @@
 # -*- coding: utf-8 -*-
-"""The per-host ledger: an append-only JSON-lines log of planned / started / finished events.
+"""The per-host ledger: an append-only JSON-lines log of job / started / finished events.
+
+``job`` (no run_id) is written when a matrix job with something to run starts; ``finished`` carries what a
+follower shows (status, duration, cooldown, cell) so progress needs no record reads.
 
 Resume reads it back: a run whose last event is ``finished`` (and whose record.json exists) is done; a
 run that ``started`` but never finished was interrupted and is run again. Each event is one ``write`` of
@@ -20,8 +23,11 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def append_event(path: str, event: str, run_id: str, **fields) -> dict:
-    entry = {"ts": utc_now(), "event": event, "run_id": run_id}
+def append_event(path: str, event: str, run_id, **fields) -> dict:
+    """Append one event; ``run_id`` None for an event about the job rather than a run (``job``)."""
+    entry = {"ts": utc_now(), "event": event}
+    if run_id is not None:
+        entry["run_id"] = run_id
     entry.update(fields)
     line = (json.dumps(entry, sort_keys=True) + "\n").encode()
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -193,6 +193,11 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
                 on_timeout()
             _kill_group(proc)
             rc = proc.returncode
+        except BaseException:  # the job is being stopped (SIGTERM): the workload goes with it
+            if on_timeout:
+                on_timeout()
+            _kill_group(proc)
+            raise
     return {"rc": rc, "timed_out": timed_out, "seconds": time.monotonic() - started}
 
 

@@ -2,18 +2,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Run one planned benchmark run: cooldown, launch, telemetry, timeout, parse, record, ledger."""
+"""Run a host's planned benchmark runs: cooldown, launch, telemetry, timeout, parse, record, ledger."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: bench_run
-short_description: Execute one benchmark run of a sparkfleet campaign and write its run record
+short_description: Execute a host's planned benchmark runs of a sparkfleet campaign and write their run records
 description:
-  - Executes exactly one planned run (model x environment x workload x iteration) on the host, the way
-    the run-record contract in DESIGN.md describes, so that a campaign is one loop of this module.
-  - "Before the run: waits for the GPU to cool and settle with the same rule as M(thermal_wait)."
+  - Executes the planned runs (model x environment x workload x iteration) given in O(runs), in that order,
+    on the host, the way the run-record contract in DESIGN.md describes. One call runs a host's whole plan,
+    so that Ansible pays its per-task cost once per host rather than once per run; the matrix role starts
+    it with C(async) and follows it with M(bench_follow), so that an hours-long matrix does not hang on one
+    SSH session and a controller that dies does not stop the measurements.
+  - "Before each run: waits for the GPU to cool and settle with the same rule as M(thermal_wait)."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
     the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
     flags, C(bare) straight on the host - as argv, never through a shell; enforces the timeout by killing the whole process group
@@ -27,11 +30,18 @@ description:
     re-running a campaign resumes it. A run that started but never finished is run again; its partial
     directory is kept beside it as C(<run_id>.interrupted-N).
   - A failed, timed-out or invalid run is recorded with its reason and the module still succeeds, so
-    the matrix goes on. The task fails only when its inputs are wrong.
+    the matrix goes on. The task fails only when its inputs are wrong (checked for every run before the
+    first one starts) or when the job is stopped.
+  - "One job per host and campaign at a time (a lock in the host's results directory): a job left running
+    by a killed controller finishes, or is stopped, before a new one starts, which then skips what the
+    first one finished. Each job registers itself under C(<results_root>/.sparkfleet/jobs/) (see
+    M(bench_stop)). On SIGTERM the job ends its workload (process group and container) and exits; that
+    run stays unfinished in the ledger, so a resume runs it again."
 options:
-  run:
-    description: One entry of the campaign plan (run_id, order_index, model, environment, workload, iteration, warmup).
-    type: dict
+  runs:
+    description: The host's campaign plan, in order; each entry has run_id, order_index, model, environment, workload, iteration, warmup.
+    type: list
+    elements: dict
     required: true
   campaign:
     description: Campaign name.
@@ -46,7 +56,7 @@ options:
     type: path
     required: true
   total:
-    description: Number of runs planned on this host (for progress events).
+    description: Number of runs planned on this host (for progress events); 0 means the length of O(runs).
     type: int
     default: 0
   native:
@@ -92,51 +102,68 @@ author: sparkfleet
 """
 
 EXAMPLES = r"""
-- name: Run the matrix, one module call per run
+- name: Start the host's matrix in the background (one call for the whole plan)
   bench_run:
-    run: "{{ item }}"
+    runs: "{{ sparkfleet_plan }}"
     campaign: "{{ sparkfleet_resolved_campaign.name }}"
     host: "{{ inventory_hostname }}"
     results_root: /var/lib/sparkfleet/results
-    total: "{{ sparkfleet_plan | length }}"
     native: {rootfs: "{{ native_rootfs_path }}", image_env: "{{ native_rootfs_image_env }}"}
     container: {image: "{{ native_rootfs_image_ref }}", flags: {container: [--ipc=host]}}
     cooldown: "{{ sparkfleet_resolved_campaign.cooldown }}"
     timeout_s: 3600
-  loop: "{{ sparkfleet_plan }}"
-  loop_control:
-    label: "{{ item.run_id }}"
+  async: 86400
+  poll: 0
+  register: matrix_job
+
+- name: Follow it until it ends (one retry line per finished run)
+  bench_follow:
+    job: "{{ matrix_job }}"
+    ledger: "/var/lib/sparkfleet/results/{{ sparkfleet_resolved_campaign.name }}/{{ inventory_hostname }}/ledger.jsonl"
+  register: matrix_follow
+  until: matrix_follow.finished
+  retries: 10000
+  delay: 0
 """
 
 RETURN = r"""
-run_id:
-  description: The run's identity.
+runs:
+  description: One entry per planned run, in plan order (also when the job is stopped, for the runs it got to).
   returned: always
-  type: str
-status:
-  description: ok, failed, timeout, invalid - or skipped when the ledger says the run is already done.
-  returned: always
-  type: str
-reason:
-  description: Why the run is not ok (exit code and last log line, timeout, model mismatch, ...).
-  returned: always
-  type: str
-record_path:
-  description: Path of record.json on the host.
-  returned: always
-  type: str
-metrics:
-  description: The run's figures with the contract's names.
+  type: list
+  elements: dict
+  contains:
+    run_id:
+      description: The run's identity.
+      type: str
+    status:
+      description: ok, failed, timeout, invalid - or skipped when the ledger says the run is already done (planned in check mode).
+      type: str
+    reason:
+      description: Why the run is not ok (exit code and last log line, timeout, model mismatch, ...).
+      type: str
+    record_path:
+      description: Path of record.json on the host.
+      type: str
+    metrics:
+      description: The run's figures with the contract's names.
+      type: dict
+    cooldown:
+      description: What the wait before the run did (waited_s, start_temp_c, end_temp_c, threshold_c, reason).
+      type: dict
+    sparkfleet_event:
+      description: Progress event for the sparkfleet_progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
+      type: dict
+counts:
+  description: Number of runs per status.
   returned: always
   type: dict
-cooldown:
-  description: What the wait before the run did (waited_s, start_temp_c, end_temp_c, threshold_c, reason).
+  sample: {"ok": 5, "failed": 1}
+sparkfleet_events:
+  description: The runs' progress events (the sparkfleet_progress callback reads this list).
   returned: always
-  type: dict
-sparkfleet_event:
-  description: Progress event for the sparkfleet_progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
-  returned: always
-  type: dict
+  type: list
+  elements: dict
 """
 
 import datetime
@@ -144,6 +171,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -151,6 +179,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sparkfleet.parsers import parse_log
 from ansible.module_utils.sparkfleet.record import SCHEMA_VERSION, run_id, write_json_atomic
+from ansible.module_utils.sparkfleet_jobs import JobRegistration
 from ansible.module_utils.sparkfleet_ledger import FINAL, append_event, run_states
 from ansible.module_utils.sparkfleet_runexec import (
     WORKLOADS_SUBDIR,
@@ -231,17 +260,28 @@ def _cooldown(params: dict) -> dict:
     }
 
 
+class JobStopped(BaseException):
+    """SIGTERM: end the current workload and leave its run unfinished (a resume runs it again)."""
+
+
+def _stop_on_sigterm(signum, frame):
+    raise JobStopped("stopped by signal %d" % signum)
+
+
 class Run:
     """One execution of one planned run."""
 
-    def __init__(self, module: AnsibleModule):
+    def __init__(self, module: AnsibleModule, plan, job=None):
         self.m = module
         p = module.params
         self.p = p
-        self.plan = p["run"]
+        self.plan = plan
+        self.job = job
+        if not isinstance(plan, dict):
+            module.fail_json(msg="runs: each planned run must be a dict, got %r" % (plan,))
         for key in ("run_id", "model", "environment", "workload", "iteration"):
             if key not in self.plan:
-                module.fail_json(msg="run: missing key %r in the planned run" % key)
+                module.fail_json(msg="runs: missing key %r in the planned run %r" % (key, plan.get("run_id")))
         for what, name in (("campaign", p["campaign"]), ("host", p["host"])):
             if not SAFE_NAME.match(name):
                 module.fail_json(msg="%s %r: use letters, digits, '.', '_' and '-' only" % (what, name))
@@ -273,7 +313,8 @@ class Run:
                 record = None
         if record and record.get("status") in FINAL:
             if not state or state.get("event") != "finished":  # crashed between record and ledger
-                append_event(self.ledger, "finished", self.rid, status=record["status"], recovered=True)
+                append_event(self.ledger, "finished", self.rid, status=record["status"], recovered=True,
+                             **self._ledger_fields(record))
             if self.p["retry_failed"] and record["status"] in ("failed", "timeout"):
                 self._move_aside("retried")
                 return None
@@ -384,11 +425,13 @@ class Run:
 
     def _launch(self, kind: str, cmd: list, log: str, timeout: float, sampler) -> dict:
         if kind != "container":
-            return run_process(cmd, log, timeout)
+            return run_process(cmd, log, timeout, on_start=self._registered)
         docker, name = self._docker(), self._container_name()
         subprocess.run([docker, "rm", "-f", name], capture_output=True)  # a leftover from a killed run
 
-        def watch_cgroup(_proc):
+        def watch_cgroup(proc):
+            self._registered(proc, container=name, docker=docker)
+
             def find():
                 path = container_cgroup_memory_file(docker, name)
                 if path:
@@ -402,6 +445,10 @@ class Run:
             return run_process(cmd, log, timeout, on_start=watch_cgroup, on_timeout=kill_container)
         finally:
             subprocess.run([docker, "rm", "-f", name], capture_output=True)
+
+    def _registered(self, proc, container=None, docker=None) -> None:
+        if self.job is not None:
+            self.job.running(self.rid, child_pgid=proc.pid, container=container, docker=docker)
 
     # ------------------------------------------------------------------------- judging
     def _judge(self, record: dict, outcome: dict) -> dict:
@@ -483,7 +530,7 @@ class Run:
         for attempt in (1, 2):
             try:
                 write_json_atomic(self.record_path, record)
-                append_event(self.ledger, "finished", self.rid, status=status)
+                append_event(self.ledger, "finished", self.rid, status=status, **self._ledger_fields(record))
                 break
             except OSError as exc:
                 if attempt == 1 and os.path.exists(self.reserve):
@@ -492,6 +539,13 @@ class Run:
                 written = False
                 record["reason"] = "%s; record not written: %s" % (reason or status, exc)
         return self._result(record, changed=True, written=written)
+
+    def _ledger_fields(self, record: dict) -> dict:
+        """What a follower needs to show the finished run without reading its record."""
+        return {"order_index": self.plan.get("order_index"), "duration_s": record.get("duration_s"),
+                "cooldown_s": (record.get("cooldown") or {}).get("waited_s"), "model": record.get("model"),
+                "environment": record.get("environment"), "workload": record.get("workload"),
+                "iteration": record.get("iteration"), "warmup": record.get("warmup")}
 
     def _result(self, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
         cooldown = record.get("cooldown") or {}
@@ -508,10 +562,40 @@ class Run:
                 "cooldown": cooldown, "sparkfleet_event": event}
 
 
+def _budget_s(params: dict, runs: int) -> float:
+    """Longest a job of this many runs may take: each run's timeout and longest cooldown, and some slack."""
+    cooldown = params["cooldown"] or {}
+    wait = float(cooldown.get("max_wait_s", 900)) if cooldown.get("enabled", True) else 0.0
+    return runs * (float(params["timeout_s"]) + wait + 120) + 600
+
+
+def _take_lock(module: AnsibleModule, host_dir: str):
+    """One job per host and campaign: wait for a job a killed controller left running to end."""
+    os.makedirs(host_dir, exist_ok=True)
+    lock = open(os.path.join(host_dir, ".lock"), "w")  # noqa: SIM115 (held until the process exits)
+    deadline = time.monotonic() + _budget_s(module.params, len(module.params["runs"]))
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if time.monotonic() > deadline:
+                module.fail_json(msg="%s: another bench_run still holds %s" % (module.params["host"], lock.name))
+            time.sleep(0.5)
+
+
+def _summary(results: list) -> dict:
+    counts = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return {"runs": results, "counts": counts, "changed": any(r["changed"] for r in results),
+            "sparkfleet_events": [r["sparkfleet_event"] for r in results]}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            run=dict(type="dict", required=True),
+            runs=dict(type="list", elements="raw", required=True),
             campaign=dict(type="str", required=True),
             host=dict(type="str", required=True),
             results_root=dict(type="path", required=True),
@@ -529,31 +613,52 @@ def main():
         ),
         supports_check_mode=True,
     )
-    if module.params["timeout_s"] <= 0 or module.params["telemetry_interval_s"] <= 0:
+    params = module.params
+    if params["timeout_s"] <= 0 or params["telemetry_interval_s"] <= 0:
         module.fail_json(msg="timeout_s and telemetry_interval_s must be positive")
-    run = Run(module)
-    if not module.check_mode:
-        # One run at a time per host and campaign: a module orphaned by a killed controller may still be
-        # finishing its run when the campaign is resumed; the resume waits for it instead of racing it.
-        os.makedirs(run.host_dir, exist_ok=True)
-        lock = open(os.path.join(run.host_dir, ".lock"), "w")  # noqa: SIM115 (held until the process exits)
-        deadline = time.monotonic() + float(module.params["timeout_s"]) + 600
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    module.fail_json(msg="%s: another bench_run still holds %s" % (module.params["host"], lock.name))
-                time.sleep(0.5)
-    previous = run.previous() if not module.check_mode else None
-    if previous is not None:
-        module.exit_json(**run._result(previous, changed=False, skipped=True))
+    if not params["total"]:
+        params["total"] = len(params["runs"])
+    runs = [Run(module, plan) for plan in params["runs"]]  # every run's inputs are checked before any starts
+    seen = set()
+    for run in runs:
+        if run.rid in seen:
+            module.fail_json(msg="runs: run %s is planned twice" % run.rid)
+        seen.add(run.rid)
     if module.check_mode:
-        module.exit_json(changed=True, run_id=run.rid, status="planned", reason="check mode: not run",
-                         record_path=run.record_path, metrics={}, cooldown={},
-                         sparkfleet_event={"type": "run", "run_id": run.rid, "status": "planned"})
-    module.exit_json(**run.execute())
+        results = []
+        for run in runs:
+            event = {"type": "run", "run_id": run.rid, "status": "planned", "total": params["total"],
+                     "order_index": run.plan.get("order_index")}
+            results.append({"changed": True, "run_id": run.rid, "status": "planned", "reason": "check mode: not run",
+                            "record_path": run.record_path, "metrics": {}, "cooldown": {}, "sparkfleet_event": event})
+        module.exit_json(**_summary(results))
+    if not runs:
+        module.exit_json(**_summary([]))
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    results = []
+    try:
+        with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
+            lock = _take_lock(module, runs[0].host_dir)
+            states = run_states(runs[0].ledger)
+            pending = [r.rid for r in runs if states.get(r.rid, {}).get("event") != "finished"
+                       or (params["retry_failed"] and states[r.rid].get("status") in ("failed", "timeout"))]
+            if pending:  # a job with nothing to do leaves the ledger as it was
+                append_event(runs[0].ledger, "job", None, pid=os.getpid(), planned=len(runs), pending=len(pending))
+            for run in runs:
+                run.job = job
+                previous = run.previous()
+                if previous is not None:
+                    results.append(run._result(previous, changed=False, skipped=True))
+                    continue
+                results.append(run.execute())
+                job.running()
+            lock.close()
+    except JobStopped as exc:
+        summary = _summary(results)
+        summary["changed"] = True
+        module.fail_json(msg="%s: %s after %d of %d runs; the run it was in stays unfinished, a resume runs it again"
+                         % (params["host"], exc, len(results), len(runs)), **summary)
+    module.exit_json(**_summary(results))
 
 
 if __name__ == "__main__":

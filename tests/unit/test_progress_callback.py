@@ -325,3 +325,29 @@ def test_bench_run_shaped_events_without_a_plan(tmp_path):
     assert runs[1]["cell"] == "llama/native/w" and runs[1]["model"] == model
     # skipped and duration-less runs are not timed; r1 = 100 s (no cooldown), r2 = 120 s
     assert [r["eta_s"] for r in runs] == [None, None, 1 * 100.0, 0.0, 0.0]  # total 4; c1, r0, r1 done
+
+
+def test_bench_follow_event_lists_are_written_once_each_also_on_retries(tmp_path):
+    """bench_follow hands the same finished runs back on every poll (until-retries, then the final result)."""
+    events_file = tmp_path / "e.jsonl"
+    cb = _load_callback(events_file)
+    plan = [{"run_id": f"r{i}", "order_index": i, "model": {"name": "m"}, "environment": {"name": "native"},
+             "workload": {"name": f"w{i}"}, "iteration": 1} for i in range(3)]
+    cb.v2_runner_on_ok(_Result("h", {"ansible_facts": {"sparkfleet_plan": plan}}))
+
+    def ev(i, status="ok", ts=None):
+        return {"type": "run", "run_id": f"r{i}", "order_index": i, "status": status, "duration_s": 10.0,
+                "cooldown_s": 2.0, "model": "m", "environment": "native", "workload": f"w{i}",
+                "finished_ts": ts or f"t{i}"}
+
+    cb.v2_runner_retry(_Result("h", {"finished": False, "sparkfleet_events": [ev(0)]}))
+    cb.v2_runner_retry(_Result("h", {"finished": False, "sparkfleet_events": [ev(0), ev(1, "failed")]}))
+    # a retried run finishes again (new finish time): written again, counted once
+    cb.v2_runner_retry(_Result("h", {"finished": False, "sparkfleet_events": [ev(0), ev(1, "ok", "t1b")]}))
+    cb.v2_runner_on_ok(_Result("h", {"finished": True, "sparkfleet_events": [ev(0), ev(1, "ok", "t1b"), ev(2),
+                                                                             "junk"]}))
+    runs = [e for e in _events(events_file) if e["event"] == "run"]
+    assert [(r["run_id"], r["status"]) for r in runs] == [("r0", "ok"), ("r1", "failed"), ("r1", "ok"), ("r2", "ok")]
+    assert [r["done"] for r in runs] == [1, 2, 2, 3]
+    assert [r["next_cell"] for r in runs] == ["m/native/w1", "m/native/w2", "m/native/w2", None]
+    assert runs[0]["eta_s"] == 24.0 and runs[-1]["eta_s"] == 0.0  # (3 - 1) x (10 + 2)

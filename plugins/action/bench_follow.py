@@ -1,0 +1,168 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Follow a host's background matrix job (bench_run under async) from its ledger, without Python on the host."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+MARK = "@@sparkfleet-follow@@"
+FINAL = ("ok", "failed", "timeout", "invalid")
+
+
+def follow_command(results_file: str, ledger: str, jobs_dir: str) -> str:
+    """One shell command: the async job file, the ledger and the live registered jobs' pids (cat/test only)."""
+    q = shlex.quote
+    return (f"printf '%s\\n' '{MARK} job'; cat {q(results_file)} 2>/dev/null; "
+            f"printf '\\n%s\\n' '{MARK} ledger'; cat {q(ledger)} 2>/dev/null; "
+            f"printf '\\n%s\\n' '{MARK} alive'; "
+            f"for f in {q(jobs_dir)}/*.json; do [ -e \"$f\" ] || continue; p=${{f##*/}}; p=${{p%.json}}; "
+            f"[ -d /proc/$p ] && echo $p; done; true")
+
+
+def parse_follow_output(text: str) -> dict:
+    """Split follow_command's output into the job state (dict or None), ledger events and live pids."""
+    parts = {"job": "", "ledger": "", "alive": ""}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(MARK + " "):
+            current = line[len(MARK) + 1:].strip()
+            continue
+        if current in parts:
+            parts[current] += line + "\n"
+    job = None
+    if parts["job"].strip():
+        try:
+            job = json.loads(parts["job"])
+        except ValueError:
+            job = None  # written while we read it: the next poll sees it whole
+    events = []
+    for line in parts["ledger"].splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash, or being written
+        if isinstance(entry, dict):
+            events.append(entry)
+    alive = [int(p) for p in parts["alive"].split() if p.isdigit()]
+    return {"job": job, "events": events, "alive": alive}
+
+
+def job_finished(job) -> bool:
+    """async_wrapper's file: {started: 1, finished: 0, ...} while running, the module's result after."""
+    return isinstance(job, dict) and not (job.get("started") == 1 and job.get("finished") == 0)
+
+
+def progress_events(events: list, total) -> list:
+    """One event per finished run (last finish wins), in ledger order, shaped like bench_run's sparkfleet_event.
+
+    Runs finished before the last ``job`` event were done by an earlier job: this job skips them.
+    """
+    last_job = max((i for i, e in enumerate(events) if e.get("event") == "job"), default=-1)
+    finished = {}
+    for i, e in enumerate(events):
+        if e.get("event") == "finished" and e.get("run_id"):
+            finished.pop(e["run_id"], None)
+            finished[e["run_id"]] = (i, e)
+    out = []
+    for i, e in finished.values():
+        earlier = i < last_job
+        out.append({"type": "run", "run_id": e["run_id"], "order_index": e.get("order_index"), "total": total,
+                    "status": "skipped" if earlier else e.get("status"),
+                    "previous_status": e.get("status") if earlier else None,
+                    "duration_s": e.get("duration_s"), "cooldown_s": e.get("cooldown_s"),
+                    "model": e.get("model"), "environment": e.get("environment"), "workload": e.get("workload"),
+                    "iteration": e.get("iteration"), "warmup": e.get("warmup"), "finished_ts": e.get("ts")})
+    return out
+
+
+def current_run(events: list):
+    """The run started last and not finished since, or None."""
+    states = {}
+    for e in events:
+        if e.get("run_id") and e.get("event") in ("started", "finished"):
+            states.pop(e["run_id"], None)
+            states[e["run_id"]] = e["event"]
+    running = [rid for rid, state in states.items() if state == "started"]
+    return running[-1] if running else None
+
+
+def final_events(result: dict, events: list) -> list:
+    """The finished job's own per-run events (authoritative: skipped is skipped), with the ledger's finish time."""
+    ts = {e["run_id"]: e.get("ts") for e in events if e.get("event") == "finished" and e.get("run_id")}
+    out = []
+    for e in result.get("sparkfleet_events") or []:
+        if isinstance(e, dict):
+            out.append(dict(e, finished_ts=ts.get(e.get("run_id"))))
+    return out
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("job", "ledger", "jobs_dir", "total", "poll_interval_s", "report_after_s", "lost_after_s"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        job = args.get("job")
+        if not isinstance(job, dict) or not job.get("results_file"):
+            raise AnsibleActionFail("job: give the registered result of the async bench_run task "
+                                    "(it needs results_file; was the task run with async and poll: 0?)")
+        for key in ("ledger", "jobs_dir"):
+            if not args.get(key):
+                raise AnsibleActionFail(f"{key} is required")
+        try:
+            poll = float(args.get("poll_interval_s", 2))
+            report_after = float(args.get("report_after_s", 60))
+            lost_after = float(args.get("lost_after_s", 15))
+        except (TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"poll_interval_s, report_after_s, lost_after_s: numbers, please ({exc})") from exc
+        if poll <= 0 or report_after <= 0 or lost_after <= 0:
+            raise AnsibleActionFail("poll_interval_s, report_after_s and lost_after_s must be positive")
+        total = args.get("total")
+        cmd = follow_command(job["results_file"], args["ledger"], args["jobs_dir"])
+        started = time.monotonic()
+        baseline = None
+        nobody_since = None
+        while True:
+            out = self._low_level_execute_command(cmd)
+            if out.get("rc") not in (0, None):
+                raise AnsibleActionFail(f"could not read the job's state: {out.get('stderr', '').strip()}")
+            state = parse_follow_output(out.get("stdout", ""))
+            events = state["events"]
+            done = progress_events(events, total)
+            if job_finished(state["job"]):
+                self._low_level_execute_command(f"rm -f {shlex.quote(job['results_file'])}")
+                final = state["job"]
+                result.update({k: v for k, v in final.items() if not k.startswith("_ansible")
+                               and k not in ("invocation", "started", "finished")})
+                result.update(finished=True, changed=bool(final.get("changed")),
+                              sparkfleet_events=final_events(final, events) or done)
+                if final.get("failed"):
+                    result["failed"] = True
+                    result["msg"] = final.get("msg") or "the matrix job failed"
+                return result
+            now = time.monotonic()
+            # The job file says "running" but no registered bench_run lives: the host rebooted or the job died.
+            if state["alive"]:
+                nobody_since = None
+            elif nobody_since is None:
+                nobody_since = now
+            elif now - nobody_since >= lost_after:
+                result.update(finished=True, failed=True, sparkfleet_events=done, done=len(done),
+                              msg=f"the matrix job is gone: no bench_run process runs and {job['results_file']} "
+                                  "says it never finished (host rebooted or job killed?); run bench.yml again "
+                                  "to resume")
+                return result
+            if baseline is None:
+                baseline = len(done)
+            if len(done) > baseline or now - started >= report_after:
+                result.update(finished=False, changed=False, sparkfleet_events=done, done=len(done),
+                              total=total, current=current_run(events))
+                return result
+            time.sleep(poll)
