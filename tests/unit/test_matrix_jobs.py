@@ -56,6 +56,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _gone(pid: int, within_s: float = 10) -> bool:
+    """A killed process may take a moment to die on a loaded machine."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
 def test_registration_comes_and_goes_with_the_job(tmp_path):
     root = str(tmp_path)
     with jobs.JobRegistration(root, "c1", "h1") as job:
@@ -88,8 +96,7 @@ def test_stop_terminates_a_job_that_honours_sigterm(tmp_path):
         out = jobs.stop_job(entry, grace_s=10)
         assert out == {"pid": proc.pid, "campaign": "c1", "run_id": "r1", "how": "terminated"}
         proc.wait(timeout=10)
-        time.sleep(0.2)
-        assert not _alive(child)  # the job ended its own workload
+        assert _gone(child)  # the job ended its own workload
         assert jobs.list_jobs(str(tmp_path / "results")) == []
     finally:
         proc.kill()
@@ -102,10 +109,7 @@ def test_stop_kills_a_job_that_ignores_sigterm_and_its_workload(tmp_path):
         out = jobs.stop_job(entry, grace_s=0.5)
         assert out["how"] == "killed"
         assert proc.wait(timeout=10) == -signal.SIGKILL
-        deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child)  # SIGKILL gave the job no chance: the stop ended the workload itself
+        assert _gone(child)  # SIGKILL gave the job no chance: the stop ended the workload itself
     finally:
         proc.kill()
         subprocess.run(["pkill", "-KILL", "-g", str(child)], capture_output=True)
@@ -125,7 +129,7 @@ def test_bench_stop_module_stops_only_the_named_campaign(tmp_path):
         assert done["changed"] is True and [s["how"] for s in done["stopped"]] == ["terminated"]
         assert proc.wait(timeout=10) == 0
         again = run_module(bench_stop, args)
-        assert again == {"changed": False, "stopped": [], "invocation": again["invocation"]}
+        assert again["changed"] is False and again["stopped"] == []
     finally:
         proc.kill()
 
@@ -216,7 +220,7 @@ def test_sigterm_ends_the_workload_and_leaves_the_run_for_a_resume(tmp_path, sta
         proc.kill()
     result = json.loads(out.strip().splitlines()[-1])
     assert result["failed"] and "stopped by signal 15 after 0 of 2 runs" in result["msg"]
-    assert not _alive(workload)
+    assert _gone(workload)
     assert not list(jobs_dir.glob("*.json"))
     events = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [e["event"] for e in events] == ["job", "started"]  # unfinished: a resume runs it again
