@@ -12,6 +12,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 MARK = "@@sparkfleet-follow@@"
+# Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
+# retries run in one worker process, which keeps this module loaded; losing it only reprints lines.
+_SHOWN: dict[str, int] = {}
 FINAL = ("ok", "failed", "timeout", "invalid")
 
 
@@ -102,9 +105,26 @@ def final_events(result: dict, events: list) -> list:
     return out
 
 
+def progress_line(host: str, event: dict, done: int, total) -> str:
+    """What a person watching plain ansible-playbook sees when a run finishes."""
+    cell = "/".join(str(event.get(k) or "?") for k in ("model", "environment", "workload"))
+    took = event.get("duration_s")
+    took = f" in {float(took):.1f} s" if isinstance(took, (int, float)) else ""
+    return f"{host}: run {done}/{total if total is not None else '?'} {event.get('status')}{took} " \
+           f"({cell} #{event.get('iteration')})"
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "ledger", "jobs_dir", "total", "poll_interval_s", "report_after_s", "lost_after_s"))
+
+    def _show(self, task_vars, job_file: str, done: list, total) -> None:
+        """Print each finished run once, across the until-retries of this worker (they share _SHOWN)."""
+        shown = _SHOWN.get(job_file, 0)
+        host = (task_vars or {}).get("inventory_hostname") or "?"
+        for index in range(shown, len(done)):
+            self._display.display(progress_line(host, done[index], index + 1, total))
+        _SHOWN[job_file] = max(shown, len(done))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -137,6 +157,7 @@ class ActionModule(ActionBase):
             events = state["events"]
             done = progress_events(events, total)
             if job_finished(state["job"]):
+                self._show(task_vars, job["results_file"], done, total)
                 self._low_level_execute_command(f"rm -f {shlex.quote(job['results_file'])}")
                 final = state["job"]
                 result.update({k: v for k, v in final.items() if not k.startswith("_ansible")
@@ -161,6 +182,7 @@ class ActionModule(ActionBase):
                 return result
             if baseline is None:
                 baseline = len(done)
+            self._show(task_vars, job["results_file"], done, total)
             if len(done) > baseline or now - started >= report_after:
                 result.update(finished=False, changed=False, sparkfleet_events=done, done=len(done),
                               total=total, current=current_run(events))

@@ -116,6 +116,7 @@ class _Host:
         self.jobs = tmp_path / "jobs"
         self.jobs.mkdir()
         self.commands = 0
+        self.shown: list[str] = []
 
     def execute(self, cmd, **_kw):
         self.commands += 1
@@ -137,6 +138,7 @@ def _action(host: _Host, **args):
     merged.update(args)
     action._task = SimpleNamespace(args=merged)
     action._low_level_execute_command = host.execute
+    action._display = SimpleNamespace(display=host.shown.append)
     return action
 
 
@@ -157,20 +159,23 @@ def test_returns_when_a_run_finishes_then_with_the_jobs_result(tmp_path, no_base
         host.append(**_finished("a", ts="1"))
     threading.Thread(target=later).start()
     started = time.monotonic()
-    first = _action(host).run(task_vars={})
+    first = _action(host).run(task_vars={"inventory_hostname": "spark1"})
     assert time.monotonic() - started < 4  # returned on the finished run, not after report_after_s
     assert first["finished"] is False and first["done"] == 1 and first["current"] is None
     assert [e["run_id"] for e in first["sparkfleet_events"]] == ["a"]
+    assert host.shown == ["spark1: run 1/2 ok in 2.0 s (m/native/w #1)"]  # plain ansible-playbook shows it
 
     host.append(**_finished("b", ts="2"))
     events = [{"run_id": "a", "status": "ok"}, {"run_id": "b", "status": "ok"}]
     host.job.write_text(json.dumps({"changed": True, "counts": {"ok": 2}, "runs": [{"run_id": "a"}, {"run_id": "b"}],
                                     "sparkfleet_events": events, "invocation": {"module_args": {}}}))
-    last = _action(host).run(task_vars={})
+    last = _action(host).run(task_vars={"inventory_hostname": "spark1"})
     assert last["finished"] is True and last["changed"] is True and last["counts"] == {"ok": 2}
     assert "invocation" not in last and not last.get("failed")
     assert [(e["run_id"], e["finished_ts"]) for e in last["sparkfleet_events"]] == [("a", "1"), ("b", "2")]
     assert not host.job.exists()  # the async job file is cleaned up, as async_status cleanup would
+    # each finished run printed once over the retries, the last one too
+    assert host.shown == ["spark1: run 1/2 ok in 2.0 s (m/native/w #1)", "spark1: run 2/2 ok in 2.0 s (m/native/w #1)"]
 
 
 def test_reports_after_a_while_without_a_finished_run(tmp_path, no_base_run):
@@ -214,3 +219,10 @@ def test_a_job_that_died_without_a_result_is_called_lost(tmp_path, no_base_run):
 def test_bad_arguments_are_named(tmp_path, no_base_run, args, message):
     with pytest.raises(AnsibleActionFail, match=message):
         _action(_Host(tmp_path), **args).run(task_vars={})
+
+
+def test_progress_line_names_host_count_status_time_and_cell():
+    event = {"status": "ok", "duration_s": 10.64, "model": "llama", "environment": "native", "workload": "T1",
+             "iteration": 2}
+    assert follow.progress_line("spark1", event, 3, 6) == "spark1: run 3/6 ok in 10.6 s (llama/native/T1 #2)"
+    assert follow.progress_line("spark1", {"status": "failed"}, 1, None) == "spark1: run 1/? failed (?/?/? #None)"
