@@ -180,12 +180,20 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(shlex.quote(str(a)) for a in redact(cmd)) + "\n").encode())
         log.flush()
-        proc = subprocess.Popen([str(a) for a in cmd], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        if on_start:
-            on_start(proc)
+        # A stop (SIGTERM -> exception) must not fall between the start and the try below, or the workload
+        # would outlive the job: hold the signal until the try is entered.
+        held = _hold_sigterm()
+        try:
+            proc = subprocess.Popen([str(a) for a in cmd], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            _release_sigterm(held)
+            raise
         timed_out = False
         try:
+            _release_sigterm(held)
+            if on_start:
+                on_start(proc)
             rc = proc.wait(timeout=max(timeout_s, 0.001))
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -199,6 +207,19 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
             _kill_group(proc)
             raise
     return {"rc": rc, "timed_out": timed_out, "seconds": time.monotonic() - started}
+
+
+def _hold_sigterm() -> bool:
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        return True
+    except (AttributeError, ValueError, OSError):  # not the main thread, or no pthread_sigmask
+        return False
+
+
+def _release_sigterm(held: bool) -> None:
+    if held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _kill_group(proc) -> None:

@@ -29,10 +29,12 @@ JOB = textwrap.dedent("""
     else:
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     with sparkfleet_jobs.JobRegistration(sys.argv[1], "c1", "h1") as job:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})  # as run_process: no stop before the try
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-        job.running("r1", child_pgid=child.pid)
-        print(child.pid, flush=True)
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+            job.running("r1", child_pgid=child.pid)
+            print(child.pid, flush=True)
             time.sleep(300)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
