@@ -4,12 +4,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shlex
 import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+
+def _load_ledger():
+    """The ledger's own reader (plugins/module_utils), which the controller cannot import as module_utils."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils",
+                        "sparkfleet_ledger.py")
+    spec = importlib.util.spec_from_file_location("sparkfleet_follow_ledger", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ledger = _load_ledger()
 
 MARK = "@@sparkfleet-follow@@"
 # Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
@@ -44,14 +59,7 @@ def parse_follow_output(text: str) -> dict:
             job = json.loads(parts["job"])
         except ValueError:
             job = None  # written while we read it: the next poll sees it whole
-    events = []
-    for line in parts["ledger"].splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash, or being written
-        if isinstance(entry, dict):
-            events.append(entry)
+    events = ledger.parse_events(parts["ledger"].splitlines())
     alive = [int(p) for p in parts["alive"].split() if p.isdigit()]
     return {"job": job, "events": events, "alive": alive}
 
@@ -67,14 +75,10 @@ def progress_events(events: list, total) -> list:
     Runs finished before the last ``job`` event were done by an earlier job: this job skips them.
     """
     last_job = max((i for i, e in enumerate(events) if e.get("event") == "job"), default=-1)
-    finished = {}
-    for i, e in enumerate(events):
-        if e.get("event") == "finished" and e.get("run_id"):
-            finished.pop(e["run_id"], None)
-            finished[e["run_id"]] = (i, e)
+    position = {id(e): i for i, e in enumerate(events)}
     out = []
-    for i, e in finished.values():
-        earlier = i < last_job
+    for e in ledger.last_by_run(events, kinds=("finished",)).values():
+        earlier = position[id(e)] < last_job
         out.append({"type": "run", "run_id": e["run_id"], "order_index": e.get("order_index"), "total": total,
                     "status": "skipped" if earlier else e.get("status"),
                     "previous_status": e.get("status") if earlier else None,
@@ -86,12 +90,7 @@ def progress_events(events: list, total) -> list:
 
 def current_run(events: list):
     """The run started last and not finished since, or None."""
-    states = {}
-    for e in events:
-        if e.get("run_id") and e.get("event") in ("started", "finished"):
-            states.pop(e["run_id"], None)
-            states[e["run_id"]] = e["event"]
-    running = [rid for rid, state in states.items() if state == "started"]
+    running = [rid for rid, e in ledger.last_by_run(events).items() if e["event"] == "started"]
     return running[-1] if running else None
 
 

@@ -40,24 +40,38 @@ def append_event(path: str, event: str, run_id, **fields) -> dict:
     return entry
 
 
-def read_events(path: str) -> list:
+def parse_events(lines) -> list:
+    """The ledger's events from its lines (bytes or str); a line cut by a crash, or still being written, is
+    skipped (the run it belonged to is re-done)."""
     events = []
-    try:
-        with open(path, "rb") as fh:
-            for raw in fh:
-                try:
-                    events.append(json.loads(raw))
-                except ValueError:  # a line cut by a crash: the run it belonged to is re-done
-                    continue
-    except FileNotFoundError:
-        pass
+    for raw in lines:
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            events.append(entry)
     return events
 
 
-def run_states(path: str) -> dict:
-    """run_id -> last event ('planned', 'started', or 'finished') with its fields."""
+def read_events(path: str) -> list:
+    try:
+        with open(path, "rb") as fh:
+            return parse_events(fh)
+    except FileNotFoundError:
+        return []
+
+
+def last_by_run(events: list, kinds=("job", "started", "finished")) -> dict:
+    """run_id -> its last event among ``kinds``, in the order runs last changed (dicts keep insertion order)."""
     states = {}
-    for entry in read_events(path):
-        if isinstance(entry, dict) and "run_id" in entry:
+    for entry in events:
+        if entry.get("run_id") and entry.get("event") in kinds:
+            states.pop(entry["run_id"], None)
             states[entry["run_id"]] = entry
     return states
+
+
+def run_states(path: str) -> dict:
+    """run_id -> last event ('started' or 'finished') with its fields."""
+    return last_by_run(read_events(path))

@@ -301,9 +301,12 @@ class Run:
         self.workloads_dir = os.path.join(p["results_root"], WORKLOADS_SUBDIR)
 
     # ---------------------------------------------------------------------------- resume
-    def previous(self):
-        """The finished record when this run is already done, else None (after moving a partial dir aside)."""
-        state = run_states(self.ledger).get(self.rid)
+    def previous(self, states: dict):
+        """The finished record when this run is already done, else None (after moving a partial dir aside).
+
+        ``states``: the ledger's run states, read once per job (a run's own state changes only by its own run).
+        """
+        state = states.get(self.rid)
         record = None
         if os.path.exists(self.record_path):
             try:
@@ -640,16 +643,17 @@ def main():
         with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
             lock = _take_lock(module, runs[0].host_dir)
             states = run_states(runs[0].ledger)
-            pending = [r.rid for r in runs if states.get(r.rid, {}).get("event") != "finished"
-                       or (params["retry_failed"] and states[r.rid].get("status") in ("failed", "timeout"))]
-            if pending:  # a job with nothing to do leaves the ledger as it was
-                append_event(runs[0].ledger, "job", None, pid=os.getpid(), planned=len(runs), pending=len(pending))
+            announced = False
             for run in runs:
                 run.job = job
-                previous = run.previous()
+                previous = run.previous(states)
                 if previous is not None:
                     results.append(run._result(previous, changed=False, skipped=True))
                     continue
+                if not announced:  # before the first run it executes: a job with nothing to do leaves the ledger be
+                    append_event(runs[0].ledger, "job", None, pid=os.getpid(), planned=len(runs),
+                                 skipped=len(results))
+                    announced = True
                 results.append(run.execute())
                 job.running()
             lock.close()

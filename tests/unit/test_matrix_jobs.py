@@ -181,7 +181,7 @@ def test_one_call_runs_the_whole_plan_then_skips_it(tmp_path, standin_path):
     assert [e["order_index"] for e in out["sparkfleet_events"]] == [0, 1, 2]
     ledger_path = tmp_path / "results/c1/h1/ledger.jsonl"
     ledger = [json.loads(line) for line in ledger_path.read_text().splitlines()]
-    assert ledger[0]["event"] == "job" and ledger[0]["pending"] == 3 and "run_id" not in ledger[0]
+    assert ledger[0]["event"] == "job" and ledger[0]["skipped"] == 0 and "run_id" not in ledger[0]
     finished = [e for e in ledger if e["event"] == "finished"]
     assert [e["status"] for e in finished] == ["ok"] * 3
     assert all(e["duration_s"] > 0 and e["workload"] == "w" and e["environment"] == "bare" for e in finished)
