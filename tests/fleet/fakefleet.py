@@ -161,6 +161,7 @@ class FakeFleet:
         hdir = Path(host.dir)
         (hdir / "work").mkdir(parents=True, exist_ok=True)
         (hdir / "bin").mkdir(exist_ok=True)
+        (hdir / "home").mkdir(exist_ok=True)
         for tool in HOST_TOOLS:
             src = STANDINS / tool
             if src.exists():
@@ -184,6 +185,10 @@ class FakeFleet:
                          "/sbin", "/bin"])
         env = {
             "PATH": path,
+            # Each machine has its own home: ~/.ansible and ~/.ansible_async stay per host, and sessions do
+            # not source this machine's /root/.bashrc (a pyenv rehash lock there, orphaned when a test
+            # kills a host, stalled every later SSH command by 60 s).
+            "HOME": f"{host.dir}/home",
             "SPARKFLEET_FAKE_GPU_STATE": f"{host.dir}/gpu-state.json",
             "SPARKFLEET_FAKE_GPU_LOAD": f"{host.dir}/gpu-load",
             **host.env,
