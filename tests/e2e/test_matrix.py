@@ -145,11 +145,19 @@ def test_failures_timeouts_and_wrong_models_are_recorded_and_the_matrix_goes_on(
     # the hung workload left nothing behind: no process in the rootfs, no container
     assert subprocess.run(["docker", "ps", "-aq", "--filter", "label=sparkfleet.campaign=faults"],
                           capture_output=True, text=True).stdout.split() == []
-    assert not any("trtllm-bench" in _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit())
+    assert _workloads_under(fleet.dir) == []
 
 
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
+def _workloads_under(fleet_dir: str) -> list[str]:
+    """trtllm-bench processes chrooted into (or started from) this fleet's directories. Tests on other
+    pytest-xdist workers run their own stand-ins at the same time; those are not this test's leftovers."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            places = [os.readlink(f"/proc/{pid}/root"), os.readlink(f"/proc/{pid}/cwd"), cmdline]
+        except OSError:
+            continue
+        if "trtllm-bench" in cmdline and any(p.startswith(fleet_dir) or fleet_dir in p for p in places):
+            found.append(f"{pid}: {cmdline.replace(chr(0), ' ')}")
+    return found
