@@ -54,7 +54,7 @@ def bench(checkout: Path, fleet, campaign: Path, results: Path, times: Path) -> 
          "-e", "sparkfleet_preflight_min_free_disk_gib=1"],
         cwd=checkout, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"bench.yml of {checkout} failed:\n{proc.stdout[-3000:]}")
+        raise SystemExit(f"bench.yml of {checkout} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return time.monotonic() - started
 
 

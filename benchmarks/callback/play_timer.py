@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 name: play_timer
 type: aggregate
 short_description: Wall time per play and per task (benchmarks only)
-description: Writes [{play, s, tasks: [{task, s}]}] to the file named by SPARKFLEET_PLAY_TIMES.
+description: Writes a JSON list of plays (name, seconds, tasks with seconds) to the file named by SPARKFLEET_PLAY_TIMES.
 """
 
 
