@@ -65,6 +65,7 @@ def main() -> int:
     parser.add_argument("--runtime", type=float, default=2.0, help="stand-in run time per run, seconds")
     parser.add_argument("--checkout", action="append", default=[], metavar="NAME=PATH",
                         help="a sparkfleet checkout to time (repeatable; default: this one)")
+    parser.add_argument("--keep", metavar="DIR", help="also keep each run's per-play and per-task times here")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, chroot, Docker)", file=sys.stderr)
@@ -94,6 +95,9 @@ def main() -> int:
                                  _campaign(base / f"c-{name}-{r}.json", f"cost-{name}-{r}", image, args.runtime),
                                  base / "results", times)
                     plays = json.loads(times.read_text())
+                    if args.keep:
+                        Path(args.keep).mkdir(parents=True, exist_ok=True)
+                        (Path(args.keep) / times.name).write_text(times.read_text())
                     samples[name].append({"wall_s": wall, "plays": plays})
                     print(json.dumps({"checkout": name, "repeat": r, "wall_s": round(wall, 1),
                                       "plays": {p["play"]: p["s"] for p in plays}}), flush=True)

@@ -13,9 +13,9 @@ import pandas as pd
 from scipy import stats as sps
 
 from sparkfleet.stats import measured_runs, metric_columns
+from sparkfleet.thresholds import DEFAULT_TOLERANCE
 
 FLEET_KEYS = ("model", "environment", "workload")
-DEFAULT_TOLERANCE = 0.05
 
 
 def variance_components(groups: list[np.ndarray]) -> dict[str, float]:

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 from sparkfleet.errors import UsageError
-from sparkfleet.fleet_state import analyse, render_markdown
 from sparkfleet.record import write_json_atomic
-from sparkfleet.reproducibility import DEFAULT_TOLERANCE
+from sparkfleet.thresholds import DEFAULT_TOLERANCE
 
 
 def register(sub) -> None:
@@ -21,6 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from sparkfleet.fleet_state import analyse, render_markdown  # noqa: PLC0415 - pandas/scipy: only when used
+
     root = Path(args.results)
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
