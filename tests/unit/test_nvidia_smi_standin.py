@@ -235,9 +235,23 @@ def test_h200_model_cools_like_the_trace(tmp_path):
 
 
 def _loop(smi: Smi, *args: str) -> subprocess.Popen:
+    # As from a terminal: Ctrl+C reaches the tool. A test run started in the background (`cmd &`, nohup)
+    # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt.
     return subprocess.Popen(
-        [sys.executable, str(SMI), *args], env=smi.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(SMI), *args], env=smi.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def _end(proc: subprocess.Popen, sig: int) -> int:
+    """Send ``sig`` and return the exit code; a loop that does not end is killed (never left to later tests)."""
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def test_loop_ms_prints_one_flushed_block_per_period_until_killed(tmp_path):
@@ -251,8 +265,7 @@ def test_loop_ms_prints_one_flushed_block_per_period_until_killed(tmp_path):
             stamps.append(time.monotonic())
         assert proc.poll() is None
     finally:
-        proc.terminate()
-        rc = proc.wait(timeout=5)
+        rc = _end(proc, signal.SIGTERM)
     assert rc == 0 and proc.stderr is not None and proc.stderr.read() == ""
     assert lines[0] == "index, temperature.gpu, power.draw [W]"
     assert [line.split(", ")[0] for line in lines[1:]] == ["0", "1", "0", "1", "0", "1"]
@@ -267,8 +280,8 @@ def test_loop_seconds_and_option_forms(tmp_path):
         try:
             assert proc.stdout is not None and proc.stdout.readline() == "0, 38\n"  # the first block at once
         finally:
-            proc.send_signal(signal.SIGINT)  # Ctrl+C ends the loop quietly
-            assert proc.wait(timeout=5) == 0
+            rc = _end(proc, signal.SIGINT)  # Ctrl+C ends the loop quietly
+        assert rc == 0
     assert smi("-lms", check=False).returncode == 2
     assert smi("--query-gpu=index", "--format=csv", "--loop-ms=0", check=False).returncode == 2
     assert smi("-L", "-l", "1").stdout.startswith("GPU 0: NVIDIA GB10")  # -L does not loop
