@@ -21,16 +21,15 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "fleet"))
+sys.path[:0] = [str(REPO / "tests" / "fleet"), str(REPO / "benchmarks")]
 
 from fakefleet import FakeFleet  # noqa: E402
+from fleetbench import run_bench, write_campaign  # noqa: E402
 from testimage import ensure_dockerd, ensure_test_image  # noqa: E402
 
 
@@ -38,38 +37,15 @@ def _ts(text: str) -> float:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
-def _campaign(path: Path, name: str, image: str, iterations: int, runtime: float) -> Path:
-    path.write_text(json.dumps({"sparkfleet_campaign": {
-        "name": name, "image": image, "models": [{"name": "deepseek"}],
-        "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
-        "workloads": [{"name": "w", "preset": "T1", "requests": 4,
-                       "env": {"SPARKFLEET_FAKE_RUNTIME_S": str(runtime), "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],
-        "iterations": iterations, "cooldown": {"enabled": False}, "timeout_s": 300}}))
-    return path
-
-
-def _bench(fleet, campaign: Path, base: Path, n: int) -> float:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    started = time.monotonic()
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{campaign}",
-         "-e", f"sparkfleet_results_dir={base / 'results'}", "-e", "sparkfleet_image_offline=true",
-         "-e", "sparkfleet_preflight_max_load_per_cpu=100", "-e", "sparkfleet_preflight_min_free_memory_gib=0.5",
-         "-e", "sparkfleet_preflight_min_free_disk_gib=1"],
-        cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench.yml failed on {n} hosts:\n{proc.stdout[-3000:]}")
-    return time.monotonic() - started
-
-
 def measure(n: int, runs: int, runtime: float, image: str, base: Path) -> dict:
     fleet = FakeFleet.up(n, base / f"fleet{n}")
     try:
         # Cold: the first campaign on fresh hosts also extracts the image's rootfs on each (here all N on
         # one disk and two cores). Measured: the next campaign on the provisioned hosts, as a fleet runs them.
-        cold = _bench(fleet, _campaign(base / f"warm{n}.json", f"warm{n}", image, 1, runtime), base, n)
-        total = _bench(fleet, _campaign(base / f"c{n}.json", f"scale{n}", image, runs // 2, runtime), base, n)
+        cold = run_bench(fleet.inventory, write_campaign(base / f"warm{n}.json", f"warm{n}", image, 1, runtime),
+                         base / "results")
+        total = run_bench(fleet.inventory, write_campaign(base / f"c{n}.json", f"scale{n}", image, runs // 2, runtime),
+                          base / "results")
         per_host = []
         by_kind: dict[str, list[float]] = {}
         for host in fleet.hosts:

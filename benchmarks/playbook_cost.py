@@ -18,44 +18,23 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "fleet"))
+sys.path[:0] = [str(REPO / "tests" / "fleet"), str(REPO / "benchmarks")]
 
 from fakefleet import FakeFleet  # noqa: E402
+from fleetbench import run_bench, write_campaign  # noqa: E402
 from testimage import ensure_dockerd, ensure_test_image  # noqa: E402
 
 
-def _campaign(path: Path, name: str, image: str, runtime: float) -> Path:
-    path.write_text(json.dumps({"sparkfleet_campaign": {
-        "name": name, "image": image, "models": [{"name": "deepseek"}],
-        "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
-        "workloads": [{"name": "w", "preset": "T1", "requests": 4,
-                       "env": {"SPARKFLEET_FAKE_RUNTIME_S": str(runtime), "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],
-        "iterations": 1, "cooldown": {"enabled": False}, "timeout_s": 300}}))
-    return path
-
-
 def bench(checkout: Path, fleet, campaign: Path, results: Path, times: Path) -> float:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(checkout / "ansible.cfg"),
-               ANSIBLE_CALLBACK_PLUGINS=f"{checkout / 'plugins' / 'callback'}:{REPO / 'benchmarks' / 'callback'}",
-               ANSIBLE_CALLBACKS_ENABLED="play_timer", SPARKFLEET_PLAY_TIMES=str(times))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    started = time.monotonic()
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{campaign}",
-         "-e", f"sparkfleet_results_dir={results}", "-e", "sparkfleet_image_offline=true",
-         "-e", "sparkfleet_preflight_max_load_per_cpu=100", "-e", "sparkfleet_preflight_min_free_memory_gib=0.5",
-         "-e", "sparkfleet_preflight_min_free_disk_gib=1"],
-        cwd=checkout, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench.yml of {checkout} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return time.monotonic() - started
+    """bench.yml of ``checkout`` with the play timer on; its per-play times land in ``times``."""
+    return run_bench(fleet.inventory, campaign, results, checkout, env={
+        "ANSIBLE_CALLBACK_PLUGINS": f"{checkout / 'plugins' / 'callback'}:{REPO / 'benchmarks' / 'callback'}",
+        "ANSIBLE_CALLBACKS_ENABLED": "play_timer", "SPARKFLEET_PLAY_TIMES": str(times)})
 
 
 def main() -> int:
@@ -85,14 +64,15 @@ def main() -> int:
         fleet = FakeFleet.up(args.hosts, base / "fleet")
         try:
             first = next(iter(checkouts.values()))
-            bench(first, fleet, _campaign(base / "cold.json", "cold", image, args.runtime), base / "results",
+            bench(first, fleet, write_campaign(base / "cold.json", "cold", image, 1, args.runtime), base / "results",
                   base / "cold-times.json")
             for r in range(args.repeat):
                 order = list(checkouts) if r % 2 == 0 else list(reversed(checkouts))
                 for name in order:
                     times = base / f"times-{name}-{r}.json"
                     wall = bench(checkouts[name], fleet,
-                                 _campaign(base / f"c-{name}-{r}.json", f"cost-{name}-{r}", image, args.runtime),
+                                 write_campaign(base / f"c-{name}-{r}.json", f"cost-{name}-{r}", image, 1,
+                                                args.runtime),
                                  base / "results", times)
                     plays = json.loads(times.read_text())
                     if args.keep:

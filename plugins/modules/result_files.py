@@ -135,10 +135,10 @@ def main():
     written, unchanged, diffs = [], [], []
     for name in sorted(files):
         path = os.path.join(directory, name)
-        data = files[name].encode("utf-8")
-        before = current_bytes(path)
         if os.path.isdir(path):
             module.fail_json(msg=f"result_files: {path} is a directory", dir=directory)
+        data = files[name].encode("utf-8")
+        before = current_bytes(path)
         content_changed = before != data
         if content_changed:
             diffs.append({"before_header": path, "after_header": path,

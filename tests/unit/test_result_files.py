@@ -69,3 +69,9 @@ def test_a_file_where_the_directory_should_be_is_a_clear_error(tmp_path):
     (tmp_path / "d").write_text("")
     out = run_module(result_files, {"dir": str(tmp_path / "d"), "files": {"a": "1"}})
     assert out["failed"] and "is not a directory" in out["msg"]
+
+
+def test_a_directory_where_a_file_should_be_is_a_clear_error(tmp_path):
+    (tmp_path / "host.json").mkdir()
+    out = run_module(result_files, {"dir": str(tmp_path), "files": {"host.json": "{}\n"}})
+    assert out["failed"] and out["msg"] == f"result_files: {tmp_path / 'host.json'} is a directory"
