@@ -42,6 +42,8 @@ make_venv() {
     "$dir/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
     touch "$dir/.installed"
   fi
+  # The checkout is the collection sparkfleet.bench: ansible.cfg finds it through this link.
+  "$dir/bin/python" -m sparkfleet.collection >/dev/null
 }
 
 # The newest CPython >= 3.12 on this machine (Debian's, deadsnakes', or pyenv's), if any.

@@ -26,7 +26,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -36,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SPARKFLEET_SHARED", REPO.parent / "shared"))
-TRACE = SHARED / "data" / "gpu-traces" / "h200-heat-cool.json"
+TRACE = REPO / "tests" / "data" / "gpu-traces" / "h200-heat-cool.json"
 POLL_S = 5.0
 STUDY_THRESHOLD, STUDY_EXTRA_S = 45.0, 300.0
 
@@ -45,7 +43,7 @@ import ansible.module_utils  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
-gpu = importlib.import_module("ansible.module_utils.sparkfleet_gpu")
+gpu = importlib.import_module("ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu")
 
 
 def load_thermal_wait() -> Any:

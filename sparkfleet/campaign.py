@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from sparkfleet.errors import UsageError
-from sparkfleet.record import run_id, slug
+from sparkfleet_host.record import run_id, slug
 
 WRAPPER_KEY = "sparkfleet_campaign"
 

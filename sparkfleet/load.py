@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from sparkfleet import record as contract
+from sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
 #: Directories under a results tree that never hold run records (the report writes its own files there).

@@ -1,8 +1,8 @@
-"""Live progress of a playbook run, read from the ``sparkfleet_progress`` callback's JSON lines.
+"""Live progress of a playbook run, read from the ``sparkfleet.bench.progress`` callback's JSON lines.
 
 ``JsonlTail`` follows the file as the callback appends to it (whole lines only); ``Progress`` folds the
 events into per-host state; ``Display`` shows it: redrawn in place on a terminal, one plain line per
-event otherwise (logs, CI). The event contract is documented in ``plugins/callback/sparkfleet_progress.py``.
+event otherwise (logs, CI). The event contract is documented in ``plugins/callback/progress.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Drive a sparkfleet playbook through ansible-runner, with the progress callback feeding a live display.
 
 The run uses the repo's ``ansible.cfg`` (``ANSIBLE_CONFIG``), the repo root as project dir, a throw-away
-private data dir, and the ``sparkfleet_progress`` callback writing JSON lines to a file that the caller
+private data dir, and the ``sparkfleet.bench.progress`` callback writing JSON lines to a file that the caller
 tails. The caller's environment is passed through (ansible-runner seeds the child's environment with it);
 ``env`` entries override it. Host-key checking stays on (ansible-runner would otherwise turn it off).
 """
@@ -24,7 +24,7 @@ from sparkfleet.errors import UsageError
 from sparkfleet.progress import JsonlTail
 
 REPO = Path(__file__).resolve().parents[1]
-CALLBACK = "sparkfleet_progress"
+CALLBACK = "sparkfleet.bench.progress"
 
 
 @dataclass
@@ -94,15 +94,11 @@ def runner_kwargs(request: RunRequest, private_data_dir: str, events_path: str) 
     enabled = [c for c in base.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c.strip()]
     if CALLBACK not in enabled:
         enabled.append(CALLBACK)
-    callback_paths = [str(REPO / "plugins" / "callback"), *filter(None, base.get("ANSIBLE_CALLBACK_PLUGINS",
-                                                                                     "").split(":"))]
     venv_bin = str(Path(sys.executable).parent)
     envvars = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOST_KEY_CHECKING": base.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled),
-        # ansible-runner appends its own callback dir to this variable, which then hides ansible.cfg's.
-        "ANSIBLE_CALLBACK_PLUGINS": ":".join(dict.fromkeys(callback_paths)),
         "SPARKFLEET_PROGRESS_FILE": events_path,
         "PATH": f"{venv_bin}:{base.get('PATH', '')}",
         **request.env,

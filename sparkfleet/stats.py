@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from sparkfleet.record import METRICS, STATUSES
+from sparkfleet_host.record import METRICS, STATUSES
 
 CELL_KEYS = ("host", "model", "environment", "workload")
 DEFAULT_CV_GATE = 0.05

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sparkfleet import record as contract
 from sparkfleet.errors import UsageError
+from sparkfleet_host import record as contract
 
 CAMPAIGN = "benchmark-spark"
 HOST = "spark-study"

@@ -4,33 +4,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shlex
 import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-
-def _load_ledger():
-    """The ledger's own reader (plugins/module_utils), which the controller cannot import as module_utils."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils",
-                        "sparkfleet_ledger.py")
-    spec = importlib.util.spec_from_file_location("sparkfleet_follow_ledger", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ledger = _load_ledger()
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
 
 MARK = "@@sparkfleet-follow@@"
 # Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
 # retries run in one worker process, which keeps this module loaded; losing it only reprints lines.
 _SHOWN: dict[str, int] = {}
-FINAL = ("ok", "failed", "timeout", "invalid")
+FINAL = ledger.FINAL
 
 
 def follow_command(results_file: str, ledger: str, jobs_dir: str) -> str:

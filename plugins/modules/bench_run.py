@@ -152,7 +152,7 @@ runs:
       description: What the wait before the run did (waited_s, start_temp_c, end_temp_c, threshold_c, reason).
       type: dict
     sparkfleet_event:
-      description: Progress event for the sparkfleet_progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
+      description: Progress event for the sparkfleet.bench.progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
       type: dict
 counts:
   description: Number of runs per status.
@@ -160,7 +160,7 @@ counts:
   type: dict
   sample: {"ok": 5, "failed": 1}
 sparkfleet_events:
-  description: The runs' progress events (the sparkfleet_progress callback reads this list).
+  description: The runs' progress events (the sparkfleet.bench.progress callback reads this list).
   returned: always
   type: list
   elements: dict
@@ -177,11 +177,19 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkfleet.parsers import parse_log
-from ansible.module_utils.sparkfleet.record import SCHEMA_VERSION, run_id, write_json_atomic
-from ansible.module_utils.sparkfleet_jobs import JobRegistration
-from ansible.module_utils.sparkfleet_ledger import FINAL, append_event, run_states
-from ansible.module_utils.sparkfleet_runexec import (
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import JobRegistration
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.ledger import (
+    FINAL,
+    append_event,
+    run_states,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import (
+    SCHEMA_VERSION,
+    run_id,
+    write_json_atomic,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import (
     WORKLOADS_SUBDIR,
     RunSetupError,
     container_cgroup_memory_file,
@@ -226,8 +234,11 @@ def _cooldown(params: dict) -> dict:
     """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so."""
     if not params.get("enabled", True):
         return {"reason": "disabled", "waited_s": 0.0}
-    from ansible.module_utils.sparkfleet_gpu import GpuSensorError, open_sensor
-    from ansible.module_utils.sparkfleet_thermal import wait_for_cooldown
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (
+        GpuSensorError,
+        open_sensor,
+    )
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.thermal import wait_for_cooldown
 
     try:
         sensor = open_sensor("auto")
@@ -365,7 +376,7 @@ class Run:
         except (RunSetupError, ValueError, TypeError) as exc:
             return self._finish(record, "failed", "setup: %s" % exc, {}, None)
         record["command"] = redact(launches[-1][1])
-        from ansible.module_utils.sparkfleet_telemetry import TelemetrySampler
+        from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler
 
         sampler = TelemetrySampler(os.path.join(self.run_dir, "telemetry.csv"),
                                    interval_s=float(self.p["telemetry_interval_s"]))

@@ -241,13 +241,13 @@ import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.sparkfleet_gpu import (  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (  # noqa: E402
     GpuSensor,
     GpuSensorError,
     Runner,
     open_sensor,
 )
-from ansible.module_utils.sparkfleet_thermal import (  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.thermal import (  # noqa: E402
     COOLDOWN_DEFAULTS,
     CooldownError,
     validate_cooldown_options,

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from sparkfleet.errors import UsageError
-from sparkfleet.record import write_json_atomic
 from sparkfleet.thresholds import DEFAULT_TOLERANCE
+from sparkfleet_host.record import write_json_atomic
 
 
 def register(sub) -> None:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from sparkfleet.errors import UsageError
-from sparkfleet.parsers import ParseResult, parse_log
-from sparkfleet.record import METRICS
+from sparkfleet_host.parsers import ParseResult, parse_log
+from sparkfleet_host.record import METRICS
 
 
 def register(sub) -> None:

@@ -1,6 +1,6 @@
 """`sparkfleet run -i INVENTORY [-e EXTRA ...]`: run the benchmark playbook with a live progress display.
 
-Drives ``bench.yml`` (or ``--playbook``) through ansible-runner with the ``sparkfleet_progress`` callback
+Drives ``bench.yml`` (or ``--playbook``) through ansible-runner with the ``sparkfleet.bench.progress`` callback
 enabled and shows, per host, runs done / planned, the cell in progress and an ETA: redrawn in place on a
 terminal, one line per event otherwise. Exit code = the playbook's; 2 on bad arguments.
 """

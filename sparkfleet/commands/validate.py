@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sparkfleet.errors import UsageError
-from sparkfleet.record import validate
+from sparkfleet_host.record import validate
 
 
 def register(sub) -> None:

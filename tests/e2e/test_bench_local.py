@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet.record import validate
+from sparkfleet_host.record import validate
 
 
 @pytest.mark.root

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkfleet.record import validate
+from sparkfleet_host.record import validate
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.docker, pytest.mark.slow]
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from sparkfleet.cli import main as sparkfleet_main
-from sparkfleet.record import validate
+from sparkfleet_host.record import validate
 
 FAST_COOLDOWN = {"threshold_c": 90, "settle_band_c": 3, "settle_window_s": 0.5, "min_wait_s": 0, "max_wait_s": 5,
                  "poll_interval_s": 0.25, "on_timeout": "continue"}

@@ -1,7 +1,8 @@
 """Load and run the modules under plugins/ in-process, as Ansible would on a target.
 
-``ansible.module_utils.sparkfleet_gpu`` resolves because plugins/module_utils is appended to the
-``ansible.module_utils`` package path, which is what AnsiballZ's bundling amounts to on a remote host.
+The modules import their module_utils as ``ansible_collections.sparkfleet.bench.plugins.module_utils...``:
+ansible-core's collection loader, installed here on the checkout's development link, resolves those names
+as AnsiballZ's bundle does on a host.
 """
 
 from __future__ import annotations
@@ -15,19 +16,29 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ansible.module_utils
 from ansible.module_utils.testing import patch_module_args
+from ansible.utils.collection_loader import AnsibleCollectionConfig
+from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+from sparkfleet.collection import dev_link
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
 STANDINS = REPO / "tests" / "fleet" / "standins"
 
-_utils = str(PLUGINS / "module_utils")
-if _utils not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_utils)
+if AnsibleCollectionConfig.collection_finder is None:
+    _AnsibleCollectionFinder(paths=[str(dev_link(REPO).parents[2])], scan_sys_paths=False)._install()
 
-# Imported here, after the path is wired, so that test files need not care about import order.
-sparkfleet_gpu = importlib.import_module("ansible.module_utils.sparkfleet_gpu")
+#: The name the modules import their module_utils by (the collection's), not the controller's ``sparkfleet_host``:
+#: a module's classes and a test's must be the same objects.
+HOST_UTILS = "ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host"
+
+
+def host_util(name: str) -> ModuleType:
+    return importlib.import_module(f"{HOST_UTILS}.{name}")
+
+
+sparkfleet_gpu = host_util("gpu")
 
 
 def load_module(name: str) -> ModuleType:

@@ -1,39 +1,23 @@
-"""Where the unit tests find fixtures: the shared, published samples and this repo's own.
-
-Shared fixtures live beside the checkout (``<checkout>/../shared/fixtures``); set SPARKFLEET_SHARED to the
-``shared`` directory when the checkout lives elsewhere. Tests that need them skip, saying so, when neither
-place has them.
-"""
+"""Where the unit tests find their inputs: published data copied into ``tests/data`` (see its README for
+provenance) and fixtures written for this project in ``tests/fixtures``. Both ship with the repo."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 OWN_FIXTURES = REPO / "tests" / "fixtures"
+DATA = REPO / "tests" / "data"
+STUDY_JSON = DATA / "benchmark-spark" / "all_benchmark_results.json"
+H200_TRACE = DATA / "gpu-traces" / "h200-heat-cool.json"
 STANDIN_TRTLLM = REPO / "tests" / "fleet" / "standins" / "trtllm-bench"
-MATMUL = REPO / "sparkfleet" / "workloads" / "matmul.py"
+MATMUL = REPO / "roles" / "matrix" / "files" / "matmul.py"
 PYTHON = sys.executable
 
 
-def shared_fixtures() -> Path:
-    """``<...>/shared/fixtures``: next to the checkout first, then $SPARKFLEET_SHARED/fixtures."""
-    candidates = [Path(__file__).resolve().parents[3] / "shared" / "fixtures"]
-    if os.environ.get("SPARKFLEET_SHARED"):
-        candidates.append(Path(os.environ["SPARKFLEET_SHARED"]) / "fixtures")
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    pytest.skip(f"shared fixtures not found in {', '.join(map(str, candidates))} (set SPARKFLEET_SHARED)")
-    raise AssertionError("unreachable")
-
-
 def trtllm_fixture(name: str) -> Path:
-    return shared_fixtures() / "trtllm-bench" / name
+    return DATA / "trtllm-bench-published" / name
 
 
 def own_fixture(relative: str) -> Path:

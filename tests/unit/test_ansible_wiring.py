@@ -1,4 +1,5 @@
-"""ansible.cfg wiring: plugins and roles are found from the repo root and via ANSIBLE_CONFIG elsewhere."""
+"""ansible.cfg wiring: the checkout is found as the collection sparkfleet.bench from the repo root and via
+ANSIBLE_CONFIG elsewhere."""
 
 from __future__ import annotations
 
@@ -33,11 +34,7 @@ def test_paths_resolve_to_the_repo(tmp_path, from_elsewhere):
         env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
         cwd = tmp_path
     values = _config_dump(cwd, env)
-    assert str(REPO / "plugins/modules") in values["DEFAULT_MODULE_PATH"]
-    assert str(REPO / "plugins/module_utils") in values["DEFAULT_MODULE_UTILS_PATH"]
-    assert str(REPO / "plugins/callback") in values["DEFAULT_CALLBACK_PLUGIN_PATH"]
-    assert str(REPO / "plugins/filter") in values["DEFAULT_FILTER_PLUGIN_PATH"]
-    assert str(REPO / "roles") in values["DEFAULT_ROLES_PATH"]
+    assert str(REPO / ".collections") in values["COLLECTIONS_PATHS"]
     assert str(REPO / "inventory/local.ini") in values["DEFAULT_HOST_LIST"]
     assert values["HOST_KEY_CHECKING"] == "True"
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import _ansible_modules  # noqa: F401  (the collection loader, for the action's module_utils import)
 import pytest
 from ansible.errors import AnsibleActionFail
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -10,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _ansible_modules import load_module, run_module
+from _ansible_modules import host_util, load_module, run_module
 
-sc = importlib.import_module("ansible.module_utils.sparkfleet_chroot")
+sc = host_util("chroot")
 
 IMAGE_ENV = ["PATH=/usr/local/cuda/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64",
              "CUDA_HOME=/usr/local/cuda", "OPTS=a=b c"]

@@ -8,7 +8,7 @@ import sys
 
 from sparkfleet import __version__
 from sparkfleet.cli import main
-from sparkfleet.record import run_id
+from sparkfleet_host.record import run_id
 
 
 def test_version_and_help_through_the_console_script():

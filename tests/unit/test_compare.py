@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparkfleet import record as contract
 from sparkfleet.cli import main
 from sparkfleet.compare import compare_campaigns, compare_environments, kv_decomposition, kv_shift
+from sparkfleet_host import record as contract
 
 
 def write_campaign(root: Path, cells: dict[tuple[str, str], dict[str, list[float]]], host: str = "h1",

@@ -19,10 +19,10 @@ from _shared import OWN_FIXTURES, PYTHON, REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkfleet.parsers import INTERNAL_ERROR, ParseResult, detect_kind, parse_hf_generate, parse_log
-from sparkfleet.record import METRICS
+from sparkfleet_host.parsers import INTERNAL_ERROR, ParseResult, detect_kind, parse_hf_generate, parse_log
+from sparkfleet_host.record import METRICS
 
-SCRIPT = REPO / "sparkfleet" / "workloads" / "hf_generate.py"
+SCRIPT = REPO / "roles" / "matrix" / "files" / "hf_generate.py"
 FIXTURE = OWN_FIXTURES / "hf_generate" / "cpu-llama-tiny-transformers-5.23.0.log"
 FIXTURE_TEXT = FIXTURE.read_text()
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

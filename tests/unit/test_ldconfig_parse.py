@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 from pathlib import Path
 
-import _ansible_modules  # noqa: F401  (wires ansible.module_utils to plugins/module_utils)
 import pytest
+from _ansible_modules import host_util
 
-sc = importlib.import_module("ansible.module_utils.sparkfleet_chroot")
+sc = host_util("chroot")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ldconfig"
 SPARK = (FIXTURES / "dgx-spark-aarch64-580.txt").read_text()

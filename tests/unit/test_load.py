@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkfleet import record as contract
 from sparkfleet.load import contract_problems, export_runs, load_runs
+from sparkfleet_host import record as contract
 
 
 def make_record(host: str = "h1", model: str = "m", environment: str = "native", workload: str = "w",

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from _shared import MATMUL, PYTHON
 
-from sparkfleet.parsers import parse_log
+from sparkfleet_host.parsers import parse_log
 
 pytest.importorskip("numpy", reason="the CPU path of matmul.py needs numpy")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -13,32 +12,33 @@ import time
 from pathlib import Path
 
 import pytest
-from _ansible_modules import PLUGINS, STANDINS, load_module, run_module
+from _ansible_modules import PLUGINS, STANDINS, host_util, load_module, run_module
 
-# importable once _ansible_modules has wired plugins/module_utils into ansible.module_utils
-jobs = importlib.import_module("ansible.module_utils.sparkfleet_jobs")
-record = importlib.import_module("ansible.module_utils.sparkfleet.record")
+from sparkfleet.collection import dev_link
+
+# importable once _ansible_modules has installed the collection loader
+jobs = host_util("jobs")
+record = host_util("record")
 
 # A process that registers itself as a matrix job and runs a workload in its own session, as bench_run does.
 JOB = textwrap.dedent("""
     import os, signal, subprocess, sys, time
-    sys.path.insert(0, {utils!r})
-    import sparkfleet_jobs
+    from sparkfleet_host import jobs as sparkfleet_jobs
     if sys.argv[2] == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     with sparkfleet_jobs.JobRegistration(sys.argv[1], "c1", "h1") as job:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})  # as run_process: no stop before the try
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as run_process: no stop before the try
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             job.running("r1", child_pgid=child.pid)
             print(child.pid, flush=True)
             time.sleep(300)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
-""").format(utils=str(PLUGINS / "module_utils"))
+""")
 
 
 def _start_job(tmp_path: Path, mode: str):
@@ -199,8 +199,8 @@ def test_sigterm_ends_the_workload_and_leaves_the_run_for_a_resume(tmp_path, sta
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": _args(tmp_path, runs, 60)}))
     runner.write_text(textwrap.dedent(f"""
         import runpy, sys
-        import ansible.module_utils
-        ansible.module_utils.__path__.append({str(PLUGINS / 'module_utils')!r})
+        from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+        _AnsibleCollectionFinder(paths=[{str(dev_link().parents[2])!r}], scan_sys_paths=False)._install()
         sys.argv = ["bench_run", {str(args_file)!r}]
         runpy.run_path({str(PLUGINS / 'modules' / 'bench_run.py')!r}, run_name="__main__")
     """))

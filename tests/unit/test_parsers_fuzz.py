@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parsers_misc import MATMUL_OUTPUT
 
-from sparkfleet.parsers import (
+from sparkfleet_host.parsers import (
     INTERNAL_ERROR,
     ParseResult,
     detect_kind,
@@ -36,8 +36,8 @@ from sparkfleet.parsers import (
     parse_report_text,
     parse_vllm,
 )
-from sparkfleet.parsers.probe import PROBE_PREFIX
-from sparkfleet.record import METRICS
+from sparkfleet_host.parsers.probe import PROBE_PREFIX
+from sparkfleet_host.record import METRICS
 
 DIRECT_PARSERS = (parse_report_text, parse_memory_lines, parse_matmul, parse_vllm, parse_report_json,
                   parse_hf_generate)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from _shared import trtllm_fixture
 
-from sparkfleet.parsers import parse_file, parse_log, parse_memory_lines
-from sparkfleet.parsers.trtllm_memory import SRC_ALLOC, SRC_AVAILABLE, SRC_CPP_TOTAL, SRC_PEAK
+from sparkfleet_host.parsers import parse_file, parse_log, parse_memory_lines
+from sparkfleet_host.parsers.trtllm_memory import SRC_ALLOC, SRC_AVAILABLE, SRC_CPP_TOTAL, SRC_PEAK
 
 PREFIX = "[12/20/2025-04:21:51] [TRT-LLM] [I] "
 PEAK_HEAD = (

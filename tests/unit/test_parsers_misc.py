@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _shared import own_fixture, trtllm_fixture
 
-from sparkfleet.parsers import detect_kind, parse_file, parse_log, parse_matmul, parse_probe, parse_vllm
+from sparkfleet_host.parsers import detect_kind, parse_file, parse_log, parse_matmul, parse_probe, parse_vllm
 
 MATMUL_OUTPUT = """\
 [sparkfleet-probe] hostname: spark-03

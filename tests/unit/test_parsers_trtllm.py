@@ -7,9 +7,9 @@ import json
 import pytest
 from _shared import own_fixture, trtllm_fixture
 
-from sparkfleet.parsers import parse_file, parse_log, parse_report_json, parse_report_text
-from sparkfleet.parsers.trtllm_report import normalise_label
-from sparkfleet.record import METRICS
+from sparkfleet_host.parsers import parse_file, parse_log, parse_report_json, parse_report_text
+from sparkfleet_host.parsers.trtllm_report import normalise_label
+from sparkfleet_host.record import METRICS
 
 TEXT = "trtllm-bench report text"
 

@@ -1,4 +1,4 @@
-"""The sparkfleet_progress callback under plain ansible-playbook, and the `sparkfleet run` display/runner pieces."""
+"""The sparkfleet.bench.progress callback under plain ansible-playbook, and the `sparkfleet run` display/runner pieces."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ FAKE_MATRIX = REPO / "tests" / "fixtures" / "playbooks" / "fake_matrix.yml"
 def _env(tmp_path: Path, events: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               ANSIBLE_CALLBACKS_ENABLED="sparkfleet_progress", ANSIBLE_LIBRARY=str(MODULES),
+               ANSIBLE_CALLBACKS_ENABLED="sparkfleet.bench.progress", ANSIBLE_LIBRARY=str(MODULES),
                ANSIBLE_NOCOLOR="1", PATH=f"{BIN}:{env.get('PATH', '')}")
     if events is not None:
         env["SPARKFLEET_PROGRESS_FILE"] = str(events)
@@ -100,15 +100,15 @@ def test_without_a_file_it_does_nothing(tmp_path):
     proc = _playbook(FAKE_MATRIX, _env(tmp_path, None), work)
     assert proc.returncode == 0, proc.stderr
     assert list(work.iterdir()) == []
-    assert "sparkfleet_progress" not in proc.stdout + proc.stderr
+    assert "sparkfleet.bench.progress" not in proc.stdout + proc.stderr
 
 
 def test_path_from_the_ini_file(tmp_path):
     events_file = tmp_path / "from-ini.jsonl"
     cfg = tmp_path / "ansible.cfg"
     cfg.write_text(f"""[defaults]
-callback_plugins = {REPO}/plugins/callback
-callbacks_enabled = sparkfleet_progress
+collections_path = {REPO}/.collections
+callbacks_enabled = sparkfleet.bench.progress
 library = {MODULES}
 gathering = explicit
 
@@ -248,8 +248,7 @@ def test_runner_arguments(tmp_path, monkeypatch):
     assert f"-e 'k=v w' -e @{tmp_path / 'vars.yml'}" in kw["cmdline"]
     env = kw["envvars"]
     assert env["ANSIBLE_CONFIG"] == str(REPO / "ansible.cfg")
-    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "sparkfleet_progress"
-    assert env["ANSIBLE_CALLBACK_PLUGINS"].split(":")[0] == str(REPO / "plugins" / "callback")
+    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "sparkfleet.bench.progress"
     assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"  # ansible-runner would turn it off
     assert env["SPARKFLEET_PROGRESS_FILE"] == str(tmp_path / "ev.jsonl")
     assert env["ANSIBLE_LIBRARY"] == "/x" and env["EMPTY"] == ""
@@ -292,8 +291,9 @@ def test_sparkfleet_run_locally_end_to_end(tmp_path):
 def _load_callback(path: Path):
     from ansible.plugins.loader import callback_loader
 
-    callback_loader.add_directory(str(REPO / "plugins" / "callback"))
-    cb = callback_loader.get("sparkfleet_progress")
+    import _ansible_modules  # noqa: F401, PLC0415  (the collection loader)
+
+    cb = callback_loader.get("sparkfleet.bench.progress")
     cb.set_options(direct={"path": str(path)})
     return cb
 

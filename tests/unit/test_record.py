@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparkfleet.record import METRICS, run_id, slug, validate, write_json_atomic
+from sparkfleet_host.record import METRICS, run_id, slug, validate, write_json_atomic
 
 
 def _record(**over):

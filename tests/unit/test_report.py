@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparkfleet import record as contract
 from sparkfleet.cli import main
+from sparkfleet_host import record as contract
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

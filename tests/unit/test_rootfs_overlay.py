@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 
 import pytest
-from _ansible_modules import load_module, run_module
+from _ansible_modules import host_util, load_module, run_module
 
 ro = load_module("rootfs_overlay")
-sc = importlib.import_module("ansible.module_utils.sparkfleet_chroot")
+sc = host_util("chroot")
 
 
 def test_default_name():

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from pathlib import Path
 
-import _ansible_modules  # noqa: F401  (wires ansible.module_utils to plugins/module_utils)
 import pytest
+from _ansible_modules import host_util
 
-runexec = importlib.import_module("ansible.module_utils.sparkfleet_runexec")
-ledger = importlib.import_module("ansible.module_utils.sparkfleet_ledger")
+runexec = host_util("runexec")
+ledger = host_util("ledger")
 
 HOSTILE = "m; rm -rf / $(touch /tmp/pwned) `id` 'q' \"d\"\nx"
 

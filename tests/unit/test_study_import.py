@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from _shared import STUDY_JSON
 
-from sparkfleet import record as contract
 from sparkfleet.cli import main
 from sparkfleet.study import study_records
+from sparkfleet_host import record as contract
 
-SHARED = Path(os.environ.get("SPARKFLEET_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-STUDY = SHARED / "data" / "benchmark-spark" / "all_benchmark_results.json"
-pytestmark = pytest.mark.skipif(not STUDY.is_file(), reason=f"study data not found at {STUDY}")
+STUDY = STUDY_JSON
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib
 import itertools
 import os
 import signal
@@ -14,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from _ansible_modules import STANDINS, sparkfleet_gpu
+from _ansible_modules import STANDINS, host_util, sparkfleet_gpu
 
-telemetry = importlib.import_module("ansible.module_utils.sparkfleet_telemetry")
+telemetry = host_util("telemetry")
 TelemetrySampler = telemetry.TelemetrySampler
 GpuReading = sparkfleet_gpu.GpuReading
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Sequence
 
 import pytest
-from _ansible_modules import load_module, run_module, sparkfleet_gpu
+from _ansible_modules import host_util, load_module, run_module, sparkfleet_gpu
 from test_thermal_wait import CurveSensor, FakeClock, h200_cooldown, newton
 
-thermal = importlib.import_module("ansible.module_utils.sparkfleet_thermal")
+thermal = host_util("thermal")
 wait_for_cooldown = thermal.wait_for_cooldown
 validate = thermal.validate_cooldown_options
 

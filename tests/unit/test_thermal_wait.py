@@ -8,18 +8,16 @@ import math
 import os
 import random
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 from _ansible_modules import STANDINS, load_module, run_module, sparkfleet_gpu
+from _shared import H200_TRACE
 
 GpuReading = sparkfleet_gpu.GpuReading
 GpuSensor = sparkfleet_gpu.GpuSensor
 NvidiaSmiSensor = sparkfleet_gpu.NvidiaSmiSensor
 
-SHARED = Path(os.environ.get("SPARKFLEET_SHARED", Path(__file__).resolve().parents[3] / "shared"))
-H200_TRACE = SHARED / "data" / "gpu-traces" / "h200-heat-cool.json"
 
 Curve = Callable[[float], "float | None"]
 

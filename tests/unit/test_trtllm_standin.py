@@ -11,7 +11,7 @@ import sys
 import pytest
 from _shared import STANDIN_TRTLLM
 
-from sparkfleet.parsers import parse_log, parse_report_json
+from sparkfleet_host.parsers import parse_log, parse_report_json
 
 MODEL = "meta-llama/Llama-3.1-8B"
 

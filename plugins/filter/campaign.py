@@ -48,5 +48,5 @@ def host_settings_problems(variables, host):
 
 class FilterModule:
     def filters(self):
-        return {"sparkfleet_campaign_resolve": campaign_resolve, "sparkfleet_campaign_plan": campaign_plan,
-                "sparkfleet_host_settings_problems": host_settings_problems}
+        return {"campaign_resolve": campaign_resolve, "campaign_plan": campaign_plan,
+                "host_settings_problems": host_settings_problems}

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 
-from ansible.module_utils.sparkfleet_chroot import chroot_argv
+from .chroot import chroot_argv
 
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).

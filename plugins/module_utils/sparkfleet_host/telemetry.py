@@ -39,28 +39,16 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
 
-try:
-    from ansible.module_utils.sparkfleet_gpu import (
-        QUERY_FIELDS,
-        GpuReading,
-        GpuSensor,
-        GpuSensorError,
-        _reading_from_row,
-        decode_throttle_reasons,
-        open_sensor,
-        parse_query_csv,
-    )
-except ImportError:  # outside Ansible: plugins/module_utils on sys.path (benchmarks, device runs)
-    from sparkfleet_gpu import (  # type: ignore[no-redef]
-        QUERY_FIELDS,
-        GpuReading,
-        GpuSensor,
-        GpuSensorError,
-        _reading_from_row,
-        decode_throttle_reasons,
-        open_sensor,
-        parse_query_csv,
-    )
+from .gpu import (
+    QUERY_FIELDS,
+    GpuReading,
+    GpuSensor,
+    GpuSensorError,
+    _reading_from_row,
+    decode_throttle_reasons,
+    open_sensor,
+    parse_query_csv,
+)
 
 CSV_COLUMNS = (
     "t_s",

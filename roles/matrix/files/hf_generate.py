@@ -11,7 +11,7 @@ them at once; greedy generation of exactly ``--output-len`` new tokens (EOS disa
 ``--warmup`` unmeasured iterations, then ``--iterations`` measured ones, each timed with the device
 synchronised. TTFT is a prefill-only call (``generate`` with one new token) timed separately in every
 iteration; TPOT = (mean latency - mean TTFT) / (output_len - 1). Prints a stable block that
-``sparkfleet.parsers.hf_generate`` reads, plus the ``[sparkfleet-probe]`` lines of matmul.py.
+``sparkfleet_host.parsers.hf_generate`` reads, plus the ``[sparkfleet-probe]`` lines of matmul.py.
 
     python3 hf_generate.py --model NAME_OR_PATH [--batch 1] [--input-len 128] [--output-len 128]
                            [--warmup 2] [--iterations 10] [--dtype auto] [--device auto]

@@ -11,7 +11,7 @@ Every field may be unavailable: a DGX Spark (GB10, unified memory) answers ``[N/
 and has no power cap; NVML raises ``NVMLError_NotSupported`` there. Such fields read as ``None``, never as 0,
 so that a missing figure is never mistaken for a measured one.
 
-Stdlib only (pynvml optional), so that ``from ansible.module_utils.sparkfleet_gpu import ...`` works in a
+Stdlib only (pynvml optional), so that ``from .gpu import ...`` works in a
 module shipped to a remote host.
 """
 

@@ -3,7 +3,7 @@
 
 STANDALONE on purpose: it runs inside a chroot or a container that has python3 and maybe numpy, torch
 or cupy, and nothing of sparkfleet. Array library, in order: torch on CUDA, cupy, numpy on the CPU.
-Prints a stable block that ``sparkfleet.parsers.matmul`` reads, plus ``[sparkfleet-probe]`` lines that
+Prints a stable block that ``sparkfleet_host.parsers.matmul`` reads, plus ``[sparkfleet-probe]`` lines that
 say where it ran (hostname, /.dockerenv, device and inode of /) so tests can prove native vs container.
 
     python3 matmul.py --model NAME [--size N] [--iterations 10] [--warmup 1] [--backend auto]

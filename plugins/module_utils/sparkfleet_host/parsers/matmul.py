@@ -1,4 +1,4 @@
-"""Output of ``sparkfleet/workloads/matmul.py``, the study's N x N FP32 matrix-product sanity check.
+"""Output of ``roles/matrix/files/matmul.py``, the study's N x N FP32 matrix-product sanity check.
 
 Layout (one ``key: value`` per line between the markers; timings in seconds)::
 

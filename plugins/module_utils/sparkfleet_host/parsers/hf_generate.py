@@ -1,4 +1,4 @@
-"""Output of ``sparkfleet/workloads/hf_generate.py``: Hugging Face transformers ``generate`` on PyTorch.
+"""Output of ``roles/matrix/files/hf_generate.py``: Hugging Face transformers ``generate`` on PyTorch.
 
 Layout (one ``key: value`` per line between the markers; metric keys are the record's own names)::
 

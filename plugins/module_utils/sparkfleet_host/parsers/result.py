@@ -1,7 +1,7 @@
 """The one result shape every parser returns, and the small value helpers they share.
 
 Parsers never raise on bad input: whatever they could not find goes to ``missing``, whatever looked
-wrong goes to ``warnings``. Metric names and units are those of ``sparkfleet.record.METRICS``.
+wrong goes to ``warnings``. Metric names and units are those of ``sparkfleet_host.record.METRICS``.
 """
 
 from __future__ import annotations

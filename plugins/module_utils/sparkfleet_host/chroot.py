@@ -3,7 +3,7 @@
 """Native execution: the extracted container rootfs, its marker, its mounts, and the chroot launcher.
 
 Shared by the ``rootfs_extract``, ``chroot_mounts`` and ``chroot_command`` modules and by the run executor.
-Stdlib only, so that ``from ansible.module_utils.sparkfleet_chroot import ...`` works in a module shipped to
+Stdlib only, so that ``from .chroot import ...`` works in a module shipped to
 a remote host.
 
 The launcher (:func:`chroot_argv`) builds an argv, never a shell line::

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-name: sparkfleet_progress
+name: progress
 type: notification
 short_description: Write sparkfleet run progress and ETA as JSON lines
 description:
   - Appends one JSON object per line to a file while a playbook runs, so that a controller (C(sparkfleet run))
     or any other tool can tail it and show per-host progress and an ETA.
-  - Needs to be enabled (C(ANSIBLE_CALLBACKS_ENABLED=sparkfleet_progress) or C(callbacks_enabled) in
+  - Needs to be enabled (C(ANSIBLE_CALLBACKS_ENABLED=sparkfleet.bench.progress) or C(callbacks_enabled) in
     C(ansible.cfg)) and given a file; without a file it does nothing.
   - Works under plain C(ansible-playbook) and under ansible-runner; it never touches stdout.
   - Each line is written with a single C(write) on a file opened for appending and flushed at once, so a
@@ -119,7 +119,7 @@ class _HostProgress:
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "notification"
-    CALLBACK_NAME = "sparkfleet_progress"
+    CALLBACK_NAME = "sparkfleet.bench.progress"
     CALLBACK_NEEDS_ENABLED = True
 
     def __init__(self, *args, **kwargs):
@@ -149,7 +149,7 @@ class CallbackModule(CallbackBase):
                 self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.write(self._fd, line.encode("utf-8"))  # one write per line: O_APPEND keeps lines whole
         except OSError as exc:
-            self._display.warning(f"sparkfleet_progress: cannot write {self._path}: {exc}")
+            self._display.warning(f"sparkfleet.bench.progress: cannot write {self._path}: {exc}")
             self._path = None
 
     def _host(self, name):

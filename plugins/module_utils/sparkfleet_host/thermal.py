@@ -24,10 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-try:
-    from ansible.module_utils.sparkfleet_gpu import GpuSensor, GpuSensorError
-except ImportError:  # outside Ansible: plugins/module_utils on sys.path (benchmarks, device runs)
-    from sparkfleet_gpu import GpuSensor, GpuSensorError  # type: ignore[no-redef]
+from .gpu import GpuSensor, GpuSensorError
 
 _EPS = 1e-9
 

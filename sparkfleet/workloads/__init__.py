@@ -1,1 +1,0 @@
-"""Standalone workload scripts copied to the hosts (no sparkfleet imports inside them)."""
