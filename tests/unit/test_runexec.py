@@ -65,6 +65,28 @@ def test_secrets_are_redacted_from_recorded_commands():
                                     "--model", "m"]
 
 
+@pytest.mark.parametrize("arg", [
+    "HF_TOKEN=hf_x", "HUGGING_FACE_HUB_TOKEN=hf_x", "OPENAI_API_KEY=sk", "AWS_SECRET_ACCESS_KEY=a", "PASSWORD=p",
+    "DB_PASSWD=p", "GITHUB_PAT=p", "NGC_API_KEY=k", "hfToken=t", "GHTOKEN=t", "MY_APIKEY=k", "CLIENT_SECRET=s",
+    "--hf_token=t", "--hf-token=t", "--password=p", "--auth=x"])
+def test_secret_assignments_stay_hidden(arg):
+    assert runexec.redact(["x", arg]) == ["x", arg.split("=", 1)[0] + "=***"]
+
+
+@pytest.mark.parametrize("arg", [
+    "TOKENIZERS_PARALLELISM=false", "--max_num_tokens=8192", "AUTHOR=me", "KEY_SIZE=3", "MAX_TOKENS=5",
+    "--kv_cache_free_gpu_mem_fraction=0.9", "PATH=/usr/bin", "--model_path=/m"])
+def test_ordinary_variables_are_not_hidden(arg):
+    assert runexec.redact(["x", arg]) == ["x", arg]
+
+
+def test_docker_env_of_an_ordinary_variable_is_kept_and_of_a_secret_hidden():
+    argv = ["docker", "run", "--env", "TOKENIZERS_PARALLELISM=false", "--env", "HF_TOKEN=hf_x",
+            "--max_num_tokens", "8192", "--hf_token", "hf_y"]
+    assert runexec.redact(argv) == ["docker", "run", "--env", "TOKENIZERS_PARALLELISM=false", "--env",
+                                    "HF_TOKEN=***", "--max_num_tokens", "8192", "--hf_token", "***"]
+
+
 @pytest.mark.parametrize(("loaded", "ok"), [
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", True), ("DeepSeek-R1-Distill-Qwen-7B", True),
     ("/data/models/deepseek-ai/DeepSeek-R1-Distill-Qwen-7B/", True), ("deepseek", True), (None, True),

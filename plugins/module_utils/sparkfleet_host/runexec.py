@@ -20,7 +20,16 @@ from .chroot import chroot_argv
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
 WORKLOADS_SUBDIR = ".sparkfleet/workloads"
-SECRET_FLAG = re.compile(r"(?i)(token|password|passwd|secret|api[_-]?key|auth)")
+#: Words of a flag or variable name that mark its value as a secret. A name is split into words at '_', '-',
+#: '.' and lower-to-upper case changes: HF_TOKEN, --hf-token, hfToken, OPENAI_API_KEY are secrets;
+#: TOKENIZERS_PARALLELISM and --max_num_tokens are not (a word must BE the secret word, or end with it:
+#: GHTOKEN, DBPASSWORD).
+SECRET_WORDS = frozenset(("token", "password", "passwd", "passphrase", "secret", "auth", "credential",
+                          "credentials", "apikey", "pat"))
+SECRET_SUFFIXES = ("token", "password", "passwd", "secret", "apikey")
+SECRET_PAIRS = frozenset((("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"),
+                          ("client", "secret")))
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+|[0-9]+")
 KILL_GRACE_S = 10
 
 
@@ -74,6 +83,14 @@ def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloa
     raise RunSetupError(f"engine {engine!r} is not supported by the run executor")
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether a flag or environment variable name (``--hf_token``, ``OPENAI_API_KEY``) names a secret."""
+    words = [w.lower() for w in _NAME_WORDS.findall(str(name))]
+    if any(w in SECRET_WORDS or w.endswith(SECRET_SUFFIXES) for w in words):
+        return True
+    return any(pair in SECRET_PAIRS for pair in zip(words, words[1:]))  # noqa: B905 (Python 3.8)
+
+
 def redact(argv: list) -> list:
     """argv for the record: values of secret-looking flags and environment assignments hidden."""
     out, hide_next = [], False
@@ -83,14 +100,14 @@ def redact(argv: list) -> list:
             out.append("***")
             hide_next = False
             continue
-        if arg.startswith("-") and SECRET_FLAG.search(arg):
+        if arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=***")
             else:
                 out.append(arg)
                 hide_next = True
             continue
-        if "=" in arg and not arg.startswith("-") and SECRET_FLAG.search(arg.split("=", 1)[0]):
+        if "=" in arg and not arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
             out.append(arg.split("=", 1)[0] + "=***")
             continue
         out.append(arg)
