@@ -9,6 +9,7 @@ import shlex
 import time
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
 
@@ -99,9 +100,40 @@ def progress_line(host: str, event: dict, done: int, total) -> str:
            f"({cell} #{event.get('iteration')})"
 
 
+#: The options documented in plugins/modules/bench_follow.py (a test checks that the two agree).
+ARGUMENT_SPEC = {
+    "job": {"type": "dict", "required": True},
+    "ledger": {"type": "str", "required": True},
+    "jobs_dir": {"type": "str", "required": True},
+    "total": {"type": "int"},
+    "poll_interval_s": {"type": "float", "default": 2.0},
+    "report_after_s": {"type": "float", "default": 60.0},
+    "lost_after_s": {"type": "float", "default": 15.0},
+}
+
+
+def checked_args(args: dict) -> dict:
+    """The task's arguments typed and defaulted by ARGUMENT_SPEC; AnsibleActionFail naming each bad one."""
+    job = args.get("job")
+    if not isinstance(job, dict) or not job.get("results_file"):
+        raise AnsibleActionFail("job: give the registered result of the async bench_run task "
+                                "(it needs results_file; was the task run with async and poll: 0?)")
+    validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args))
+    if validated.error_messages:
+        raise AnsibleActionFail("; ".join(validated.error_messages))
+    params = validated.validated_parameters
+    for key in ("ledger", "jobs_dir"):
+        if not params[key]:
+            raise AnsibleActionFail(f"{key} is required")
+    for key in ("poll_interval_s", "report_after_s", "lost_after_s"):
+        if not params[key] > 0:
+            raise AnsibleActionFail(f"{key} must be positive")
+    return params
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("job", "ledger", "jobs_dir", "total", "poll_interval_s", "report_after_s", "lost_after_s"))
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def _show(self, task_vars, job_file: str, done: list, total) -> None:
         """Print each finished run once, across the until-retries of this worker (they share _SHOWN)."""
@@ -113,22 +145,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        job = args.get("job")
-        if not isinstance(job, dict) or not job.get("results_file"):
-            raise AnsibleActionFail("job: give the registered result of the async bench_run task "
-                                    "(it needs results_file; was the task run with async and poll: 0?)")
-        for key in ("ledger", "jobs_dir"):
-            if not args.get(key):
-                raise AnsibleActionFail(f"{key} is required")
-        try:
-            poll = float(args.get("poll_interval_s", 2))
-            report_after = float(args.get("report_after_s", 60))
-            lost_after = float(args.get("lost_after_s", 15))
-        except (TypeError, ValueError) as exc:
-            raise AnsibleActionFail(f"poll_interval_s, report_after_s, lost_after_s: numbers, please ({exc})") from exc
-        if poll <= 0 or report_after <= 0 or lost_after <= 0:
-            raise AnsibleActionFail("poll_interval_s, report_after_s and lost_after_s must be positive")
+        args = checked_args(self._task.args)
+        job = args["job"]
+        poll, report_after, lost_after = args["poll_interval_s"], args["report_after_s"], args["lost_after_s"]
         total = args.get("total")
         cmd = follow_command(job["results_file"], args["ledger"], args["jobs_dir"])
         started = time.monotonic()

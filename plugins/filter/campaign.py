@@ -33,6 +33,31 @@ def campaign_resolve(campaign):
         raise AnsibleFilterError(str(exc)) from None
 
 
+#: kind -> (group_vars file of the sparks group or None, of every other host, its key)
+_DEFAULTS = {
+    "campaign": ("sparks/campaign.yml", "all/campaign.yml", "sparkfleet_campaign"),
+    "reference": (None, "all/reproducibility.yml", "sparkfleet_reference_campaign"),
+}
+
+
+def default_campaign(group_names, kind="campaign"):
+    """The campaign a host gets when none is given (kind ``campaign``: the study's matrix for the ``sparks``
+    group, the sanity campaign otherwise; kind ``reference``: the reproducibility check's). Read from the
+    collection's own inventory/group_vars, so that an inventory kept elsewhere, which does not see those
+    group_vars, gets the same defaults."""
+    import os  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    if kind not in _DEFAULTS:
+        raise AnsibleFilterError(f"default_campaign: kind must be one of {', '.join(_DEFAULTS)}, not {kind!r}")
+    sparks_file, other_file, key = _DEFAULTS[kind]
+    name = sparks_file if sparks_file and "sparks" in (group_names or ()) else other_file
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "inventory", "group_vars", name), encoding="utf-8") as fh:
+        return yaml.safe_load(fh)[key]
+
+
 def campaign_plan(campaign, host):
     """The host's planned runs, in execution order, as plain dicts."""
     _need_sparkfleet()
@@ -48,5 +73,6 @@ def host_settings_problems(variables, host):
 
 class FilterModule:
     def filters(self):
-        return {"campaign_resolve": campaign_resolve, "campaign_plan": campaign_plan,
+        return {"campaign_resolve": campaign_resolve, "default_campaign": default_campaign,
+                "campaign_plan": campaign_plan,
                 "host_settings_problems": host_settings_problems}

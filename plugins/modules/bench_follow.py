@@ -10,87 +10,157 @@ DOCUMENTATION = r"""
 ---
 module: bench_follow
 short_description: Follow a host's background matrix job until a run finishes or the job ends
+version_added: 0.1.0
 description:
-  - Watches a M(bench_run) job started with C(async) and C(poll: 0). Each poll is one shell command over
-    the existing SSH connection (C(cat) of the async job file and the host's ledger, C(test -d /proc/PID)
-    for the registered jobs); nothing is copied and no Python starts on the host.
-  - Returns when a run finishes (so the task's C(until) loop hands progress to callbacks one finished run
-    at a time), after O(report_after_s) without one, or when the job ends. Use with
-    C(until: result.finished), a large C(retries) and C(delay: 0).
-  - When the job ends its result is returned as this task's (C(runs), C(counts), C(sparkfleet_events)),
-    failed if the job failed, and the async job file is removed.
-  - "If the job file says the job still runs but no registered bench_run process has lived for
-    O(lost_after_s) (the host rebooted, the job was killed), the task fails saying so; the ledger keeps
-    what was finished and a new bench_run resumes."
+  - Watches a M(sparkfleet.bench.bench_run) job that was started with C(async) and C(poll=0), from the
+    controller. Each poll is one shell command over the existing SSH connection (C(cat) of the async job
+    file and of the host's ledger, C(test -d /proc/PID) for the registered jobs); nothing is copied and no
+    Python starts on the host, so following costs the host almost nothing while it measures.
+  - Returns when a run finishes, so that the task's C(until) loop hands progress to callbacks one finished run
+    at a time; after O(report_after_s) without a finished run; or when the job ends. Use it with
+    C(until=result.finished), a large C(retries) and C(delay=0) (the action waits between polls itself).
+  - When the job ends, its result becomes this task's result (RV(runs), RV(counts), RV(sparkfleet_events)); the
+    task fails if the job failed, and the async job file is removed, as C(async_status) cleanup would.
+  - If the job file says the job still runs but no registered bench_run process has lived for
+    O(lost_after_s) (the host rebooted, the job was killed), the task fails saying so. The ledger keeps what
+    was finished; running the playbook again resumes the campaign.
+  - "Under plain C(ansible-playbook), prints one line per finished run: host, count, status and duration, such as C(spark1: run 3/6 ok in 10.6 s), then the cell and iteration in parentheses."
   - An unreachable host makes the task unreachable, as for any task; the job itself goes on.
+  - This is an action plugin; it runs on the controller. This file holds its documentation only.
 options:
   job:
-    description: The registered result of the async bench_run task (needs C(results_file)).
+    description:
+      - The registered result of the C(async) M(sparkfleet.bench.bench_run) task. It must have C(results_file)
+        (the async job file), which an C(async) task with C(poll=0) returns.
     type: dict
     required: true
   ledger:
-    description: Path of the host's ledger (C(<results_root>/<campaign>/<host>/ledger.jsonl)).
-    type: path
+    description:
+      - Path on the host of the host's ledger, C(<results_root>/<campaign>/<host>/ledger.jsonl).
+      - The ledger may not exist yet when the job has not started its first run.
+    type: str
     required: true
   jobs_dir:
-    description: The host's job registry (C(<results_root>/.sparkfleet/jobs)).
-    type: path
+    description:
+      - The host's job registry, C(<results_root>/.sparkfleet/jobs), where each bench_run job registers its
+        pid. Used to tell a running job from a lost one.
+    type: str
     required: true
   total:
-    description: Runs planned on the host, copied into the progress events.
+    description:
+      - Runs planned on the host. Copied into the progress events and the printed lines (C(run 3/6)).
+      - When not given, the lines show C(?) for the total.
     type: int
   poll_interval_s:
-    description: Seconds between polls.
+    description: Seconds between two polls of the host. Must be above 0.
     type: float
-    default: 2
+    default: 2.0
   report_after_s:
-    description: Return (not finished) after this many seconds without a newly finished run.
+    description:
+      - Return (with RV(finished=false)) after this many seconds without a newly finished run, so that a long
+        run still shows signs of life. Must be above 0.
     type: float
-    default: 60
+    default: 60.0
   lost_after_s:
-    description: Fail after this many seconds with an unfinished job file and no live registered job.
+    description:
+      - Fail after this many seconds in which the job file says the job runs but no registered job process
+        lives. Must be above 0.
     type: float
-    default: 15
-author: sparkfleet
+    default: 15.0
+attributes:
+  check_mode:
+    support: none
+    description: The job it follows does not run in check mode; follow only real runs.
+  diff_mode:
+    support: none
+    description: Nothing is changed on the host, so there is no diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Needs C(sh), C(cat), C(printf) and C(test) on the host.
+notes:
+  - The per-worker memory of which runs were already printed lives in the controller process; if a worker
+    restarts, some lines may be printed again. Results are not affected.
+seealso:
+  - module: sparkfleet.bench.bench_run
+  - module: sparkfleet.bench.bench_stop
+  - module: ansible.builtin.async_status
+author:
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
-- name: Follow the matrix job until it ends
-  bench_follow:
+- name: Start the host's matrix in the background (one call for the whole plan)
+  sparkfleet.bench.bench_run:
+    runs: "{{ sparkfleet_plan }}"
+    campaign: "{{ sparkfleet_resolved_campaign.name }}"
+    host: "{{ inventory_hostname }}"
+    results_root: /var/lib/sparkfleet/results
+  async: 86400
+  poll: 0
+  register: matrix_job
+
+- name: Follow the matrix job until it ends, one line per finished run
+  sparkfleet.bench.bench_follow:
     job: "{{ matrix_job }}"
-    ledger: "/var/lib/sparkfleet/results/{{ campaign }}/{{ inventory_hostname }}/ledger.jsonl"
+    ledger: "/var/lib/sparkfleet/results/{{ sparkfleet_resolved_campaign.name }}/{{ inventory_hostname }}/ledger.jsonl"
     jobs_dir: /var/lib/sparkfleet/results/.sparkfleet/jobs
     total: "{{ sparkfleet_plan | length }}"
   register: matrix_follow
   until: matrix_follow.finished
   retries: 100000
   delay: 0
+
+- name: Show how the runs went
+  ansible.builtin.debug:
+    msg: "{{ matrix_follow.counts }}"
 """
 
 RETURN = r"""
 finished:
-  description: Whether the job has ended (with its result merged in) or is known lost.
+  description: Whether the job has ended (its result is merged into this one) or is known to be lost.
   returned: always
   type: bool
+  sample: false
 sparkfleet_events:
-  description: One progress event per finished run (run_id, status - skipped for runs an earlier job did -, duration_s, cooldown_s, cell names, finished_ts).
+  description:
+    - One progress event per finished run, in the order they finished. Runs an earlier job had already
+      finished have C(status=skipped) and their earlier status in C(previous_status).
   returned: always
   type: list
   elements: dict
+  sample:
+    - {type: run, run_id: sanity-spark1-matmul-native-matmul-1-4f2a, order_index: 1, total: 6, status: ok,
+       duration_s: 12.5, cooldown_s: 3.0, model: matmul, environment: native, workload: matmul, iteration: 1,
+       warmup: false, finished_ts: "2026-11-21T10:00:12Z"}
 done:
-  description: Runs finished so far (while the job runs).
+  description: Number of runs finished so far.
+  returned: when not finished, and when the job is lost
+  type: int
+  sample: 3
+total:
+  description: The O(total) given.
   returned: when not finished
   type: int
+  sample: 6
 current:
-  description: The run the job is in now, or null.
+  description: The run the job is in now, or null between runs.
   returned: when not finished
   type: str
+  sample: sanity-spark1-matmul-container-matmul-2-9c1e
 runs:
-  description: The job's per-run results (see M(bench_run)).
-  returned: when finished
+  description: The job's per-run results, as M(sparkfleet.bench.bench_run) returns them.
+  returned: when the job finished
   type: list
+  elements: dict
 counts:
-  description: The job's runs per status.
-  returned: when finished
+  description: The job's number of runs per status.
+  returned: when the job finished
   type: dict
+  sample: {ok: 5, failed: 1}
+msg:
+  description: Why the task failed (the job's own message, or that the job is lost).
+  returned: when failed
+  type: str
+  sample: the matrix job is gone; run bench.yml again to resume
 """

@@ -10,42 +10,78 @@ DOCUMENTATION = r"""
 ---
 module: bench_stop
 short_description: Stop sparkfleet matrix jobs still running on a host
+version_added: 0.1.0
 description:
-  - A matrix job (M(bench_run) under C(async)) goes on when the controller that started it dies. Before the
-    native rootfs is unmounted and the GPU state restored (C(restore.yml), the matrix's C(always)), the jobs
-    registered under C(<results_root>/.sparkfleet/jobs/) are ended.
-  - "Each job gets SIGTERM: it ends its workload (process group and container) and exits, leaving the run it
-    was in unfinished in the ledger, so a resume runs it again; finished runs are kept. A job still there
-    after O(grace_s) gets SIGKILL, and its workload is ended here. Registry entries of jobs no longer running
-    are removed (their workload is ended if it still runs)."
-  - A pid is only signalled if it is still the process that registered (same start time).
+  - A matrix job (M(sparkfleet.bench.bench_run) under C(async)) goes on when the controller that started it
+    dies. Before the native rootfs is unmounted and the GPU state restored (C(playbooks/restore.yml), the
+    matrix play's C(always) section), the jobs registered under C(<results_root>/.sparkfleet/jobs/) are ended.
+  - Each job gets SIGTERM. It ends its workload (the process group and the container) and exits, leaving the
+    run it was in unfinished in the ledger, so a resume runs that run again; finished runs are kept.
+  - A job still there after O(grace_s) gets SIGKILL, and its workload is ended here.
+  - Registry entries of jobs that no longer run are removed (their workload is ended if it still runs).
+  - A pid is signalled only while it is still the process that registered (same start time), so a recycled
+    pid is never hit.
 options:
   results_root:
-    description: The results root the jobs registered under.
+    description: The results root the jobs registered under (the one given to M(sparkfleet.bench.bench_run)).
     type: path
     required: true
   campaign:
-    description: Only stop jobs of this campaign (default all).
+    description: Stop only the jobs of this campaign. By default every registered job is stopped.
     type: str
   grace_s:
-    description: Seconds a job has to end after SIGTERM.
+    description: Seconds a job has to end after SIGTERM before it gets SIGKILL.
     type: float
     default: 60
-author: sparkfleet
+attributes:
+  check_mode:
+    support: full
+    description: Lists the jobs it would stop (RV(stopped) with C(how=would stop)) and signals none.
+  diff_mode:
+    support: none
+    description: Not supported.
+  platform:
+    support: full
+    platforms: posix
+    description: Reads C(/proc) to check a pid's start time, so Linux hosts only.
+notes:
+  - Returns C(changed=true) when at least one job was running (it was terminated or killed).
+seealso:
+  - module: sparkfleet.bench.bench_run
+  - module: sparkfleet.bench.bench_follow
+author:
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
 - name: Stop matrix jobs a killed controller left running
-  bench_stop:
+  sparkfleet.bench.bench_stop:
     results_root: /var/lib/sparkfleet/results
+
+- name: Stop one campaign's job, giving it 10 s to end its workload
+  sparkfleet.bench.bench_stop:
+    results_root: /var/lib/sparkfleet/results
+    campaign: sanity
+    grace_s: 10
+  register: stopped
+
+- name: See what would be stopped, without stopping it
+  sparkfleet.bench.bench_stop:
+    results_root: /var/lib/sparkfleet/results
+  check_mode: true
 """
 
 RETURN = r"""
 stopped:
-  description: One entry per job ended (pid, campaign, run_id it was in, how - terminated, killed or gone).
+  description:
+    - One entry per job that was registered, with its C(pid), C(campaign), the C(run_id) it was in, and
+      C(how) it ended - C(terminated) (ended after SIGTERM), C(killed) (needed SIGKILL), C(gone) (was no
+      longer running) or, in check mode, C(would stop).
   returned: always
   type: list
   elements: dict
+  sample:
+    - {pid: 41234, campaign: sanity, run_id: sanity-spark1-matmul-native-matmul-2-9c1e, how: terminated}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402

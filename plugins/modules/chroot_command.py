@@ -20,7 +20,7 @@ version_added: "0.1.0"
 options:
   rootfs:
     description:
-      - The extracted rootfs, with its mounts in place (M(chroot_mounts)).
+      - The extracted rootfs, with its mounts in place (M(sparkfleet.bench.chroot_mounts)).
     type: path
     required: true
   argv:
@@ -55,19 +55,21 @@ options:
     elements: int
     default: [0]
 notes:
-  - Needs root (chroot(2)). Reports RV(changed) V(true) whenever the command ran, like M(ansible.builtin.command);
+  - Needs root (chroot(2)). Reports C(changed) V(true) whenever the command ran, like M(ansible.builtin.command);
     set C(changed_when) on a probe. Skipped in check mode.
 attributes:
   check_mode:
     support: partial
+    description: Supported.
     details: The command is not run in check mode.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
-  - module: chroot_mounts
+  - module: sparkfleet.bench.chroot_mounts
   - module: ansible.builtin.command
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

@@ -29,7 +29,7 @@ version_added: "0.1.0"
 options:
   rootfs:
     description:
-      - The extracted rootfs (the path M(rootfs_extract) returns). Required with O(state=mounted).
+      - The extracted rootfs (the path M(sparkfleet.bench.rootfs_extract) returns). Required with O(state=mounted).
     type: path
   state:
     description:
@@ -99,13 +99,15 @@ notes:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
-  - module: rootfs_extract
-  - module: chroot_command
+  - module: sparkfleet.bench.rootfs_extract
+  - module: sparkfleet.bench.chroot_command
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

@@ -15,7 +15,7 @@ description:
     (C(/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor)), and drops the page cache.
   - With O(state=present) it applies the desired settings and returns the state before (RV(before)), which a
     later O(state=restore) takes back in O(saved). O(state=query) only reads.
-  - Idempotent - a control already in the desired state is left alone; RV(changed) is V(true) only when a
+  - Idempotent - a control already in the desired state is left alone; C(changed) is V(true) only when a
     setter ran. After setting, the state is read again and the task fails naming the control that did not
     take.
   - A control the GPU does not support is skipped, listed in RV(unsupported) and warned about; it does not
@@ -111,12 +111,14 @@ notes:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: full
+    description: Supported.
 seealso:
-  - module: thermal_wait
+  - module: sparkfleet.bench.thermal_wait
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

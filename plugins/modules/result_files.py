@@ -10,12 +10,15 @@ DOCUMENTATION = r"""
 ---
 module: result_files
 short_description: Write several small files into one directory in a single call
+version_added: 0.1.0
 description:
-  - Creates O(dir) (and its parents) and writes each file of O(files) in it, each atomically (a temporary
-    file in O(dir), then a rename), and only when its content differs from what is there.
-  - One call replaces a C(file) task plus one C(copy) task per file. With many hosts on one controller
-    each task costs seconds, and a C(copy) costs three round trips (stat, transfer, module); this costs one.
-  - Supports check mode and diff mode (one diff per file that would change).
+  - Creates O(dir) (and its parents) and writes each file of O(files) in it. Each file is written
+    atomically (a temporary file in O(dir), then a rename), and only when its content or mode differs from
+    what is there, so a second run reports no change.
+  - One call replaces a C(file) task plus one C(copy) task per file. With many hosts on one controller each
+    task costs seconds, and a C(copy) costs three round trips (stat, transfer, module); this costs one.
+  - Every name and every content is checked before anything is written, so a bad entry leaves the directory
+    as it was.
 options:
   dir:
     description: The directory the files go into. Created with mode O(dir_mode) where it is missing.
@@ -23,27 +26,54 @@ options:
     required: true
   files:
     description:
-      - File name to content. A name is a plain file name (no C(/), not C(.) or C(..)); content is text,
-        written as UTF-8 exactly as given.
+      - File name to content. A name is a plain file name (no C(/), not C(.) or C(..), no NUL); content is
+        text, written as UTF-8 exactly as given (add the final newline yourself).
+      - A name that is a directory on the host is refused.
     type: dict
     required: true
   mode:
-    description: Mode of the files written.
+    description: Mode of the files written, as an octal string such as C("0644") or a number.
     type: raw
     default: "0644"
   dir_mode:
-    description: Mode of the directories created.
+    description: Mode of the directories created (existing directories keep theirs).
     type: raw
     default: "0755"
-author: sparkfleet
+attributes:
+  check_mode:
+    support: full
+    description: Reports in RV(written) what would change and writes nothing.
+  diff_mode:
+    support: full
+    description: One before/after diff per file that would change.
+  platform:
+    support: full
+    platforms: posix
+    description: Any POSIX host with Python.
+notes:
+  - Meant for small files (records, snapshots, scripts); the content travels in the module's arguments.
+seealso:
+  - module: ansible.builtin.copy
+  - module: ansible.builtin.file
+author:
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
-- name: Write host.json
-  result_files:
+- name: Write host.json and a snapshot beside it
+  sparkfleet.bench.result_files:
     dir: /var/lib/sparkfleet/results/sanity/spark1
     files:
-      host.json: "{{ record | to_nice_json }}\n"
+      host.json: "{{ host_record | to_nice_json }}\n"
+      nvidia-smi-q.txt: "{{ smi.stdout }}\n"
+
+- name: Install scripts, executable, in a private directory
+  sparkfleet.bench.result_files:
+    dir: /var/lib/sparkfleet/results/.sparkfleet/workloads
+    files:
+      matmul.py: "{{ lookup('ansible.builtin.file', 'matmul.py') }}"
+    mode: "0755"
+    dir_mode: "0700"
 """
 
 RETURN = r"""
@@ -51,6 +81,7 @@ dir:
   description: The directory written to.
   returned: always
   type: str
+  sample: /var/lib/sparkfleet/results/sanity/spark1
 written:
   description: Names of the files whose content or mode was (or, in check mode, would be) changed.
   returned: always
@@ -62,6 +93,7 @@ unchanged:
   returned: always
   type: list
   elements: str
+  sample: [nvidia-smi-q.txt]
 """
 
 import os  # noqa: E402
@@ -131,12 +163,14 @@ def main():
         module.fail_json(msg=f"result_files: content must be text for: {', '.join(not_text)} "
                              "(render records with to_nice_json)", dir=directory)
 
+    in_the_way = sorted(os.path.join(directory, n) for n in files if os.path.isdir(os.path.join(directory, n)))
+    if in_the_way:  # checked before any file is written
+        module.fail_json(msg=f"result_files: {', '.join(in_the_way)}: is a directory", dir=directory)
+
     created = make_dir(module, directory, module.params["dir_mode"])
     written, unchanged, diffs = [], [], []
     for name in sorted(files):
         path = os.path.join(directory, name)
-        if os.path.isdir(path):
-            module.fail_json(msg=f"result_files: {path} is a directory", dir=directory)
         data = files[name].encode("utf-8")
         before = current_bytes(path)
         content_changed = before != data

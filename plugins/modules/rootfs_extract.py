@@ -20,7 +20,7 @@ description:
     Leftover C(.partial-*) directories and temporary containers of an interrupted run are removed by the next.
   - Before writing anything, checks that the file system of O(root) has O(size) plus a margin free and
     fails naming the bytes needed and free.
-  - Idempotent - an existing rootfs whose marker names O(digest) is left alone (RV(changed) V(false)).
+  - Idempotent - an existing rootfs whose marker names O(digest) is left alone (C(changed) V(false)).
     Another digest gets its own directory; older ones are kept until O(prune) is set.
   - Never removes a directory that has something mounted under it.
 version_added: "0.1.0"
@@ -32,7 +32,7 @@ options:
     required: true
   digest:
     description:
-      - Image ID (C(sha256:HEX)) as M(rootfs_image) returns it; the container is created from this ID.
+      - Image ID (C(sha256:HEX)) as M(sparkfleet.bench.rootfs_image) returns it; the container is created from this ID.
     type: str
     required: true
   image:
@@ -42,7 +42,7 @@ options:
     default: ""
   size:
     description:
-      - Image size in bytes (the RV(size) M(rootfs_image) returns), for the disk check.
+      - Image size in bytes (the RV(sparkfleet.bench.rootfs_image#module:size) M(sparkfleet.bench.rootfs_image) returns), for the disk check.
     type: int
     required: true
   env:
@@ -84,13 +84,15 @@ notes:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
-  - module: rootfs_image
-  - module: chroot_mounts
+  - module: sparkfleet.bench.rootfs_image
+  - module: sparkfleet.bench.chroot_mounts
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

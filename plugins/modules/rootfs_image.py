@@ -17,7 +17,7 @@ description:
     names, e.g. C(aarch64) -> C(arm64)) and fails before anything is extracted when it is not.
   - Returns what the extraction and the chroot launcher need - the image ID (RV(digest)), its size, and
     its config environment (RV(env)).
-  - Idempotent - RV(changed) is V(true) only when an image was pulled or loaded. An archive whose image
+  - Idempotent - C(changed) is V(true) only when an image was pulled or loaded. An archive whose image
     ID is already present is not loaded again.
 version_added: "0.1.0"
 options:
@@ -48,16 +48,18 @@ options:
     default: docker
 notes:
   - Needs access to the Docker engine (root or the docker group).
-  - In check mode an absent image is reported as RV(changed) with RV(digest) V(null); nothing is pulled.
+  - In check mode an absent image is reported as C(changed) with RV(digest) V(null); nothing is pulled.
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
-  - module: rootfs_extract
+  - module: sparkfleet.bench.rootfs_extract
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

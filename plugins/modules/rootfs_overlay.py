@@ -16,7 +16,7 @@ description:
     writes lands in the upper layer, never on the host.
   - An overlay takes only the file system of O(lower) itself - file systems mounted below it (C(/proc), C(/dev),
     a separately mounted driver directory such as C(/usr/local/nvidia)) show up as empty directories. The
-    M(chroot_mounts) module brings in what a GPU program needs (device nodes, the driver libraries C(ldconfig -p)
+    M(sparkfleet.bench.chroot_mounts) module brings in what a GPU program needs (device nodes, the driver libraries C(ldconfig -p)
     lists); RV(hidden_mounts) lists the other ones so they can be bound when a workload needs them.
   - Writes the rootfs marker C(.sparkfleet-rootfs.json) into the merged tree (so, into the upper layer) -
     C(source=overlay), the lower directory, and as C(env) the launch environment - the keys O(env_keys) of this
@@ -76,14 +76,16 @@ notes:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
-  - module: rootfs_extract
-  - module: chroot_mounts
-  - module: chroot_command
+  - module: sparkfleet.bench.rootfs_extract
+  - module: sparkfleet.bench.chroot_mounts
+  - module: sparkfleet.bench.chroot_command
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -282,7 +284,7 @@ def run_module() -> None:
             root=dict(type="path", required=True),
             lower=dict(type="path", default="/"),
             name=dict(type="str"),
-            env_keys=dict(type="list", elements="str", default=list(DEFAULT_ENV_KEYS)),
+            env_keys=dict(type="list", elements="str", default=list(DEFAULT_ENV_KEYS), no_log=False),
             env=dict(type="dict", default={}),
             reset=dict(type="bool", default=False),
             state=dict(type="str", default="mounted", choices=["mounted", "unmounted"]),

@@ -108,13 +108,15 @@ notes:
 attributes:
   check_mode:
     support: full
+    description: Reports what it would change and changes nothing.
   diff_mode:
     support: none
+    description: Shows no diff.
 seealso:
   - module: ansible.builtin.wait_for
-  - module: gpu_state
+  - module: sparkfleet.bench.gpu_state
 author:
-  - sparkfleet contributors
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""

@@ -214,8 +214,10 @@ def test_a_job_that_died_without_a_result_is_called_lost(tmp_path, no_base_run):
     ({"job": {"changed": False}}, "results_file"),
     ({"job": "j1"}, "results_file"),
     ({"ledger": ""}, "ledger is required"),
-    ({"poll_interval_s": "soon"}, "numbers"),
-    ({"report_after_s": 0}, "must be positive"),
+    ({"poll_interval_s": "soon"}, "poll_interval_s.*float"),
+    ({"report_after_s": 0}, "report_after_s must be positive"),
+    ({"total": "many"}, "total.*int"),
+    ({"follow": True}, "follow"),
 ])
 def test_bad_arguments_are_named(tmp_path, no_base_run, args, message):
     with pytest.raises(AnsibleActionFail, match=message):

@@ -73,5 +73,6 @@ def test_a_file_where_the_directory_should_be_is_a_clear_error(tmp_path):
 
 def test_a_directory_where_a_file_should_be_is_a_clear_error(tmp_path):
     (tmp_path / "host.json").mkdir()
-    out = run_module(result_files, {"dir": str(tmp_path), "files": {"host.json": "{}\n"}})
-    assert out["failed"] and out["msg"] == f"result_files: {tmp_path / 'host.json'} is a directory"
+    out = run_module(result_files, {"dir": str(tmp_path), "files": {"a.json": "{}\n", "host.json": "{}\n"}})
+    assert out["failed"] and out["msg"] == f"result_files: {tmp_path / 'host.json'}: is a directory"
+    assert not (tmp_path / "a.json").exists()  # refused before anything was written
