@@ -1,4 +1,4 @@
-"""The sparkfleet.bench.progress callback under plain ansible-playbook, and the `sparkfleet run` display/runner pieces."""
+"""The sparkfleet.bench.progress callback under plain ansible-playbook; the `sparkfleet run` display and runner."""
 
 from __future__ import annotations
 
@@ -289,9 +289,8 @@ def test_sparkfleet_run_locally_end_to_end(tmp_path):
 
 
 def _load_callback(path: Path):
-    from ansible.plugins.loader import callback_loader
-
     import _ansible_modules  # noqa: F401, PLC0415  (the collection loader)
+    from ansible.plugins.loader import callback_loader
 
     cb = callback_loader.get("sparkfleet.bench.progress")
     cb.set_options(direct={"path": str(path)})
