@@ -14,9 +14,9 @@ description:
   - Executes the planned runs (model x environment x workload x iteration) given in O(runs), in that order,
     on the host, the way the run-record contract in DESIGN.md describes. One call runs a host's whole plan,
     so that Ansible pays its per-task cost once per host rather than once per run; the matrix role starts
-    it with C(async) and follows it with M(bench_follow), so that an hours-long matrix does not hang on one
+    it with C(async) and follows it with M(sparkfleet.bench.bench_follow), so that an hours-long matrix does not hang on one
     SSH session and a controller that dies does not stop the measurements.
-  - "Before each run: waits for the GPU to cool and settle with the same rule as M(thermal_wait)."
+  - "Before each run: waits for the GPU to cool and settle with the same rule as M(sparkfleet.bench.thermal_wait)."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
     the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
     flags, C(bare) straight on the host - as argv, never through a shell; enforces the timeout by killing the whole process group
@@ -35,7 +35,7 @@ description:
   - "One job per host and campaign at a time (a lock in the host's results directory): a job left running
     by a killed controller finishes, or is stopped, before a new one starts, which then skips what the
     first one finished. Each job registers itself under C(<results_root>/.sparkfleet/jobs/) (see
-    M(bench_stop)). On SIGTERM the job ends its workload (process group and container) and exits; that
+    M(sparkfleet.bench.bench_stop)). On SIGTERM the job ends its workload (process group and container) and exits; that
     run stays unfinished in the ledger, so a resume runs it again."
 options:
   runs:
@@ -98,12 +98,13 @@ options:
     description: Software versions to record (image digest, controller versions, ...).
     type: dict
     default: {}
-author: sparkfleet
+author:
+  - sparkfleet contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
 - name: Start the host's matrix in the background (one call for the whole plan)
-  bench_run:
+  sparkfleet.bench.bench_run:
     runs: "{{ sparkfleet_plan }}"
     campaign: "{{ sparkfleet_resolved_campaign.name }}"
     host: "{{ inventory_hostname }}"
@@ -117,7 +118,7 @@ EXAMPLES = r"""
   register: matrix_job
 
 - name: Follow it until it ends (one retry line per finished run)
-  bench_follow:
+  sparkfleet.bench.bench_follow:
     job: "{{ matrix_job }}"
     ledger: "/var/lib/sparkfleet/results/{{ sparkfleet_resolved_campaign.name }}/{{ inventory_hostname }}/ledger.jsonl"
   register: matrix_follow
@@ -185,9 +186,10 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.l
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import (
-    SCHEMA_VERSION,
+    ContractError,
+    new_record,
     run_id,
-    write_json_atomic,
+    write_record,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import (
     WORKLOADS_SUBDIR,
@@ -201,6 +203,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
     run_process,
     strip_gpu_flags,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import Cooldown
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAIL_BYTES = 4000
@@ -231,8 +234,11 @@ def _last_line(path: str) -> str:
 
 
 def _cooldown(params: dict) -> dict:
-    """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so."""
-    if not params.get("enabled", True):
+    """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so.
+
+    ``params``: the campaign's cooldown, already checked by main() (Cooldown.from_mapping)."""
+    cooldown = Cooldown(**(params or {}))
+    if not cooldown.enabled:
         return {"reason": "disabled", "waited_s": 0.0}
     from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (
         GpuSensorError,
@@ -245,15 +251,7 @@ def _cooldown(params: dict) -> dict:
     except (GpuSensorError, OSError) as exc:
         return {"reason": "no GPU sensor: %s" % exc, "waited_s": 0.0}
     try:
-        result = wait_for_cooldown(
-            sensor,
-            threshold=float(params.get("threshold_c", 45)),
-            settle_band=float(params.get("settle_band_c", 1.0)),
-            settle_window=float(params.get("settle_window_s", 30)),
-            min_wait=float(params.get("min_wait_s", 0)),
-            max_wait=float(params.get("max_wait_s", 900)),
-            poll_interval=float(params.get("poll_interval_s", 2)),
-        )
+        result = wait_for_cooldown(sensor, **cooldown.wait_kwargs())
     except GpuSensorError as exc:
         return {"reason": "GPU sensor failed: %s" % exc, "waited_s": 0.0}
     finally:
@@ -361,12 +359,12 @@ class Run:
             # (a resume runs it once there is space); the task does not fail, so what this host measured
             # so far is still collected.
             record = self._base_record(kind)
-            record["reason"] = "disk full on %s: the run was not started (%s)" % (self.host_dir, exc)
-            return self._result(record, changed=False, written=False)
+            record.reason = "disk full on %s: the run was not started (%s)" % (self.host_dir, exc)
+            return self._result(record.to_dict(), changed=False, written=False)
         append_event(self.ledger, "started", self.rid, order_index=self.plan.get("order_index"))
         record = self._base_record(kind)
         cooldown = _cooldown(self.p["cooldown"] or {})
-        record["cooldown"] = cooldown
+        record.cooldown = cooldown
         if cooldown.get("timed_out") and (self.p["cooldown"] or {}).get("on_timeout") == "fail":
             return self._finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {}, None)
         try:
@@ -375,7 +373,7 @@ class Run:
             launches = [(name, self._command(kind, name, argv)) for name, argv in steps]
         except (RunSetupError, ValueError, TypeError) as exc:
             return self._finish(record, "failed", "setup: %s" % exc, {}, None)
-        record["command"] = redact(launches[-1][1])
+        record.command = redact(launches[-1][1])
         from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler
 
         sampler = TelemetrySampler(os.path.join(self.run_dir, "telemetry.csv"),
@@ -397,10 +395,10 @@ class Run:
             telemetry = sampler.stop()
             if kind == "container":
                 subprocess.run([self._docker(), "rm", "-f", self._container_name()], capture_output=True)
-        record["started_utc"], record["ended_utc"] = _utc(started), _utc(time.time())
-        record["duration_s"] = round(time.time() - started, 3)
-        record["telemetry"] = telemetry
-        record["exit_code"] = outcome.get("rc")
+        record.started_utc, record.ended_utc = _utc(started), _utc(time.time())
+        record.duration_s = round(time.time() - started, 3)
+        record.telemetry = telemetry
+        record.exit_code = outcome.get("rc")
         return self._judge(record, outcome)
 
     def _docker(self) -> str:
@@ -465,7 +463,7 @@ class Run:
             self.job.running(self.rid, child_pgid=proc.pid, container=container, docker=docker)
 
     # ------------------------------------------------------------------------- judging
-    def _judge(self, record: dict, outcome: dict) -> dict:
+    def _judge(self, record, outcome: dict) -> dict:
         bench_log = os.path.join(self.run_dir, "bench.log")
         report_json = os.path.join(self.run_dir, "report.json")
         parsed = None
@@ -481,11 +479,11 @@ class Run:
             parsed = None
         metrics = dict(parsed.metrics) if parsed else {}
         if parsed:
-            record.update({"model_loaded": parsed.model, "engine_version": parsed.engine_version,
-                           "metric_sources": dict(parsed.sources), "parse_warnings": parsed.warnings,
-                           "parse_missing": parsed.missing, "probe": parsed.probe})
-            record["versions"]["engine"] = parsed.engine
-            record["versions"]["engine_version"] = parsed.engine_version
+            record.model_loaded, record.engine_version = parsed.model, parsed.engine_version
+            record.metric_sources, record.samples = dict(parsed.sources), dict(parsed.samples)
+            record.parse_warnings, record.parse_missing, record.probe = parsed.warnings, parsed.missing, parsed.probe
+            record.versions["engine"] = parsed.engine
+            record.versions["engine_version"] = parsed.engine_version
         if outcome.get("error"):
             return self._finish(record, "failed", outcome["error"], metrics, parsed)
         if outcome["timed_out"]:
@@ -505,32 +503,21 @@ class Run:
         reason = None if not parsed or parsed.model else "the log does not name the loaded model"
         return self._finish(record, "ok", reason, metrics, parsed)
 
-    def _base_record(self, kind: str) -> dict:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": self.rid,
-            "campaign": self.p["campaign"],
-            "host": self.p["host"],
-            "model": self.model["name"],
-            "model_id": self.model.get("hf_id") or self.model.get("path"),
-            "model_loaded": None,
-            "environment": self.environment["name"],
-            "environment_kind": kind,
-            "workload": self.workload["name"],
-            "workload_params": {k: v for k, v in self.workload.items() if k not in ("name", "env")},
-            "engine": self.workload.get("engine"),
-            "engine_version": None,
-            "iteration": int(self.plan["iteration"]),
-            "warmup": bool(self.plan.get("warmup")),
-            "order_index": self.plan.get("order_index"),
-            "status": "failed",
-            "reason": None,
-            "metrics": {},
-            "metric_sources": {},
-            "versions": dict(self.p["versions"] or {}),
-        }
+    def _base_record(self, kind: str):
+        """The run's record from the contract's one builder (sparkfleet_host.record.new_record)."""
+        return new_record(
+            self.p["campaign"], self.p["host"], self.model["name"], self.environment["name"], self.workload["name"],
+            int(self.plan["iteration"]),
+            model_id=self.model.get("hf_id") or self.model.get("path"),
+            environment_kind=kind,
+            workload_params={k: v for k, v in self.workload.items() if k not in ("name", "env")},
+            engine=self.workload.get("engine"),
+            warmup=bool(self.plan.get("warmup")),
+            order_index=self.plan.get("order_index"),
+            versions=dict(self.p["versions"] or {}),
+        )
 
-    def _finish(self, record: dict, status: str, reason, metrics: dict, parsed) -> dict:
+    def _finish(self, record, status: str, reason, metrics: dict, parsed) -> dict:
         try:
             low = _free_bytes(self.host_dir) < LOW_SPACE_BYTES
         except OSError:
@@ -538,21 +525,27 @@ class Run:
         if low:  # whatever the workload said, a full disk is the cause worth naming
             status = "failed" if status == "ok" else status
             reason = "disk full on %s (%s)" % (self.host_dir, reason or "the run's output could not be written")
-        record["status"], record["reason"], record["metrics"] = status, reason, metrics
-        record.setdefault("metric_sources", {})
+        record.status, record.reason, record.metrics = status, reason, metrics
         written = True
+        data = record.to_dict()
         for attempt in (1, 2):
             try:
-                write_json_atomic(self.record_path, record)
-                append_event(self.ledger, "finished", self.rid, status=status, **self._ledger_fields(record))
+                # Validated against the contract as it is written: a record that breaks it is written as a
+                # failed run whose reason names the violation, never as a file the report would skip.
+                data, _ = write_record(self.record_path, record)
+                append_event(self.ledger, "finished", self.rid, status=data["status"], **self._ledger_fields(data))
+                break
+            except ContractError as exc:  # the identity itself is broken: nothing honest can be written
+                written = False
+                data["reason"] = "%s; record not written: %s" % (reason or status, exc)
                 break
             except OSError as exc:
                 if attempt == 1 and os.path.exists(self.reserve):
                     os.unlink(self.reserve)  # give the record the space kept for it, then try again
                     continue
                 written = False
-                record["reason"] = "%s; record not written: %s" % (reason or status, exc)
-        return self._result(record, changed=True, written=written)
+                data["reason"] = "%s; record not written: %s" % (reason or status, exc)
+        return self._result(data, changed=True, written=written)
 
     def _ledger_fields(self, record: dict) -> dict:
         """What a follower needs to show the finished run without reading its record."""
@@ -609,7 +602,7 @@ def _summary(results: list) -> dict:
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            runs=dict(type="list", elements="raw", required=True),
+            runs=dict(type="list", elements="dict", required=True),
             campaign=dict(type="str", required=True),
             host=dict(type="str", required=True),
             results_root=dict(type="path", required=True),
@@ -630,6 +623,10 @@ def main():
     params = module.params
     if params["timeout_s"] <= 0 or params["telemetry_interval_s"] <= 0:
         module.fail_json(msg="timeout_s and telemetry_interval_s must be positive")
+    try:  # the campaign's rules (settings), checked before any run starts: never a ValueError mid-matrix
+        params["cooldown"] = Cooldown.from_mapping(params["cooldown"], "cooldown").to_dict()
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     if not params["total"]:
         params["total"] = len(params["runs"])
     runs = [Run(module, plan) for plan in params["runs"]]  # every run's inputs are checked before any starts

@@ -75,7 +75,7 @@ author:
 EXAMPLES = r"""
 - name: Is TensorRT-LLM importable in the rootfs?
   become: true
-  chroot_command:
+  sparkfleet.bench.chroot_command:
     rootfs: "{{ native_rootfs_path }}"
     argv: [python3, -c, "import tensorrt_llm; print(tensorrt_llm.__version__)"]
   changed_when: false

@@ -113,7 +113,7 @@ author:
 EXAMPLES = r"""
 - name: Bind what the chroot needs
   become: true
-  chroot_mounts:
+  sparkfleet.bench.chroot_mounts:
     rootfs: "{{ native_rootfs_path }}"
     binds:
       - {src: /srv/models, read_only: true}
@@ -121,7 +121,7 @@ EXAMPLES = r"""
 
 - name: Unmount everything under the rootfs directory (restore)
   become: true
-  chroot_mounts:
+  sparkfleet.bench.chroot_mounts:
     state: unmounted
     scope: /var/lib/sparkfleet/rootfs
 """

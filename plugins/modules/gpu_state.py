@@ -124,7 +124,7 @@ author:
 EXAMPLES = r"""
 - name: Pin the benchmark state, keeping what was there before
   become: true
-  gpu_state:
+  sparkfleet.bench.gpu_state:
     persistence_mode: true
     locked_clocks: {min: 2405, max: 2405}
     cpu_governor: performance
@@ -132,13 +132,13 @@ EXAMPLES = r"""
   register: sparkfleet_gpu_state
 
 - name: Read only
-  gpu_state:
+  sparkfleet.bench.gpu_state:
     state: query
   register: sparkfleet_gpu_facts
 
 - name: Put everything back (in the always section of the block)
   become: true
-  gpu_state:
+  sparkfleet.bench.gpu_state:
     state: restore
     saved: "{{ sparkfleet_gpu_state.before }}"
 """

@@ -98,7 +98,7 @@ author:
 EXAMPLES = r"""
 - name: Extract the image's rootfs
   become: true
-  rootfs_extract:
+  sparkfleet.bench.rootfs_extract:
     root: /var/lib/sparkfleet
     digest: "{{ native_rootfs_image_info.digest }}"
     image: "{{ native_rootfs_image_info.image }}"

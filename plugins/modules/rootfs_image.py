@@ -64,12 +64,12 @@ author:
 
 EXAMPLES = r"""
 - name: Make sure the TensorRT-LLM image is here (pull when absent)
-  rootfs_image:
+  sparkfleet.bench.rootfs_image:
     image: nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev
   register: native_rootfs_image_info
 
 - name: Hosts without registry access - load a docker save tarball
-  rootfs_image:
+  sparkfleet.bench.rootfs_image:
     image: nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev
     archive: /srv/images/trtllm-spark.tar
     offline: true

@@ -91,14 +91,14 @@ author:
 EXAMPLES = r"""
 - name: The host's own root as the native rootfs
   become: true
-  rootfs_overlay:
+  sparkfleet.bench.rootfs_overlay:
     root: /var/lib/sparkfleet
     lower: /
   register: native_rootfs_overlay
 
 - name: Unmount it (and whatever is bound inside)
   become: true
-  rootfs_overlay:
+  sparkfleet.bench.rootfs_overlay:
     root: /var/lib/sparkfleet
     state: unmounted
 """

@@ -53,7 +53,7 @@ options:
       - V(0) turns the settle criterion off (every GPU is settled at once).
       - Must not exceed O(max_wait).
     type: float
-    default: 60
+    default: 30
   min_wait:
     description:
       - Seconds to wait at least, even if the GPUs are settled earlier.
@@ -70,7 +70,7 @@ options:
       - More readings per O(settle_window) make the fitted trend less sensitive to sensor noise; a reading
         costs microseconds through NVML and one short C(nvidia-smi) process otherwise.
     type: float
-    default: 1
+    default: 2
   gpus:
     description:
       - Indices of the GPUs to wait for, as C(nvidia-smi) numbers them. All GPUs when omitted.
@@ -96,7 +96,7 @@ options:
       - V(continue) returns normally with RV(timed_out=true), so that the run can go on and be marked.
     type: str
     choices: [fail, continue]
-    default: fail
+    default: continue
   nvidia_smi:
     description:
       - Name or path of the C(nvidia-smi) executable used by the nvidia-smi sensor.
@@ -120,11 +120,11 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Wait until the GPU is cool and settled (default 45 C, 1 C over 60 s), at most 15 minutes
-  thermal_wait:
+- name: Wait until the GPU is cool and settled (default 45 C, 1 C over 30 s), at most 15 minutes
+  sparkfleet.bench.thermal_wait:
 
 - name: Wait for GPUs 0 and 1, polling every 2 s, and go on (marking the run) if they never settle
-  thermal_wait:
+  sparkfleet.bench.thermal_wait:
     gpus: [0, 1]
     poll_interval: 2
     max_wait: 600
@@ -132,13 +132,13 @@ EXAMPLES = r"""
   register: cooldown
 
 - name: A plain threshold wait without the settle criterion (wait until every GPU is at or below 45 C)
-  thermal_wait:
+  sparkfleet.bench.thermal_wait:
     threshold: 45
     settle_window: 0
     require_cool: true
 
 - name: A slow-cooling DGX Spark - a longer window starts runs closer to the room temperature, for a longer wait
-  thermal_wait:
+  sparkfleet.bench.thermal_wait:
     settle_window: 120
     settle_band: 1
     max_wait: 1800
@@ -250,6 +250,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.g
     open_sensor,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.thermal import (  # noqa: E402
+    COOLDOWN_BY_OPTION,
     COOLDOWN_DEFAULTS,
     CooldownError,
     validate_cooldown_options,
@@ -281,7 +282,7 @@ def run_module() -> None:
             gpus=dict(type="list", elements="int"),
             sensor=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia-smi"]),
             require_cool=dict(type="bool", default=d["require_cool"]),
-            on_timeout=dict(type="str", default="fail", choices=["fail", "continue"]),
+            on_timeout=dict(type="str", default=d["on_timeout"], choices=list(COOLDOWN_BY_OPTION["on_timeout"].choices)),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
         ),
         supports_check_mode=True,
