@@ -122,3 +122,22 @@ def test_ledger_last_event_wins_and_a_torn_line_is_skipped(tmp_path):
     assert states["r1"]["event"] == "finished" and states["r1"]["status"] == "ok"
     assert states["r2"]["event"] == "started"
     assert all(json.loads(line) for line in Path(path).read_text().splitlines()[:3])
+
+
+def test_kv_fraction_goes_through_the_llm_api_options_file_and_the_cli():
+    workload = {"name": "study", "engine": "trtllm", "requests": 5, "kv_fraction": 0.5}
+    _, (_, bench) = runexec.engine_steps("trtllm", workload, {"name": "d"}, "/r/run", "/w")
+    assert bench[bench.index("--extra_llm_api_options") + 1] == "/r/run/extra_llm_api_options.yaml"
+    assert bench[bench.index("--kv_cache_free_gpu_mem_fraction") + 1] == "0.5"
+    assert runexec.llm_api_options(workload) == "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n"
+    assert runexec.llm_api_options({"engine": "trtllm"}) is None
+    assert runexec.llm_api_options({"engine": "matmul", "kv_fraction": 0.5}) is None
+    _, (_, plain) = runexec.engine_steps("trtllm", {"name": "study"}, {"name": "d"}, "/r/run", "/w")
+    assert "--extra_llm_api_options" not in plain
+
+
+@pytest.mark.parametrize("workload", [
+    {"kv_fraction": 0.5, "extra_args": ["--extra_llm_api_options", "/x.yaml"]}, {"kv_fraction": 1.5}])
+def test_kv_fraction_conflicts_are_setup_errors(workload):
+    with pytest.raises(runexec.RunSetupError):
+        runexec.engine_steps("trtllm", {"name": "w", **workload}, {"name": "d"}, "/r", "/w")

@@ -313,3 +313,29 @@ def test_meminfo_and_cgroup_lookup(tmp_path):
     assert telemetry.cgroup_memory_file_for_pid(44, str(proc), str(root)) is None
     with pytest.raises(OSError):
         telemetry.cgroup_memory_file(str(tmp_path))
+
+
+def test_memory_tracker_gets_every_sample_and_its_failure_costs_no_row(tmp_path):
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal: 4194304 kB\nMemFree: 1048576 kB\nMemAvailable: 2097152 kB\nCached: 1048576 kB\n")
+    memstate = host_util("memstate")
+    tracker = memstate.PeakTracker()
+    sampler = TelemetrySampler(str(tmp_path / "t.csv"), interval_s=0.03, sensor="none", meminfo=str(info),
+                               memory_tracker=tracker)
+    sampler.start()
+    time.sleep(0.1)
+    summary = sampler.stop()
+    assert tracker.samples == summary["samples"] >= 2
+    assert tracker.summary()["peak"]["meminfo"]["not_free_gib"] == 3.0
+
+    class Broken:
+        def sample(self, *a):
+            raise RuntimeError("boom")
+
+    broken = TelemetrySampler(str(tmp_path / "u.csv"), interval_s=0.03, sensor="none", meminfo=str(info),
+                              memory_tracker=Broken())
+    broken.start()
+    time.sleep(0.08)
+    summary = broken.stop()
+    assert any("memory state: RuntimeError: boom" in e for e in summary["errors"])
+    assert len(rows(tmp_path / "u.csv")) == summary["samples"] >= 2

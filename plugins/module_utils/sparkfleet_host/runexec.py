@@ -20,6 +20,8 @@ from .chroot import chroot_argv
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
 WORKLOADS_SUBDIR = ".sparkfleet/workloads"
+#: The run's TensorRT-LLM LLM API options file (kv_cache_config from the workload's kv_fraction), in its run dir.
+LLM_API_OPTIONS = "extra_llm_api_options.yaml"
 #: Words of a flag or variable name that mark its value as a secret. A name is split into words at '_', '-',
 #: '.' and lower-to-upper case changes: HF_TOKEN, --hf-token, hfToken, OPENAI_API_KEY are secrets;
 #: TOKENIZERS_PARALLELISM and --max_num_tokens are not (a word must BE the secret word, or end with it:
@@ -79,8 +81,30 @@ def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloa
             bench += ["--max_batch_size", str(workload["batch"])]
         if workload.get("concurrency"):
             bench += ["--concurrency", str(workload["concurrency"])]
+        if workload.get("kv_fraction") is not None:
+            if any(str(a).split("=", 1)[0] in ("--extra_llm_api_options", "--config") for a in extra):
+                raise RunSetupError("kv_fraction and an --extra_llm_api_options file in extra_args: set "
+                                    "kv_cache_config in one place")
+            # The LLM API options file is what sizes the KV cache (PyTorch backend); the CLI flag says the same,
+            # so the engine's report (world_info.kv_cache_percentage, from the CLI) agrees with its log.
+            bench += ["--kv_cache_free_gpu_mem_fraction", _fraction_text(workload["kv_fraction"]),
+                      "--extra_llm_api_options", f"{run_dir}/{LLM_API_OPTIONS}"]
         return [("prepare", prepare), ("bench", bench + extra)]
     raise RunSetupError(f"engine {engine!r} is not supported by the run executor")
+
+
+def _fraction_text(value) -> str:
+    value = float(value)
+    if not 0.0 < value <= 1.0:
+        raise RunSetupError(f"kv_fraction {value!r} is not in (0, 1]")
+    return repr(value)
+
+
+def llm_api_options(workload: dict):
+    """The ``--extra_llm_api_options`` YAML a trtllm workload needs (its kv_fraction), or None."""
+    if workload.get("engine", "trtllm") != "trtllm" or workload.get("kv_fraction") is None:
+        return None
+    return "kv_cache_config:\n  free_gpu_memory_fraction: %s\n" % _fraction_text(workload["kv_fraction"])
 
 
 def is_secret_name(name: str) -> bool:

@@ -335,6 +335,7 @@ class TelemetrySampler:
         cgroup_memory_file: Optional[str] = None,
         meminfo: str = "/proc/meminfo",
         startup_timeout_s: float = 5.0,
+        memory_tracker: Optional[Any] = None,
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be greater than 0, got {interval_s}")
@@ -355,6 +356,9 @@ class TelemetrySampler:
         self._cgroup_file: Optional[_PreadFile] = None
         self._cgroup_opened_for: Optional[str] = None
         self._meminfo: Optional[_PreadFile] = None
+        # memstate.PeakTracker (or alike): fed each sample's meminfo text and GPU readings
+        self._memory = memory_tracker
+        self._meminfo_text: Optional[str] = None
         self._csv: Optional[IO[str]] = None
         self._errors: Dict[str, int] = {}
         self._errors_lock = threading.Lock()
@@ -544,8 +548,10 @@ class TelemetrySampler:
         if self._meminfo is None:
             return None
         try:
-            return parse_meminfo_used_gib(self._meminfo.read())
+            self._meminfo_text = self._meminfo.read()
+            return parse_meminfo_used_gib(self._meminfo_text)
         except OSError as exc:
+            self._meminfo_text = None
             self._error(f"host memory: {exc}")
             return None
 
@@ -553,6 +559,11 @@ class TelemetrySampler:
         known, readings = self._read_gpus()
         mem = self._host_gib()
         cg = self._cgroup_gib()
+        if self._memory is not None:
+            try:
+                self._memory.sample(t, self._meminfo_text, readings)
+            except Exception as exc:  # the memory state is extra: it never costs a telemetry row
+                self._error(f"memory state: {type(exc).__name__}: {exc}")
         if known:
             self._known_gpus = known
         by_index = {r.index: r for r in readings}
