@@ -1,9 +1,11 @@
 """Load every ``record.json`` under a results directory into one tidy DataFrame (a row per run).
 
 Metrics become columns with their DESIGN names (``output_tok_s``, ``peak_memory_gib``, ...); nested
-objects (workload parameters, cooldown, telemetry summary, versions, metric sources) are flattened with a
-prefix. A record that is not JSON or breaks the run-record contract is reported by path and skipped: one
-bad file never stops a report, and never disappears without a word.
+objects (workload parameters, cooldown, telemetry summary, versions, metric sources, raw samples as JSON
+text) are flattened with a prefix. A record of an older format version is read through its migrations
+(``sparkfleet_host.record.upgrade``, docs/RECORD.md); one newer than this code, not JSON, or breaking the
+run-record contract is reported by path and skipped: one bad file never stops a report, and never
+disappears without a word.
 """
 
 from __future__ import annotations
@@ -30,21 +32,8 @@ RECORD_NAME = "record.json"
 _SKIP_DIRS = frozenset({"report", ".git", "__pycache__"})
 
 IDENTITY_COLUMNS = ("run_id", "campaign", "host", "model", "environment", "workload", "iteration")
-_SCALAR_FIELDS = (
-    "model_id",
-    "model_loaded",
-    "environment_kind",
-    "engine",
-    "engine_version",
-    "warmup",
-    "order_index",
-    "started_utc",
-    "ended_utc",
-    "duration_s",
-    "exit_code",
-    "status",
-    "reason",
-)
+#: The contract's scalar fields (outside the identity), in the contract's order.
+_SCALAR_FIELDS = contract.SCALAR_FIELDS
 #: Nested objects flattened to ``<prefix><key>`` columns (scalars only; lists/objects are kept as JSON text).
 _NESTED_PREFIXES = {
     "workload_params": "workload_",
@@ -52,6 +41,7 @@ _NESTED_PREFIXES = {
     "telemetry": "telemetry_",
     "versions": "version_",
     "metric_sources": "source_",
+    "samples": "samples_",
 }
 METRIC_COLUMNS = tuple(contract.METRICS)
 
@@ -106,6 +96,10 @@ def read_record(path: str) -> dict[str, Any] | LoadProblem | None:
         return None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return LoadProblem(Path(path), f"not readable JSON: {exc}")
+    try:
+        data = contract.upgrade(data)  # an older format version, migrated step by step
+    except contract.RecordVersionError as exc:
+        return LoadProblem(Path(path), str(exc))
     problems = contract_problems(data)
     if problems:
         return LoadProblem(Path(path), "; ".join(problems))
@@ -133,7 +127,7 @@ _READ_SIZE = 1 << 16
 
 
 def contract_problems(data: Any) -> list[str]:
-    """Problems with one record, as the run-record contract states them."""
+    """Problems with one record, as the run-record contract states them (an older version as migrated)."""
     return contract.validate(data)
 
 

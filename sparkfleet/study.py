@@ -59,7 +59,7 @@ def study_records(
 
     The study repeated "iteration 1" of gpt120b native four times (restarts); run identity needs one
     iteration per run, so iterations are renumbered 1..n per cell in time order and the study's own
-    number is kept as ``study_iteration``.
+    number is kept as ``extra.study_iteration``.
     """
     runs = sorted(read_study(path), key=lambda r: (_parse_timestamp(r["timestamp"]), r["model_name"]))
     attempt: dict[tuple[str, str], int] = {}
@@ -97,40 +97,34 @@ def _record(
     sources |= {name: f"{source}: {field}" for field, name in _METRIC_MAP.items() if name not in sources}
     sources["device_total_gib"] = "benchmark-spark README: device total 119.64 GiB"
     exit_code = int(run["exit_code"])
-    return {
-        "schema_version": contract.SCHEMA_VERSION,
-        "run_id": contract.run_id(campaign, host, model, environment, workload, iteration),
-        "campaign": campaign,
-        "host": host,
-        "model": model,
-        "model_id": run.get("model_id"),
+    return contract.new_record(
+        campaign, host, model, environment, workload, iteration,
+        model_id=run.get("model_id"),
         # Unknown: the study's runner ignored the model argument (README, "Known flaws").
-        "model_loaded": None,
-        "environment": environment,
-        "environment_kind": "native" if environment == "native" else "container",
-        "workload": workload,
-        "workload_params": {"engine": "trtllm-bench", "backend": "pytorch", "model_path": run.get("model_path")},
-        "engine": "trtllm-bench",
-        "engine_version": STUDY_VERSIONS["tensorrt_llm"],
-        "iteration": iteration,
-        "study_iteration": int(run["iteration"]),
-        "order_index": order_index,
-        # The study's clock is local with an unknown zone: ISO without an offset, and said so.
-        "started_utc": _parse_timestamp(run["timestamp"]).isoformat(),
-        "started_tz": "local, zone unknown (study timestamp)",
-        "ended_utc": None,
-        "exit_code": exit_code,
-        "status": "ok" if exit_code == 0 else "failed",
-        "reason": None if exit_code == 0 else f"exit code {exit_code}",
-        "metrics": metrics,
-        "metric_sources": sources,
-        "telemetry": {
+        model_loaded=None,
+        environment_kind="native" if environment == "native" else "container",
+        workload_params={"engine": "trtllm-bench", "backend": "pytorch", "model_path": run.get("model_path")},
+        engine="trtllm-bench",
+        engine_version=STUDY_VERSIONS["tensorrt_llm"],
+        order_index=order_index,
+        # The study's clock is local with an unknown zone: ISO without an offset, and said so (extra).
+        started_utc=_parse_timestamp(run["timestamp"]).isoformat(),
+        exit_code=exit_code,
+        status="ok" if exit_code == 0 else "failed",
+        reason=None if exit_code == 0 else f"exit code {exit_code}",
+        metrics=metrics,
+        metric_sources=sources,
+        telemetry={
             "gpu_temp_start_c": run.get("start_temp_celsius"),
             "gpu_temp_end_c": run.get("end_temp_celsius"),
         },
-        "versions": dict(STUDY_VERSIONS),
-        "source": {"file": source, "study": "brandonrc/benchmark-spark analysis/all_benchmark_results.json"},
-    }
+        versions=dict(STUDY_VERSIONS),
+        extra={
+            "study_iteration": int(run["iteration"]),
+            "started_tz": "local, zone unknown (study timestamp)",
+            "source": {"file": source, "study": "brandonrc/benchmark-spark analysis/all_benchmark_results.json"},
+        },
+    ).to_dict()
 
 
 def import_study(

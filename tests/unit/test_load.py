@@ -129,3 +129,28 @@ def test_every_broken_record_is_named_and_rejected(mutations: list[tuple]) -> No
     problems = contract_problems(rec)  # never raises, whatever the record holds
     assert all(isinstance(p, str) and p for p in problems)
     assert bool(problems) == any(m != ("none",) for m in mutations), (mutations, problems)
+
+
+def test_version_1_records_load_through_their_migration(tmp_path: Path) -> None:
+    """The committed GPU example (format version 1) loads whole, as does a v1 record beside a current one."""
+    example = Path(__file__).resolve().parents[2] / "examples/gpu/results/gpu"
+    result = load_runs(example)
+    assert result.problems == [] and len(result.runs) == 16
+    assert (result.runs["status"] == "ok").all() and result.runs["gflops"].notna().sum() == 4
+
+    write(tmp_path, make_record(iteration=1))  # schema_version 1
+    current = contract.new_record("c", "h1", "m", "native", "w", 2, status="ok", metrics={"gflops": 1.0},
+                                  samples={"matmul_s": [0.5, 0.25]}).to_dict()
+    write(tmp_path, current)
+    runs = load_runs(tmp_path).runs
+    assert sorted(runs["iteration"]) == [1, 2]
+    assert json.loads(runs.set_index("iteration").loc[2, "samples_matmul_s"]) == [0.5, 0.25]
+
+
+def test_a_record_from_a_newer_sparkfleet_is_reported_not_guessed(tmp_path: Path) -> None:
+    path = write(tmp_path, make_record(schema_version=contract.SCHEMA_VERSION + 1))
+    result = load_runs(tmp_path)
+    assert len(result.runs) == 0
+    assert [(p.path, p.reason) for p in result.problems] == [
+        (path, f"schema_version {contract.SCHEMA_VERSION + 1} is newer than this sparkfleet reads "
+               f"({contract.SCHEMA_VERSION}): upgrade sparkfleet to read it")]

@@ -150,4 +150,6 @@ def test_to_dict_is_plain_data():
         "warnings",
         "extra",
         "probe",
+        "samples",
     }
+    assert data["samples"]["matmul_s"] == data["extra"]["iteration_s"]  # raw per-iteration timings, kept

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from sparkfleet_host import record
 from sparkfleet_host.record import METRICS, run_id, slug, validate, write_json_atomic
 
 
@@ -80,3 +82,78 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path):
         write_json_atomic(target, {"a": object()})
     assert json.loads(target.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
+# ------------------------------------------------------------------ one definition, its schema, its versions
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_EXAMPLE = REPO / "examples/gpu/results/gpu"
+
+
+def test_the_committed_json_schema_is_generated_from_the_python_definition():
+    committed = json.loads((REPO / "docs/record.schema.json").read_text())
+    assert committed == record.json_schema(), "regenerate: python -m sparkfleet_host.record > docs/record.schema.json"
+    assert committed["required"] == list(record.REQUIRED_FIELDS)
+    assert set(committed["properties"]) == set(record.FIELD_NAMES)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"status": "great"}, {"metrics": {"tokens": 1.0}}, {"iteration": "3"}, {"samples": {"watts": [1.0]}},
+     {"samples": {"matmul_s": ["fast"]}}, {"surprise": 1}, {"warmup": 1}, {"schema_version": 3}],
+)
+def test_the_generated_schema_and_validate_agree(change):
+    """What jsonschema says of a record (current version) and what validate says: valid for both, or neither."""
+    jsonschema = pytest.importorskip("jsonschema")
+    rec = record.new_record("c", "spark1", "deepseek", "native", "study", 3, status="ok",
+                            metrics={"output_tok_s": 119.4}, samples={"matmul_s": [0.1, 0.2]}).to_dict()
+    rec.update(change)
+    by_schema = not list(jsonschema.Draft202012Validator(record.json_schema()).iter_errors(rec))
+    assert by_schema == (validate(rec) == []), (change, validate(rec))
+
+
+def test_the_builder_derives_the_identity_and_refuses_unknown_fields():
+    rec = record.new_record("c", "spark1", "deepseek", "native", "study", 3)
+    assert rec.run_id == run_id("c", "spark1", "deepseek", "native", "study", 3)
+    assert rec.schema_version == record.SCHEMA_VERSION and rec.status == "failed"
+    with pytest.raises(AttributeError, match="not a field of the run record"):
+        rec.metrcs = {}  # a typo never becomes a field
+    with pytest.raises(TypeError):
+        record.new_record("c", "spark1", "deepseek", "native", "study", 3, surprise=1)
+
+
+def test_version_1_records_are_migrated_to_the_current_version():
+    v1 = _record(parse_warnings=[], probe={"dockerenv": "no"}, study_iteration=4, started_tz="local")
+    upgraded = record.upgrade(v1)
+    assert upgraded is not v1 and v1["schema_version"] == 1  # the input is left as it was
+    assert upgraded["schema_version"] == record.SCHEMA_VERSION
+    assert upgraded["samples"] == {}  # v1 kept no per-iteration samples
+    assert upgraded["probe"] == {"dockerenv": "no"}  # written by v1 producers, defined in v2
+    assert upgraded["extra"] == {"study_iteration": 4, "started_tz": "local"}  # outside the contract: kept
+    assert validate(upgraded) == [] and validate(v1) == []
+    assert record.upgrade(upgraded) is upgraded  # current: nothing to do
+
+
+def test_a_future_or_unknown_version_is_refused_by_name():
+    with pytest.raises(record.RecordVersionError, match="schema_version 7 is newer than this sparkfleet reads"):
+        record.upgrade(_record(schema_version=7))
+    with pytest.raises(record.RecordVersionError, match="schema_version 0 is not a record format version"):
+        record.upgrade(_record(schema_version=0))
+
+
+def test_every_migration_step_is_defined():
+    assert sorted(record.MIGRATIONS) == list(range(1, record.SCHEMA_VERSION))
+
+
+def test_the_committed_version_1_gpu_records_still_validate():
+    paths = sorted(GPU_EXAMPLE.glob("*/runs/*/record.json"))
+    assert len(paths) == 16
+    for path in paths:
+        data = json.loads(path.read_text())
+        assert data["schema_version"] == 1
+        assert validate(data) == [], path
+
+
+def test_a_failed_run_names_its_reason():
+    assert "status 'failed' without a reason" in validate(_record(status="failed"))
+    assert validate(_record(status="failed", reason="exit 3")) == []

@@ -37,7 +37,7 @@ def test_records_follow_the_contract_and_the_study() -> None:
     assert all("all_benchmark_results.json" in r["metric_sources"]["peak_memory_gib"] for r in records)
     gpt_native = [r for r in records if r["model"] == "gpt120b" and r["environment"] == "native"]
     assert [r["iteration"] for r in gpt_native] == list(range(1, 14))  # study repeated "1" four times
-    assert [r["study_iteration"] for r in gpt_native][:4] == [1, 1, 1, 1]
+    assert [r["extra"]["study_iteration"] for r in gpt_native][:4] == [1, 1, 1, 1]
     first = records[0]
     assert first["metrics"]["peak_memory_gib"] == 74.23 and first["metrics"]["kv_cache_gib"] == 40.93
 

@@ -1,26 +1,45 @@
-"""The run-record contract (DESIGN.md, "Run record"): names, units, identity and atomic writes.
+"""The run-record contract (docs/RECORD.md): one typed record, one builder, validation, format versions.
 
-A record is a plain JSON object so that Ansible modules (which may run on a host without this package)
-and the aggregator agree on one shape; ``record.schema.json`` beside this file is the machine-readable
-form and `validate` checks a record against it without third-party code.
+A run record is one JSON object per run (``record.json``). Its definition is this file, and only this file:
+
+* :class:`RunRecord` is the record as a type: each field with its JSON type(s), whether a reader may rely on
+  it being present, and what it means. The JSON Schema (``docs/record.schema.json``) is *generated* from it
+  (:func:`json_schema`; ``python -m sparkfleet_host.record > docs/record.schema.json``) and a test checks the
+  two agree, so there is nothing to keep in step by hand.
+* :func:`new_record` is the one builder: identity in, ``run_id`` computed, every other field defaulted.
+* :func:`validate` says what is wrong with a record (empty list: it honours the contract); :func:`sealed` is
+  what a producer writes: the record as built when it is valid, else the same run as ``failed`` with a
+  reason that names the violation, so that a bad record is a failed run on the host, never a file the
+  report later skips.
+* :data:`SCHEMA_VERSION` is the format version; :func:`upgrade` brings a record of an older version to the
+  current one, one migration function per version step (``MIGRATIONS``), in the manner of pyperf's and
+  asv's result files. A record newer than this code is refused, naming both versions.
+
+The file ships to hosts inside Ansible modules (AnsiballZ bundles Python files only, not data files), so
+it is standard library only and runs on Python 3.8.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import math
 import operator
 import os
 import re
+import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
-SCHEMA_VERSION = 1
+#: The record format version this code writes. Older versions are read through ``MIGRATIONS``.
+SCHEMA_VERSION = 2
 
 #: Metric name -> unit. Fixed names; every record's ``metrics`` object uses only these keys.
-METRICS: dict[str, str] = {
+METRICS: Dict[str, str] = {
     "output_tok_s": "tokens/s",
     "total_tok_s": "tokens/s",
     "req_s": "requests/s",
@@ -38,6 +57,14 @@ METRICS: dict[str, str] = {
     # matmul sanity workload
     "gflops": "GFLOP/s",
     "matmul_s_mean": "s",
+}
+
+#: Raw per-iteration samples (``samples``: name -> list, one value per measured iteration, in order) -> unit.
+SAMPLES: Dict[str, str] = {
+    "matmul_s": "s",  # matmul: seconds of each timed product
+    "latency_ms": "ms",  # hf-generate: wall time of each generate() call
+    "ttft_ms": "ms",  # hf-generate: time to the first token of each call
+    "output_tokens": "tokens",  # hf-generate: tokens each call generated
 }
 
 #: Memory metrics must say where their figure came from (log line, report json, telemetry, ...).
@@ -76,77 +103,291 @@ def run_id(campaign: str, host: str, model: str, environment: str, workload: str
     return f"{slug(model, 24)}.{slug(environment, 16)}.{slug(workload, 16)}.i{int(iteration):03d}.{digest}"
 
 
-@functools.cache
-def schema() -> dict[str, Any]:
-    """The JSON schema, parsed once per process (loading 100k records calls validate 100k times)."""
-    return json.loads((Path(__file__).with_name("record.schema.json")).read_text())
+# ---------------------------------------------------------------------------------------- the type
 
 
-@functools.cache
-def _rules() -> tuple[tuple[str, ...], frozenset[str], tuple[tuple[str, Any], ...]]:
-    """The schema as `validate` uses it, derived once per process: the required keys (in schema order, and
-    as a set for one subset test) and the properties that name a type, with that type."""
-    sch = schema()
-    required = tuple(sch["required"])
-    typed = tuple((key, spec["type"]) for key, spec in sch["properties"].items() if spec.get("type") is not None)
-    return required, frozenset(required), typed
+def _field(types: Tuple[str, ...], doc: str, required: bool = False, default: Any = None, factory: Any = None,
+           enum: Tuple[Any, ...] = (), python_required: bool = False) -> Any:
+    """One field of the contract: its JSON types, whether a reader may rely on it, what it means."""
+    meta = {"types": types, "doc": doc, "required": required, "enum": enum}
+    if python_required:
+        return field(metadata=meta)
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+_S, _I, _N, _B, _O, _A, _NULL = "string", "integer", "number", "boolean", "object", "array", "null"
+
+
+@dataclass
+class RunRecord:
+    """One run of a campaign, as ``record.json`` holds it. Build it with :func:`new_record`.
+
+    Assigning a name that is not a field raises (a typo must not become a field the contract lacks).
+    """
+
+    # identity: run_id is derived from the other six (run_id())
+    run_id: str = _field((_S,), "stable identity of the run, derived from the six identity fields",
+                         required=True, python_required=True)
+    campaign: str = _field((_S,), "campaign name", required=True, python_required=True)
+    host: str = _field((_S,), "host name (inventory_hostname)", required=True, python_required=True)
+    model: str = _field((_S,), "model name requested by the campaign", required=True, python_required=True)
+    environment: str = _field((_S,), "environment name (native, container, or a named variant)",
+                              required=True, python_required=True)
+    workload: str = _field((_S,), "workload name (study, T1..T6, matmul, ...)", required=True,
+                           python_required=True)
+    iteration: int = _field((_I,), "iteration number; warm-up runs count down from 0", required=True,
+                            python_required=True)
+    schema_version: int = _field((_I,), "record format version (see MIGRATIONS)", required=True,
+                                 default=SCHEMA_VERSION)
+    # scalars (the loader's columns, in this order)
+    model_id: Optional[str] = _field((_S, _NULL), "Hugging Face id or path requested")
+    model_loaded: Optional[str] = _field((_S, _NULL), "model the engine's output says it loaded")
+    environment_kind: Optional[str] = _field((_S, _NULL), "native, container or bare", enum=ENVIRONMENT_KINDS)
+    engine: Optional[str] = _field((_S, _NULL), "engine of the workload (trtllm, matmul, hf-generate, ...)")
+    engine_version: Optional[str] = _field((_S, _NULL), "engine version its output reports")
+    warmup: Optional[bool] = _field((_B, _NULL), "a warm-up run (not measured)")
+    order_index: Optional[int] = _field((_I, _NULL), "position of this run in the host's plan")
+    started_utc: Optional[str] = _field((_S, _NULL), "ISO 8601 start time")
+    ended_utc: Optional[str] = _field((_S, _NULL), "ISO 8601 end time")
+    duration_s: Optional[float] = _field((_N, _NULL), "wall time of the run's commands, seconds")
+    exit_code: Optional[int] = _field((_I, _NULL), "exit status of the measured command")
+    status: str = _field((_S,), "ok, failed, timeout or invalid", required=True, default="failed", enum=STATUSES)
+    reason: Optional[str] = _field((_S, _NULL), "why the run is not ok (required unless status is ok)")
+    # figures
+    metrics: Dict[str, Any] = _field((_O,), "metric name (METRICS) -> number or null", required=True,
+                                     factory=dict)
+    metric_sources: Dict[str, str] = _field((_O,), "metric name -> where the figure came from", required=True,
+                                            factory=dict)
+    samples: Dict[str, List[float]] = _field(
+        (_O,), "raw per-iteration samples: name (SAMPLES) -> one number per measured iteration, in order",
+        required=True, factory=dict)
+    # nested context
+    workload_params: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "engine, mode, batch, input_len, output_len, requests, concurrency, backend, ...")
+    cooldown: Optional[Dict[str, Any]] = _field((_O, _NULL), "waited_s, start_temp_c, end_temp_c, threshold_c, reason")
+    telemetry: Optional[Dict[str, Any]] = _field((_O, _NULL), "summary of telemetry.csv")
+    versions: Optional[Dict[str, Any]] = _field((_O, _NULL), "software versions (image, engine, campaign config hash)")
+    command: Optional[List[str]] = _field((_A, _NULL), "argv of the measured command as launched, secrets redacted")
+    parse_warnings: Optional[List[str]] = _field((_A, _NULL), "what looked wrong in the engine's output")
+    parse_missing: Optional[List[str]] = _field((_A, _NULL), "expected figures the engine's output lacked")
+    probe: Optional[Dict[str, Any]] = _field((_O, _NULL), "where the workload ran (its probe lines)")
+    memory: Optional[Dict[str, Any]] = _field((_O, _NULL), "memory state of the host at the run's start and peak")
+    extra: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "producer-specific data outside the contract, kept verbatim (a v1 record's unknown fields)")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in FIELD_NAMES:
+            raise AttributeError(f"'{name}' is not a field of the run record (see sparkfleet_host.record)")
+        object.__setattr__(self, name, value)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The record as its JSON object: every field, unset ones null (a shallow copy)."""
+        return {name: getattr(self, name) for name in FIELD_NAMES}
+
+
+_FIELDS = dataclasses.fields(RunRecord)
+#: Every field, in definition order.
+FIELD_NAMES = tuple(f.name for f in _FIELDS)
+#: Fields a reader may rely on being present.
+REQUIRED_FIELDS = tuple(f.name for f in _FIELDS if f.metadata["required"])
+#: Scalar fields outside the identity (the loader's fixed columns).
+SCALAR_FIELDS = tuple(f.name for f in _FIELDS if f.name not in (*IDENTITY_FIELDS, "run_id", "schema_version")
+                      and not {_O, _A} & set(f.metadata["types"]))
+_TYPES = tuple((f.name, f.metadata["types"]) for f in _FIELDS)
+_ENUMS = tuple((f.name, f.metadata["enum"]) for f in _FIELDS if f.metadata["enum"])
+
+
+def new_record(campaign: str, host: str, model: str, environment: str, workload: str, iteration: int,
+               **fields: Any) -> RunRecord:
+    """The one builder: a record of this run at the current format version, ``run_id`` from the identity,
+    every field not given at its default (status ``failed`` until the producer says otherwise)."""
+    return RunRecord(run_id=run_id(campaign, host, model, environment, workload, iteration), campaign=campaign,
+                     host=host, model=model, environment=environment, workload=workload, iteration=iteration,
+                     **fields)
+
+
+# ---------------------------------------------------------------------------------- JSON Schema
+
+
+def json_schema() -> Dict[str, Any]:
+    """The contract as a JSON Schema (draft 2020-12), generated from :class:`RunRecord`."""
+    properties: Dict[str, Any] = {}
+    for f in _FIELDS:
+        types = f.metadata["types"]
+        spec: Dict[str, Any] = {"type": types[0] if len(types) == 1 else list(types),
+                                "description": f.metadata["doc"]}
+        if f.metadata["enum"]:
+            spec["enum"] = list(f.metadata["enum"]) + ([None] if _NULL in types else [])
+        properties[f.name] = spec
+    properties["schema_version"]["const"] = SCHEMA_VERSION
+    properties["metrics"].update({
+        "propertyNames": {"enum": list(METRICS)},
+        "additionalProperties": {"type": ["number", "null"]},
+        "x-units": dict(METRICS),
+    })
+    properties["metric_sources"]["additionalProperties"] = {"type": "string"}
+    properties["samples"].update({
+        "propertyNames": {"enum": list(SAMPLES)},
+        "additionalProperties": {"type": "array", "items": {"type": "number"}},
+        "x-units": dict(SAMPLES),
+    })
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$comment": "Generated from sparkfleet_host/record.py (RunRecord); do not edit by hand.",
+        "title": f"sparkfleet run record, format version {SCHEMA_VERSION}",
+        "type": "object",
+        "required": list(REQUIRED_FIELDS),
+        "properties": properties,
+        "additionalProperties": False,
+    }
+
+
+def schema() -> Dict[str, Any]:
+    """Compatibility name for :func:`json_schema`."""
+    return json_schema()
+
+
+# ----------------------------------------------------------------------------- format versions
+
+
+class RecordVersionError(ValueError):
+    """A record of a format version this code cannot read (newer than it, or never defined)."""
+
+
+def _v1_to_v2(record: Dict[str, Any]) -> Dict[str, Any]:
+    """v1 -> v2: per-iteration ``samples`` appear (none were kept in v1: ``{}``); fields outside the
+    contract, which v1 tolerated (parse_warnings, parse_missing, probe were written but not defined;
+    producers added their own), become defined fields or move under ``extra``."""
+    v2_fields = _V2_FIELD_NAMES
+    out = {key: value for key, value in record.items() if key in v2_fields}
+    unknown = {key: value for key, value in record.items() if key not in v2_fields}
+    if unknown:
+        out["extra"] = unknown
+    out.setdefault("samples", {})
+    out["schema_version"] = 2
+    return out
+
+
+#: The fields of format version 2, frozen here: a later version's migration must not change what this
+#: step does.
+_V2_FIELD_NAMES = frozenset((
+    "run_id", "campaign", "host", "model", "environment", "workload", "iteration", "schema_version",
+    "model_id", "model_loaded", "environment_kind", "engine", "engine_version", "warmup", "order_index",
+    "started_utc", "ended_utc", "duration_s", "exit_code", "status", "reason", "metrics", "metric_sources",
+    "samples", "workload_params", "cooldown", "telemetry", "versions", "command", "parse_warnings",
+    "parse_missing", "probe", "memory", "extra",
+))
+
+#: version N -> the function that turns a version-N record into a version N+1 record.
+MIGRATIONS = {1: _v1_to_v2}
+
+
+def upgrade(record: Any) -> Any:
+    """The record at the current format version (a new object when it was older; the same one when it is
+    current). Anything that is not a JSON object, or has no integer version, is returned as it is, for
+    :func:`validate` to word. Raises :class:`RecordVersionError` for a version newer than this code or
+    one that was never defined."""
+    if not isinstance(record, dict):
+        return record
+    version = record.get("schema_version")
+    if type(version) is not int or version == SCHEMA_VERSION:
+        return record
+    if version > SCHEMA_VERSION:
+        raise RecordVersionError(f"schema_version {version} is newer than this sparkfleet reads "
+                                 f"({SCHEMA_VERSION}): upgrade sparkfleet to read it")
+    if version not in MIGRATIONS:
+        raise RecordVersionError(f"schema_version {version} is not a record format version "
+                                 f"(known: {', '.join(map(str, sorted({*MIGRATIONS, SCHEMA_VERSION})))})")
+    while version < SCHEMA_VERSION:
+        record = MIGRATIONS[version](record)
+        version += 1
+    return record
+
+
+# ----------------------------------------------------------------------------------- validation
 
 
 @functools.lru_cache(maxsize=256)
-def _type_problems(keys: tuple[str, ...], value_types: tuple[type, ...]) -> tuple[str, ...]:
-    """Type problems of a record with these keys and these Python types of its values, in schema order.
+def _type_problems(keys: Tuple[str, ...], value_types: Tuple[type, ...]) -> Tuple[str, ...]:
+    """Type problems of a record with these keys and these Python types of its values, in field order.
 
-    Whether a value has its property's JSON type depends on the value's Python type alone, and the records
+    Whether a value has its field's JSON type depends on the value's Python type alone, and the records
     of one producer share keys and types: so this runs once per record shape, not once per record.
     """
-    present = {key: value_types[i] for i, key in enumerate(keys)}
+    present = dict(zip(keys, value_types))
     return tuple(
-        f"field '{key}' has type {present[key].__name__}, expected {types}"
-        for key, types in _rules()[2]
+        f"field '{key}' has type {present[key].__name__}, expected {types[0] if len(types) == 1 else list(types)}"
+        for key, types in _TYPES
         if key in present and not _type_ok(present[key], types)
     )
 
 
+_REQUIRED_SET = frozenset(REQUIRED_FIELDS)
+_FIELD_SET = frozenset(FIELD_NAMES)
 _IDENTITY_AND_RUN_ID = frozenset((*IDENTITY_FIELDS, "run_id"))
 _identity = operator.itemgetter(*IDENTITY_FIELDS)
 _METRIC_NAMES = frozenset(METRICS)
+_SAMPLE_NAMES = frozenset(SAMPLES)
 #: Metric value types accepted without a closer look (bool, an int subclass, is accepted by the slow path).
 _PLAIN_METRIC_TYPES = frozenset((int, float, type(None)))
+_isfinite = math.isfinite
 
 
-def validate(record: Any) -> list[str]:
+def validate(record: Any) -> List[str]:
     """Return a list of problems (empty when the record honours the contract).
 
-    Called once per record when loading (100k times for a large fleet), so every check is shaped for the
-    valid case: set operations in C first, the per-item walk (which words the problems) only when one fails.
+    A record of an older format version is checked as :func:`upgrade` makes it. Called once per record
+    when loading (100k times for a large fleet), so every check is shaped for the valid case: set
+    operations in C first, the per-item walk (which words the problems) only when one fails.
     """
-    errors: list[str] = []
     if not isinstance(record, dict):
         return ["record is not a JSON object"]
-    required, required_set, _ = _rules()
+    try:
+        record = upgrade(record)
+    except RecordVersionError as exc:
+        return [str(exc)]
+    errors: List[str] = []
     keys = record.keys()
-    if not keys >= required_set:
-        errors += [f"missing field '{key}'" for key in required if key not in record]
+    if not keys >= _REQUIRED_SET:
+        errors += [f"missing field '{key}'" for key in REQUIRED_FIELDS if key not in record]
+    if not keys <= _FIELD_SET:
+        errors += [f"unknown field '{key}' (data outside the contract goes under 'extra')"
+                   for key in keys if key not in _FIELD_SET]
     errors += _type_problems(tuple(keys), tuple(map(type, record.values())))
-    if record.get("schema_version") not in (None, SCHEMA_VERSION):
-        errors.append(f"schema_version {record.get('schema_version')!r} is not {SCHEMA_VERSION}")
-    if "status" in record and record["status"] not in STATUSES:
-        errors.append(f"status {record['status']!r} is not one of {', '.join(STATUSES)}")
+    version = record.get("schema_version")
+    if version is not None and version != SCHEMA_VERSION and not errors:
+        errors.append(f"schema_version {version!r} is not {SCHEMA_VERSION}")
+    for key, allowed in _ENUMS:
+        value = record.get(key)
+        if value is not None and value not in allowed:
+            errors.append(f"{key} {value!r} is not one of {', '.join(allowed)}")
+    if record.get("status") not in (None, "ok") and not record.get("reason"):
+        errors.append(f"status {record['status']!r} without a reason")
     metrics = record.get("metrics")
     if isinstance(metrics, dict):
-        if not (metrics.keys() <= _METRIC_NAMES and _PLAIN_METRIC_TYPES.issuperset(map(type, metrics.values()))):
+        values = metrics.values()
+        if not (metrics.keys() <= _METRIC_NAMES and _PLAIN_METRIC_TYPES.issuperset(map(type, values))
+                and all(v is None or _isfinite(v) for v in values)):
             for name, value in metrics.items():
                 if name not in METRICS:
                     errors.append(f"unknown metric '{name}'")
-                elif value is not None and not isinstance(value, (int, float)):
+                elif value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
                     errors.append(f"metric '{name}' is not a number")
-        sources = record.get("metric_sources") or {}
+                elif value is not None and not _isfinite(value):
+                    errors.append(f"metric '{name}' is not finite ({value!r})")
+        sources = record.get("metric_sources")
+        sources = sources if isinstance(sources, dict) else {}
         for name in MEMORY_METRICS:
             if metrics.get(name) is not None and not sources.get(name):
                 errors.append(f"memory metric '{name}' has no entry in metric_sources")
+    samples = record.get("samples")
+    if isinstance(samples, dict) and samples:
+        errors += _sample_problems(samples)
     if keys >= _IDENTITY_AND_RUN_ID:
         try:
-            expected: str | None = run_id(*_identity(record))
+            expected: Optional[str] = run_id(*_identity(record))
         except (TypeError, ValueError):  # e.g. iteration "3": already reported as a type problem above
             expected = None
         if record["run_id"] != expected:
@@ -154,7 +395,19 @@ def validate(record: Any) -> list[str]:
     return errors
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
+def _sample_problems(samples: Dict[str, Any]) -> List[str]:
+    errors = []
+    for name, values in samples.items():
+        if name not in _SAMPLE_NAMES:
+            errors.append(f"unknown sample series '{name}' (known: {', '.join(SAMPLES)})")
+        elif not isinstance(values, list):
+            errors.append(f"samples '{name}' is not a list")
+        elif not all(type(v) in (int, float) and _isfinite(v) for v in values):
+            errors.append(f"samples '{name}' holds a value that is not a finite number")
+    return errors
+
+
+_JSON_TYPES: Dict[str, Tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
     "number": (int, float),
@@ -165,7 +418,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _type_ok(value_type: type, types: str | list[str] | None) -> bool:
+def _type_ok(value_type: type, types: Any) -> bool:
     """Whether a value of this Python type has one of the JSON ``types`` (a bool is never a number)."""
     if types is None:
         return True
@@ -178,7 +431,62 @@ def _type_ok(value_type: type, types: str | list[str] | None) -> bool:
     return False
 
 
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+# ------------------------------------------------------------------------------------- writing
+
+
+class ContractError(ValueError):
+    """A record that cannot be written even as a failed run (its identity itself is broken)."""
+
+
+def sealed(record: RunRecord) -> Tuple[Dict[str, Any], List[str]]:
+    """What a producer writes for ``record``: ``(data, problems)``.
+
+    When the record honours the contract, ``data`` is it and ``problems`` is empty. Otherwise ``data`` is
+    the same run as ``failed``, its reason naming the contract violation (and the status the run had), its
+    figures dropped and every field that broke the contract at its default — a failed run with its
+    reason, never a file the loader would skip. Raises :class:`ContractError` when even that is invalid.
+    """
+    data = record.to_dict()
+    problems = validate(data)
+    if not _json_ok(data):
+        problems += [f"field '{name}' holds NaN, an infinity or a value JSON cannot hold"
+                     for name in FIELD_NAMES if not _json_ok(data[name])]
+    if not problems:
+        return data, []
+    was = data.get("status")
+    failed = {**data, "metrics": {}, "metric_sources": {}, "samples": {}}
+    for f in _FIELDS:
+        if f.name in _IDENTITY_AND_RUN_ID or f.name == "schema_version":
+            continue
+        value = failed[f.name]
+        if not _type_ok(type(value), f.metadata["types"]) or not _json_ok(value):
+            failed[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    failed["status"] = "failed"
+    failed["reason"] = "record broke the run-record contract: %s (the run was %s%s)" % (
+        "; ".join(problems), was, ": %s" % data["reason"] if isinstance(data.get("reason"), str) else "")
+    again = validate(failed)
+    if again or not _json_ok(failed):
+        raise ContractError("record %r cannot be written: %s" % (data.get("run_id"), "; ".join(again or problems)))
+    return failed, problems
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def write_record(path: "str | os.PathLike[str]", record: RunRecord) -> Tuple[Dict[str, Any], List[str]]:
+    """Seal ``record`` (see :func:`sealed`) and write it atomically; returns what was written and the
+    contract problems that turned it into a failed run (empty when there were none)."""
+    data, problems = sealed(record)
+    write_json_atomic(path, data)
+    return data, problems
+
+
+def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
     """Write JSON so a reader (or a crash) never sees half a file: temp file, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,3 +501,8 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+if __name__ == "__main__":  # python -m sparkfleet_host.record > docs/record.schema.json
+    json.dump(json_schema(), sys.stdout, indent=2)
+    sys.stdout.write("\n")

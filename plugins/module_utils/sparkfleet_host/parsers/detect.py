@@ -89,6 +89,7 @@ def merge_into(base: ParseResult, other: ParseResult, prefer_other: bool) -> Non
                 base.warnings.append(f"{attr}: '{mine}' in the log, '{theirs}' in report_json; using report_json")
             setattr(base, attr, theirs)
     base.extra = {**other.extra, **base.extra} if not prefer_other else {**base.extra, **other.extra}
+    base.samples = {**other.samples, **base.samples} if not prefer_other else {**base.samples, **other.samples}
     base.warnings.extend(w for w in other.warnings if w not in base.warnings)
 
 

@@ -158,6 +158,9 @@ def parse_hf_generate(text: str) -> ParseResult:
             result.extra[key] = fields[key]
     result.extra["iteration_latency_ms"] = [r[0] for r in rows]
     result.extra["iteration_ttft_ms"] = [r[1] for r in rows]
+    result.set_samples("latency_ms", [r[0] for r in rows], SOURCE)
+    result.set_samples("ttft_ms", [r[1] for r in rows], SOURCE)
+    result.set_samples("output_tokens", [r[2] for r in rows], SOURCE)
     _check(fields, rows, result)
     result.note_missing(HF_GENERATE_EXPECTED)
     return result

@@ -87,6 +87,7 @@ def parse_matmul(text: str) -> ParseResult:
         if fields.get(key):
             result.extra[key] = fields[key]
     result.extra["iteration_s"] = timings
+    result.set_samples("matmul_s", timings, SOURCE)
     _check_timings(fields, timings, result)
     result.note_missing(MATMUL_EXPECTED)
     return result

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..record import METRICS
+from ..record import METRICS, SAMPLES
 
 # Source labels, kept here so reports and tests use one spelling.
 SRC_REPORT_TEXT = "trtllm-bench report text"
@@ -35,6 +35,8 @@ class ParseResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Where the workload ran (``[sparkfleet-probe]`` lines), for native-vs-container checks.
     probe: dict[str, str] = field(default_factory=dict)
+    #: Raw per-iteration samples with the record's names (``sparkfleet_host.record.SAMPLES``), in order.
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     def set_metric(self, name: str, value: float | None, source: str, overwrite: bool = False) -> bool:
         """Record one figure; refuses names outside the contract and non-finite values."""
@@ -50,6 +52,21 @@ class ParseResult:
             return False
         self.metrics[name] = float(value)
         self.sources[name] = source
+        return True
+
+    def set_samples(self, name: str, values: list[float], source: str) -> bool:
+        """Keep one series of per-iteration samples; refuses names outside the contract, drops (and says so)
+        values that are not finite numbers."""
+        if name not in SAMPLES:
+            self.warnings.append(f"internal: '{name}' is not a record sample series")
+            return False
+        if not values:
+            return False
+        kept = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v)]
+        if len(kept) != len(values):
+            self.warnings.append(f"{name}: {len(values) - len(kept)} sample(s) from {source} were not finite numbers")
+        self.samples[name] = kept
         return True
 
     def note_missing(self, expected: list[str] | tuple[str, ...]) -> None:
