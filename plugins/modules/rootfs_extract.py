@@ -153,8 +153,8 @@ import datetime  # noqa: E402
 import fcntl  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import shlex  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -244,23 +244,15 @@ class Extractor:
             if rc != 0:
                 self.fail(f"docker create {self.digest} failed: {(err or out).strip()}")
             cid = out.strip().splitlines()[-1]
-            with tempfile.TemporaryFile() as errlog:
-                export = subprocess.Popen([self.docker, "export", cid], stdout=subprocess.PIPE, stderr=errlog)
-                untar = subprocess.Popen(
-                    [self.tar, "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=security.capability",
-                     "-C", tmp, "-f", "-"],
-                    stdin=export.stdout, stderr=subprocess.PIPE)
-                assert export.stdout is not None
-                export.stdout.close()  # tar holds the read end; export gets SIGPIPE if tar dies
-                _, tar_err = untar.communicate()
-                export_rc = export.wait()
-                errlog.seek(0)
-                export_err = errlog.read().decode(errors="replace").strip()
-            if untar.returncode != 0 or export_rc != 0:
-                cause = tar_err.decode(errors="replace").strip()[-2000:] or export_err[-2000:]
+            # Streamed, never buffered (a rootfs is gigabytes); pipefail reports a failure of either side.
+            q = shlex.quote
+            pipeline = (f"set -o pipefail; {q(self.docker)} export {q(cid)} | {q(self.tar)} -x -p --numeric-owner "
+                        f"--xattrs --xattrs-include=security.capability -C {q(tmp)} -f -")
+            rc, _, err = self.module.run_command(["bash", "-c", pipeline])
+            if rc != 0:
+                cause = (err or "").strip()[-2000:]
                 hint = " (disk full?)" if "No space left" in cause else ""
-                self.fail(f"extracting {self.digest} into {self.parent} failed{hint}: docker export rc={export_rc},"
-                          f" tar rc={untar.returncode}: {cause}")
+                self.fail(f"extracting {self.digest} into {self.parent} failed{hint}: docker export | tar rc={rc}: {cause}")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(tmp, ".dockerenv"))
             os.chmod(tmp, 0o755)
