@@ -16,7 +16,12 @@ description:
     so that Ansible pays its per-task cost once per host rather than once per run; the matrix role starts
     it with C(async) and follows it with M(sparkfleet.bench.bench_follow), so that an hours-long matrix does not hang on one
     SSH session and a controller that dies does not stop the measurements.
-  - "Before each run: waits for the GPU to cool and settle with the same rule as M(sparkfleet.bench.thermal_wait)."
+  - "Before each run: waits for the GPU to cool and settle with the same rule as M(sparkfleet.bench.thermal_wait);
+    then, when the workload says C(drop_caches), drops the page cache (C(sync; echo 3 > /proc/sys/vm/drop_caches),
+    root only: a run that cannot is C(failed)); a workload's C(kv_fraction) becomes its run's
+    C(--extra_llm_api_options) file."
+  - "Memory state (record's C(memory) section, docs/MEMORY.md): /proc/meminfo, what CUDA reports free, at the
+    start; the container's cgroup (memory.current/peak/max/stat) and meminfo at the sample of highest use."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
     the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
     flags, C(bare) straight on the host - as argv, never through a shell; enforces the timeout by killing the whole process group
@@ -98,6 +103,16 @@ options:
     description: Software versions to record (image digest, controller versions, ...).
     type: dict
     default: {}
+  campaign_config:
+    description:
+      - "The campaign's configuration: C(config_hash) and C(resolved) (the resolved campaign). Kept as
+        C(campaign-config.json) beside the host's ledger when the campaign first runs there; a later call whose
+        configuration measures something else (another config hash, and a difference outside C(results_dir))
+        is refused before anything runs, naming the fields that changed, so that runs of two configurations
+        never mix under one campaign name. Results kept before this file existed are judged by the
+        C(campaign_config_hash) their records carry."
+      - Omitted, nothing is checked or kept.
+    type: dict
 author:
   - sparkfleet contributors (@sparkfleet)
 """
@@ -189,14 +204,18 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
     ContractError,
     new_record,
     run_id,
+    write_json_atomic,
     write_record,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.resume import check_host, keep_config
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import (
+    LLM_API_OPTIONS,
     WORKLOADS_SUBDIR,
     RunSetupError,
     container_cgroup_memory_file,
     container_command,
     engine_steps,
+    llm_api_options,
     model_matches,
     native_command,
     redact,
@@ -286,6 +305,8 @@ class Run:
         self.p = p
         self.plan = plan
         self.job = job
+        self._tracker = None  # memstate.PeakTracker of the run in progress
+        self._flags = None  # the container's resolved docker run flags
         if not isinstance(plan, dict):
             module.fail_json(msg="runs: each planned run must be a dict, got %r" % (plan,))
         for key in ("run_id", "model", "environment", "workload", "iteration"):
@@ -374,10 +395,22 @@ class Run:
         except (RunSetupError, ValueError, TypeError) as exc:
             return self._finish(record, "failed", "setup: %s" % exc, {}, None)
         record.command = redact(launches[-1][1])
+        from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import memstate
         from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler
 
+        # Memory state (issue 15): the workload's page-cache factor, its LLM API options, the state at start.
+        options = llm_api_options(self.workload)
+        if options is not None:
+            with open(os.path.join(self.run_dir, LLM_API_OPTIONS), "w") as fh:
+                fh.write(options)
+        drop = memstate.drop_page_cache() if self.workload.get("drop_caches") else None
+        if drop is not None and not drop["done"]:
+            record.memory = memstate.section(self.workload.get("kv_fraction"), drop, None, None, self._flags)
+            return self._finish(record, "failed", "setup: drop_caches: %s (needs root)" % drop["error"], {}, None)
+        start = memstate.start_state()
+        self._tracker = memstate.PeakTracker()
         sampler = TelemetrySampler(os.path.join(self.run_dir, "telemetry.csv"),
-                                   interval_s=float(self.p["telemetry_interval_s"]))
+                                   interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self._tracker)
         started = time.time()
         deadline = time.monotonic() + float(self.p["timeout_s"])
         outcome = {"rc": None, "timed_out": False}
@@ -393,8 +426,12 @@ class Run:
             outcome = {"rc": None, "timed_out": False, "error": "%s: %s" % (type(exc).__name__, exc)}
         finally:
             telemetry = sampler.stop()
+            self._tracker.close()
             if kind == "container":
                 subprocess.run([self._docker(), "rm", "-f", self._container_name()], capture_output=True)
+        record.memory = memstate.section(self.workload.get("kv_fraction"), drop, start, self._tracker, self._flags)
+        record.memory["environment"] = {k: self.environment.get(k) for k in
+                                        ("name", "kind", "variant", "aa_group", "aa_member")}
         record.started_utc, record.ended_utc = _utc(started), _utc(time.time())
         record.duration_s = round(time.time() - started, 3)
         record.telemetry = telemetry
@@ -427,6 +464,7 @@ class Run:
             raise RunSetupError("no docker flags resolved for environment %r" % self.environment["name"])
         if not self.p["gpu_present"]:
             flags = strip_gpu_flags(flags)
+        self._flags = list(flags)
         results_root = self.p["results_root"]
         binds = [(results_root, results_root, False)]
         if self.p["models_dir"] and os.path.isdir(self.p["models_dir"]):
@@ -448,6 +486,8 @@ class Run:
                 path = container_cgroup_memory_file(docker, name)
                 if path:
                     sampler.set_cgroup_memory_file(path)
+                    if self._tracker is not None:
+                        self._tracker.set_cgroup(path)
             threading.Thread(target=find, daemon=True).start()
 
         def kill_container():
@@ -591,6 +631,19 @@ def _take_lock(module: AnsibleModule, host_dir: str):
             time.sleep(0.5)
 
 
+def _check_campaign_config(module: AnsibleModule, runs: list, keep: bool = False) -> None:
+    """Refuse to resume results produced with another configuration of this campaign; keep this one."""
+    config = module.params["campaign_config"]
+    if not config or not runs:
+        return
+    host_dir = runs[0].host_dir
+    problem = check_host(host_dir, module.params["campaign"], config)
+    if problem:
+        module.fail_json(msg="%s: %s" % (module.params["host"], problem))
+    if keep:
+        keep_config(host_dir, config, write_json_atomic)
+
+
 def _summary(results: list) -> dict:
     counts = {}
     for r in results:
@@ -617,6 +670,7 @@ def main():
             telemetry_interval_s=dict(type="float", default=1.0),
             retry_failed=dict(type="bool", default=False),
             versions=dict(type="dict", default={}),
+            campaign_config=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -636,6 +690,7 @@ def main():
             module.fail_json(msg="runs: run %s is planned twice" % run.rid)
         seen.add(run.rid)
     if module.check_mode:
+        _check_campaign_config(module, runs)
         results = []
         for run in runs:
             event = {"type": "run", "run_id": run.rid, "status": "planned", "total": params["total"],
@@ -650,6 +705,7 @@ def main():
     try:
         with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
             lock = _take_lock(module, runs[0].host_dir)
+            _check_campaign_config(module, runs, keep=True)
             states = run_states(runs[0].ledger)
             announced = False
             for run in runs:
