@@ -11,55 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sparkfleet.errors import UsageError
+from sparkfleet.files import FileProblem, read_yaml
+from sparkfleet_host import settings
 from sparkfleet_host.record import run_id, slug
 
 WRAPPER_KEY = "sparkfleet_campaign"
 
-#: The study's method: 50 requests x 128 output tokens, and the T1..T6 latency/throughput ladder.
-WORKLOAD_PRESETS: dict[str, dict[str, Any]] = {
-    "study": {"engine": "trtllm", "mode": "throughput", "requests": 50, "input_len": 128, "output_len": 128},
-    "T1": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 128, "output_len": 32},
-    "T2": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 512, "output_len": 128},
-    "T3": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 2048, "output_len": 512},
-    "T4": {"engine": "trtllm", "mode": "throughput", "batch": 4, "input_len": 512, "output_len": 128},
-    "T5": {"engine": "trtllm", "mode": "throughput", "batch": 16, "input_len": 512, "output_len": 128},
-    "T6": {"engine": "trtllm", "mode": "throughput", "batch": 32, "input_len": 512, "output_len": 128},
-    "matmul": {"engine": "matmul", "iterations": 10, "warmup": 1},
-}
-ENGINES = ("trtllm", "matmul", "hf-generate")
-ORDERS = ("interleaved", "randomized", "sequential")
-#: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation),
-#: the baseline that shows what the chroot itself costs.
-ENV_KINDS = ("native", "container", "bare")
-
-_TOP_KEYS = {
-    "name": str, "models": list, "environments": list, "workloads": list, "iterations": int,
-    "warmup_runs": int, "order": str, "seed": int, "cooldown": dict, "timeout_s": (int, float),
-    "results_dir": str, "image": str, "description": str, "image_build": dict,
-}
-_REQUIRED = ("name", "models", "environments", "workloads")
-_MODEL_KEYS = {"name": str, "hf_id": str, "path": str}
-_ENV_KEYS = {"name": str, "kind": str, "docker_flags": list, "variant": str}
-_WORKLOAD_KEYS = {
-    "name": str, "preset": str, "engine": str, "mode": str, "batch": int, "concurrency": int, "requests": int,
-    "input_len": int, "output_len": int, "backend": str, "iterations": int, "warmup": int, "size": int,
-    "extra_args": list, "env": dict,
-}
-_COOLDOWN_KEYS = {
-    "threshold_c": (int, float), "settle_band_c": (int, float), "settle_window_s": (int, float),
-    "min_wait_s": (int, float), "max_wait_s": (int, float), "poll_interval_s": (int, float), "on_timeout": str,
-    "enabled": bool,
-}
-COOLDOWN_DEFAULTS = {"enabled": True, "threshold_c": 45, "settle_band_c": 1.0, "settle_window_s": 30,
-                     "min_wait_s": 0, "max_wait_s": 900, "poll_interval_s": 2, "on_timeout": "continue"}
+# The campaign's fields, presets and cooldown are defined once, in sparkfleet_host.settings (the hosts check
+# the same rules); these names are kept for the controller's callers.
+WORKLOAD_PRESETS = settings.WORKLOAD_PRESETS
+ENGINES = settings.ENGINES
+ORDERS = settings.ORDERS
+ENV_KINDS = settings.ENVIRONMENT_KINDS
+COOLDOWN_DEFAULTS = settings.defaults(settings.COOLDOWN_FIELDS)
 
 
 class CampaignError(UsageError):
@@ -73,6 +42,9 @@ class CampaignError(UsageError):
 
 @dataclass(frozen=True)
 class PlannedRun:
+    """One run as the host executes it: identity, place in the order, and its full launch spec (model,
+    environment with its resolved docker flags, workload, timeout, cooldown)."""
+
     run_id: str
     order_index: int
     model: dict[str, Any]
@@ -80,24 +52,22 @@ class PlannedRun:
     workload: dict[str, Any]
     iteration: int
     warmup: bool
+    timeout_s: float = 3600
+    cooldown: dict[str, Any] = field(default_factory=lambda: dict(COOLDOWN_DEFAULTS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "order_index": self.order_index, "model": self.model,
                 "environment": self.environment, "workload": self.workload, "iteration": self.iteration,
-                "warmup": self.warmup}
+                "warmup": self.warmup, "timeout_s": self.timeout_s, "cooldown": self.cooldown}
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read and validate a campaign file; returns the resolved campaign."""
-    path = Path(path)
+    """Read and validate a campaign file; returns the resolved campaign. Any unreadable file is a one-line
+    UsageError naming it (see sparkfleet.files)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise CampaignError([f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"], str(path)) from exc
+        data = read_yaml(path, "campaign")
+    except FileProblem as exc:
+        raise CampaignError([exc.problem], exc.path) from None
     return resolve(data, source=str(path))
 
 
@@ -108,35 +78,25 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise CampaignError([f"campaign must be a mapping, got {_tname(data)}"], source)
-    _check_keys(data, _TOP_KEYS, "campaign", problems)
-    for key in _REQUIRED:
-        if key not in data:
-            problems.append(f"campaign.{key}: required")
-    out: dict[str, Any] = {
-        "name": data.get("name", ""),
-        "iterations": data.get("iterations", 10),
-        "warmup_runs": data.get("warmup_runs", 0),
-        "order": data.get("order", "interleaved"),
-        "seed": data.get("seed", 0),
-        "timeout_s": data.get("timeout_s", 3600),
-        "results_dir": data.get("results_dir", "results"),
-        "image": data.get("image", "nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev"),
-    }
+    nested = {"models", "environments", "workloads", "cooldown", "image_build"}
+    # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
+    settings.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
+                           settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+    problems += [f"campaign.{f.name}: required" for f in settings.CAMPAIGN_FIELDS if f.required and f.name not in data]
+    out: dict[str, Any] = {f.name: data.get(f.name, f.default) for f in settings.CAMPAIGN_FIELDS
+                           if f.resolved and f.name not in nested}
+    out["name"] = data.get("name", "")
     if isinstance(out["name"], str) and out["name"] and slug(out["name"], 80) != out["name"]:
         problems.append(f"campaign.name: {out['name']!r} must use only letters, digits, '.', '_' and '-'")
-    if isinstance(out["iterations"], int) and not 1 <= out["iterations"] <= 10000:
-        problems.append(f"campaign.iterations: must be between 1 and 10000, got {out['iterations']}")
-    if isinstance(out["warmup_runs"], int) and not 0 <= out["warmup_runs"] <= 100:
-        problems.append(f"campaign.warmup_runs: must be between 0 and 100, got {out['warmup_runs']}")
-    if out["order"] not in ORDERS:
-        problems.append(f"campaign.order: {out['order']!r} is not one of {', '.join(ORDERS)}")
-    if isinstance(out["timeout_s"], (int, float)) and out["timeout_s"] <= 0:
-        problems.append(f"campaign.timeout_s: must be positive, got {out['timeout_s']}")
     out["models"] = _models(data.get("models"), problems)
     out["environments"] = _environments(data.get("environments"), problems)
     out["workloads"] = _workloads(data.get("workloads"), problems)
     out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
     out["image_build"] = _image_build(data.get("image_build"), problems)
+    if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
+        problem = settings.find_non_finite(data, "campaign")
+        if problem:
+            problems.append(problem)
     if problems:
         raise CampaignError(problems, source)
     out["config_hash"] = config_hash(out)
@@ -148,30 +108,11 @@ def config_hash(campaign: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _tname(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
-            bool: "a boolean", type(None): "nothing"}.get(type(value), type(value).__name__)
-
-
-def _check_keys(data: dict, spec: dict[str, Any], where: str, problems: list[str]) -> None:
-    for key, value in data.items():
-        if key not in spec:
-            known = ", ".join(sorted(spec))
-            problems.append(f"{where}.{key}: unknown key (known: {known})")
-            continue
-        want = spec[key]
-        types = want if isinstance(want, tuple) else (want,)
-        # bool is an int in Python; YAML `yes` must not pass for a number, nor 1 for a boolean.
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            names = " or ".join(_tname(t()) if t is not type(None) else "nothing" for t in types)
-            problems.append(f"{where}.{key}: must be {names}, got {_tname(value)} {value!r}")
+_tname = settings.type_name
 
 
 def _list_of(value: Any, where: str, problems: list[str]) -> list:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        problems.append(f"{where}: must be a list, got {_tname(value)}")
+    if not isinstance(value, list):  # None (missing: reported as required) or a wrong type (reported)
         return []
     if not value:
         problems.append(f"{where}: empty: the matrix would have no runs")
@@ -197,6 +138,14 @@ def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
     return True
 
 
+def _check(item: dict, fields, where: str, problems: list[str]) -> None:
+    """Types, ranges and unknown keys from the field table; `name` is checked by _name_ok."""
+    settings.check_mapping({k: v for k, v in item.items() if k != "name"}, fields, where, problems,
+                           required=False)
+    if "name" not in {f.name for f in fields}:
+        return
+
+
 def _models(value: Any, problems: list[str]) -> list[dict]:
     out = []
     for i, item in enumerate(_list_of(value, "campaign.models", problems)):
@@ -206,11 +155,13 @@ def _models(value: Any, problems: list[str]) -> list[dict]:
         if not isinstance(item, dict):
             problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
             continue
-        _check_keys(item, _MODEL_KEYS, where, problems)
+        before = len(problems)
+        _check(item, settings.MODEL_FIELDS, where, problems)
+        path = item.get("path")
+        if isinstance(path, str) and path and not path.startswith("/") and len(problems) > before:
+            problems[before:] = [p for p in problems[before:] if not p.startswith(f"{where}.path:")]
+            problems.append(f"{where}.path: must be absolute (a path on the hosts), got {path!r}")
         if _name_ok(item.get("name"), where, problems):
-            path = item.get("path")
-            if isinstance(path, str) and path and not path.startswith("/"):
-                problems.append(f"{where}.path: must be absolute (a path on the hosts), got {path!r}")
             out.append({"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")})
     _unique_names(out, "campaign.models", problems)
     return out
@@ -225,19 +176,17 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
         if not isinstance(item, dict):
             problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
             continue
-        _check_keys(item, _ENV_KEYS, where, problems)
         if not _name_ok(item.get("name"), where, problems):
             continue
         kind = item.get("kind", item["name"] if item["name"] in ENV_KINDS else "container")
-        if kind not in ENV_KINDS:
-            problems.append(f"{where}.kind: {kind!r} is not one of {', '.join(ENV_KINDS)}")
+        before = len(problems)
+        _check({**item, "kind": kind}, settings.ENVIRONMENT_FIELDS, where, problems)
+        if any(p.startswith(f"{where}.kind:") for p in problems[before:]):
             continue
         if kind != "container" and "docker_flags" in item:
             problems.append(f"{where}.docker_flags: only a container environment takes docker flags")
-        flags = item.get("docker_flags")
-        if isinstance(flags, list) and not all(isinstance(f, str) for f in flags):
-            problems.append(f"{where}.docker_flags: every flag must be a string")
-        out.append({"name": item["name"], "kind": kind, "docker_flags": flags, "variant": item.get("variant")})
+        out.append({"name": item["name"], "kind": kind, "docker_flags": item.get("docker_flags"),
+                    "variant": item.get("variant")})
     _unique_names(out, "campaign.environments", problems)
     return out
 
@@ -251,12 +200,13 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         if not isinstance(item, dict):
             problems.append(f"{where}: must be a mapping or a preset name, got {_tname(item)}")
             continue
-        _check_keys(item, _WORKLOAD_KEYS, where, problems)
+        before = len(problems)
+        _check(item, settings.WORKLOAD_FIELDS, where, problems)
         if not _name_ok(item.get("name", item.get("preset")), where, problems):
             continue
         preset_name = item.get("preset", item["name"] if item.get("name") in WORKLOAD_PRESETS else None)
         if preset_name is not None and not isinstance(preset_name, str):
-            continue  # its type is already reported by _check_keys
+            continue  # its type is already reported
         if preset_name is not None and preset_name not in WORKLOAD_PRESETS:
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
                             f"{', '.join(WORKLOAD_PRESETS)})")
@@ -268,64 +218,32 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         if engine not in ENGINES:
             problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(ENGINES)}")
             continue
-        for key in ("batch", "concurrency", "requests", "input_len", "output_len", "iterations", "size"):
-            if isinstance(resolved.get(key), int) and resolved[key] < 1:
-                problems.append(f"{where}.{key}: must be at least 1, got {resolved[key]}")
         if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
-        env = resolved.get("env")
-        if isinstance(env, dict) and not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)
-                                             and isinstance(v, (str, int, float)) for k, v in env.items()):
-            problems.append(f"{where}.env: names must be identifiers and values strings or numbers")
-        extra = resolved.get("extra_args")
-        if isinstance(extra, list) and not all(isinstance(a, str) for a in extra):
-            problems.append(f"{where}.extra_args: every argument must be a string")
-        out.append(resolved)
+        if len(problems) == before:
+            out.append(resolved)
     _unique_names(out, "campaign.workloads", problems)
     return out
 
 
 def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        problems.append(f"campaign.cooldown: must be a mapping, got {_tname(value)}")
+    if not isinstance(value, dict):  # reported with the campaign's fields
         return dict(COOLDOWN_DEFAULTS)
-    _check_keys(value, _COOLDOWN_KEYS, "campaign.cooldown", problems)
-    out = {**COOLDOWN_DEFAULTS, **value}
-    for key in ("settle_band_c", "settle_window_s", "min_wait_s", "max_wait_s"):
-        if isinstance(out[key], (int, float)) and out[key] < 0:
-            problems.append(f"campaign.cooldown.{key}: must not be negative, got {out[key]}")
-    if isinstance(out["poll_interval_s"], (int, float)) and out["poll_interval_s"] <= 0:
-        problems.append(f"campaign.cooldown.poll_interval_s: must be positive, got {out['poll_interval_s']}")
-    if all(isinstance(out[k], (int, float)) for k in ("min_wait_s", "max_wait_s")) and \
-            out["min_wait_s"] > out["max_wait_s"]:
-        problems.append(f"campaign.cooldown.min_wait_s: {out['min_wait_s']} is above max_wait_s "
-                        f"{out['max_wait_s']}")
-    if out["on_timeout"] not in ("fail", "continue"):
-        problems.append(f"campaign.cooldown.on_timeout: {out['on_timeout']!r} is not fail or continue")
-    return out
-
-
-_IMAGE_BUILD_KEYS = {"method": str, "suite": str, "packages": list, "mirror": str}
+    where = "campaign.cooldown"
+    problems += [f"{where}.{k}: unknown key (known: {', '.join(sorted(settings.COOLDOWN_BY_NAME))})"
+                 for k in value if k not in settings.COOLDOWN_BY_NAME]
+    problems += settings.cooldown_problems(value, where)
+    return {**COOLDOWN_DEFAULTS, **{k: v for k, v in value.items() if k in settings.COOLDOWN_BY_NAME}}
 
 
 def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
     """Optional: build `image` on the host itself (debootstrap + docker import) when it is absent."""
     if value is None:
         return None
-    if not isinstance(value, dict):
-        problems.append(f"campaign.image_build: must be a mapping, got {_tname(value)}")
+    if not isinstance(value, dict):  # reported with the campaign's fields
         return None
-    _check_keys(value, _IMAGE_BUILD_KEYS, "campaign.image_build", problems)
-    out = {"method": "debootstrap", "suite": "bookworm", "packages": ["python3", "python3-numpy"],
-           "mirror": "http://deb.debian.org/debian", **value}
-    if out["method"] != "debootstrap":
-        problems.append(f"campaign.image_build.method: {out['method']!r} is not debootstrap")
-    if not isinstance(out["packages"], list) or not all(
-            isinstance(p, str) and re.fullmatch(r"[a-z0-9][a-z0-9+.-]*", p) for p in out["packages"]):
-        problems.append("campaign.image_build.packages: every entry must be a Debian package name")
-    if not re.fullmatch(r"[a-z]+", str(out["suite"])):
-        problems.append(f"campaign.image_build.suite: {out['suite']!r} is not a Debian suite name")
-    return out
+    settings.check_mapping(value, settings.IMAGE_BUILD_FIELDS, "campaign.image_build", problems)
+    return {**settings.defaults(settings.IMAGE_BUILD_FIELDS), **value}
 
 
 def plan(campaign: dict[str, Any], host: str) -> list[PlannedRun]:

@@ -100,7 +100,7 @@ def test_same_result_as_the_module(monkeypatch):
 
 def test_max_wait_is_a_result_not_an_exception():
     clock = FakeClock()
-    res = wait(clock, CurveSensor(clock, lambda t: 80 - t / 10), max_wait=100, poll_interval=15)
+    res = wait(clock, CurveSensor(clock, lambda t: 80 - t / 10), max_wait=100, poll_interval=15, settle_window=60)
     assert res["reason"] == "max_wait" and res["timed_out"] is True and res["waited"] == 100
     assert res["drift"][0] == pytest.approx(-6.0)
     assert "not settled after 100 s" in res["msg"]

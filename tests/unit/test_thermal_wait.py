@@ -175,7 +175,7 @@ def test_polls_on_a_fixed_grid(tw, clock, monkeypatch):
 @pytest.mark.parametrize("on_timeout", ["fail", "continue"])
 def test_max_wait(tw, clock, monkeypatch, on_timeout):
     use_sensor(tw, monkeypatch, CurveSensor(clock, lambda t: 80 - t / 10))  # falls 6 C a minute, forever
-    res = run_module(tw, {"max_wait": 100, "poll_interval": 15, "on_timeout": on_timeout})
+    res = run_module(tw, {"max_wait": 100, "poll_interval": 15, "settle_window": 60, "on_timeout": on_timeout})
     assert res["reason"] == "max_wait" and res["timed_out"] is True and res["changed"] is False
     assert res["waited"] == 100  # the last reading is taken at max_wait, not a poll interval later
     assert res["settled"] is False

@@ -19,23 +19,19 @@ Stdlib only; the clock and the sleep are parameters, so that tests replay traces
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .gpu import GpuSensor, GpuSensorError
+from .settings import COOLDOWN_BY_OPTION, COOLDOWN_FIELDS, cooldown_problems, field_problem
 
 _EPS = 1e-9
 
-#: Option defaults, as the thermal_wait module declares them.
+#: Option defaults of the thermal_wait module: the cooldown fields of the one definition (settings), by option name.
 COOLDOWN_DEFAULTS: dict[str, Any] = {
-    "threshold": 45.0,
-    "settle_band": 1.0,
-    "settle_window": 60.0,
-    "min_wait": 0.0,
-    "max_wait": 900.0,
-    "poll_interval": 1.0,
+    **{f.option: f.default for f in COOLDOWN_FIELDS if f.option and f.kind == "float"},
+    "on_timeout": COOLDOWN_BY_OPTION["on_timeout"].default,
     "gpus": None,
     "require_cool": False,
 }
@@ -55,31 +51,20 @@ class CooldownError(GpuSensorError):
 
 
 def validate_cooldown_options(params: Mapping[str, Any]) -> list[str]:
-    """Problems with the cooldown options, each naming its option; ``[]`` when they are fine.
+    """Problems with the cooldown options (thermal_wait's names), each naming its option; ``[]`` when fine.
 
-    Missing keys take :data:`COOLDOWN_DEFAULTS`; keys this function does not know are ignored.
+    The rules are the campaign's (:func:`settings.cooldown_problems`): types, physical ranges, no NaN or
+    infinity, min_wait and settle_window at most max_wait. Missing keys take the defaults; keys this function
+    does not know are ignored.
     """
-    p = {**COOLDOWN_DEFAULTS, **{k: v for k, v in params.items() if v is not None or k == "gpus"}}
-    problems: list[str] = []
-    for name in ("threshold", "settle_band", "settle_window", "min_wait", "max_wait", "poll_interval"):
-        value = p[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            problems.append(f"{name} must be a number, got {value!r}")
-    if problems:
-        return problems
-    for name in ("settle_band", "settle_window", "min_wait", "max_wait"):
-        if p[name] < 0:
-            problems.append(f"{name} must be 0 or more, got {p[name]}")
-    if p["poll_interval"] <= 0:
-        problems.append(f"poll_interval must be greater than 0, got {p['poll_interval']}")
-    if p["min_wait"] > p["max_wait"]:
-        problems.append(f"min_wait ({p['min_wait']}) must not exceed max_wait ({p['max_wait']})")
-    if p["settle_window"] > p["max_wait"]:
-        problems.append(
-            f"settle_window ({p['settle_window']}) must not exceed max_wait ({p['max_wait']}): "
-            "the GPUs could never settle in time"
-        )
-    gpus = p["gpus"]
+    problems = cooldown_problems(
+        {k: v for k, v in params.items() if k in COOLDOWN_BY_OPTION and k != "on_timeout"}, by="option"
+    )
+    if "on_timeout" in params and params["on_timeout"] is not None:
+        problem = field_problem(COOLDOWN_BY_OPTION["on_timeout"], params["on_timeout"])
+        if problem:
+            problems.append("on_timeout: %s" % problem)
+    gpus = params.get("gpus")
     if gpus is not None:
         if isinstance(gpus, (str, bytes)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
             problems.append(f"gpus must be a list of GPU indices, got {gpus!r}")

@@ -1,0 +1,600 @@
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""The one declarative definition of what sparkfleet accepts: campaign fields, cooldown, inventory settings.
+
+Every field has a name, a type, a default, a doc line and - for numbers - a unit and a physical range.
+The controller's campaign validation (``sparkfleet.campaign``), its inventory check (``sparkfleet.hostvars``)
+and the hosts' own checks (``thermal.validate_cooldown_options`` in ``thermal_wait`` and ``bench_run``) all
+check values with :func:`field_problem` against the tables below, so there is no second copy of a rule.
+The ``settings`` role's defaults and argument_specs and the README's settings table are generated from
+:data:`SETTINGS` (tests check that they agree).
+
+NaN and infinity are refused for every number. Adding a field is one entry in its table.
+
+Stdlib only, Python 3.8+ (it ships to the hosts inside the modules).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+#: A field without a default must be given.
+REQUIRED = object()
+
+#: Run statuses: the final state of a run (record.json ``status``, the ledger's ``finished`` events).
+STATUSES = ("ok", "failed", "timeout", "invalid")
+#: Statuses a retry (``sparkfleet_retry_failed``) runs again.
+RETRY_STATUSES = ("failed", "timeout")
+
+#: The study's ``docker run`` flags: the default of ``sparkfleet_docker_flags`` (the docker_env role).
+STUDY_DOCKER_FLAGS = ["--gpus", "all", "--ipc=host", "--shm-size=60g", "--ulimit", "memlock=-1",
+                      "--ulimit", "stack=67108864"]
+#: Named variants of the Docker environment a campaign can compare (``sparkfleet_docker_variants``).
+DEFAULT_DOCKER_VARIANTS = {
+    "study": {},
+    "no-memory-limit": {"extra_flags": ["--memory=0", "--memory-swap=-1"]},
+    "cgroup-parent": {"extra_flags": ["--cgroup-parent=sparkfleet.slice"]},
+    "no-shm-size": {"remove_flags": ["--shm-size="]},
+}
+
+DAY_S = 86400.0
+WEEK_S = 7 * DAY_S
+#: A GPU's temperature sensor reads between room temperature and its shutdown point; 0..120 C holds every
+#: reading a working GPU gives (below 0 C or above 120 C is a typo, never a threshold).
+GPU_TEMP_C = (0.0, 120.0)
+
+_KIND_NAMES = {"int": "an integer", "float": "an integer or a number", "bool": "a boolean", "str": "a string",
+               "list": "a list", "dict": "a mapping", "path": "a path", "abs_path": "an absolute path"}
+
+
+def type_name(value: Any) -> str:
+    """'an integer', 'a mapping', ... for messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
+            type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+class Field(object):
+    """One setting: name, type, default, doc, unit and physical range (numbers), choices (strings).
+
+    kind: int | float | bool | str | path | abs_path | list | dict | any. ``elements`` is the kind of a list's
+    items. ``low``/``high`` bound a number (``low_open``/``high_open``: the bound itself is excluded).
+    ``option``: the name the ``thermal_wait`` module gives the field (cooldown fields). ``check``: an extra rule
+    ``value -> problem or None`` for what a type and a range cannot say. ``nullable``: ``null`` is a value.
+    ``resolved``: the field appears in the resolved campaign (and so in its config hash).
+    """
+
+    __slots__ = ("name", "kind", "default", "doc", "unit", "low", "high", "low_open", "high_open", "choices",
+                 "elements", "nullable", "option", "check", "resolved", "ansible_type")
+
+    def __init__(self, name: str, kind: str, default: Any = REQUIRED, doc: str = "", unit: str = "",
+                 low: Optional[float] = None, high: Optional[float] = None, low_open: bool = False,
+                 high_open: bool = False, choices: Optional[Sequence[Any]] = None, elements: Optional[str] = None,
+                 nullable: bool = False, option: Optional[str] = None,
+                 check: Optional[Callable[[Any], Optional[str]]] = None, resolved: bool = True,
+                 ansible_type: Optional[str] = None) -> None:
+        self.name, self.kind, self.default, self.doc, self.unit = name, kind, default, doc, unit
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+        self.choices = tuple(choices) if choices is not None else None
+        self.elements, self.nullable, self.option, self.check = elements, nullable, option, check
+        self.resolved = resolved
+        self.ansible_type = ansible_type
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def __repr__(self) -> str:
+        return "Field(%r, %r)" % (self.name, self.kind)
+
+    def range_text(self) -> str:
+        """'0 to 120 C', 'above 0 s', '' - for docs."""
+        unit = (" " + self.unit) if self.unit else ""
+        if self.low is not None and self.high is not None:
+            left = "above %s" % _num(self.low) if self.low_open else _num(self.low)
+            right = "below %s" % _num(self.high) if self.high_open else _num(self.high)
+            if self.low_open or self.high_open:
+                return "%s, %s%s" % (left, right, unit)
+            return "%s to %s%s" % (left, right, unit)
+        if self.low is not None:
+            return "%s %s%s" % ("above" if self.low_open else "at least", _num(self.low), unit)
+        if self.high is not None:
+            return "at most %s%s" % (_num(self.high), unit)
+        return ""
+
+    def to_ansible_type(self) -> str:
+        if self.ansible_type:
+            return self.ansible_type
+        return {"int": "int", "float": "float", "bool": "bool", "str": "str", "path": "path", "abs_path": "path",
+                "list": "list", "dict": "dict"}.get(self.kind, "raw")
+
+
+def _num(value: float) -> str:
+    return "%g" % value
+
+
+# ------------------------------------------------------------------------------------------- checking
+
+
+def number_problem(value: Any, integer: bool = False) -> Optional[str]:
+    """Why ``value`` is not a finite number (an integer with ``integer``); None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        return "must be %s, got %s %r" % ("an integer" if integer else "an integer or a number",
+                                          type_name(value), value)
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return "must be a finite number, got %r" % value
+    return None
+
+
+def range_problem(f: Field, value: float) -> Optional[str]:
+    """Why ``value`` is outside ``f``'s physical range, or None."""
+    unit = (" " + f.unit) if f.unit and f.unit not in ("runs",) else ""
+    both = f.low is not None and f.high is not None and f.low != 0 and not (f.low_open or f.high_open)
+    if f.low is not None and (value <= f.low if f.low_open else value < f.low):
+        if f.low == 0:
+            return ("must be positive, got %s" if f.low_open else "must not be negative, got %s") % _num(value)
+        if both:
+            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
+        return "must be %s %s%s, got %s" % ("above" if f.low_open else "at least", _num(f.low), unit, _num(value))
+    if f.high is not None and (value >= f.high if f.high_open else value > f.high):
+        if both:
+            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
+        return "must be %s %s%s, got %s" % ("below" if f.high_open else "at most", _num(f.high), unit, _num(value))
+    return None
+
+
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def from_string(f: Field, value: Any) -> Any:
+    """``-e name=value`` gives strings: the value the roles' ``| bool`` / ``| float`` would make of it."""
+    if not isinstance(value, str):
+        return value
+    if f.kind == "bool":
+        return _BOOL_WORDS.get(value.strip().lower(), value)
+    if f.kind in ("int", "float"):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if f.kind == "int" and number.is_integer() and math.isfinite(number):
+            return int(number)
+        return number
+    return value
+
+
+def field_problem(f: Field, value: Any, strings: bool = False) -> Optional[str]:
+    """The problem with ``value`` for ``f`` (without the field's name), or None. ``strings``: accept the
+    string spellings that ``-e name=value`` gives (see :func:`from_string`)."""
+    if value is None:
+        return None if f.nullable else "must be %s, got nothing" % _KIND_NAMES.get(f.kind, "set")
+    if strings:
+        value = from_string(f, value)
+    kind = f.kind
+    if kind in ("int", "float"):
+        problem = number_problem(value, integer=kind == "int")
+        if problem is None:
+            problem = range_problem(f, value)
+    elif kind == "bool":
+        problem = None if isinstance(value, bool) else "must be a boolean, got %s %r" % (type_name(value), value)
+    elif kind == "str":
+        problem = None if isinstance(value, str) else "must be a string, got %s %r" % (type_name(value), value)
+    elif kind == "path":
+        problem = None if isinstance(value, str) and value and "\n" not in value and "\x00" not in value \
+            else "must be a path, got %s %r" % (type_name(value), value)
+    elif kind == "abs_path":
+        problem = None if isinstance(value, str) and value.startswith("/") and "\n" not in value \
+            and "\x00" not in value else "must be an absolute path, got %s %r" % (type_name(value), value)
+    elif kind == "list":
+        problem = None if isinstance(value, list) else "must be a list, got %s" % type_name(value)
+        if problem is None and f.elements:
+            element = Field(f.name, f.elements)
+            for item in value:
+                problem = field_problem(element, item)
+                if problem:
+                    problem = "every entry %s" % problem
+                    break
+    elif kind == "dict":
+        problem = None if isinstance(value, dict) else "must be a mapping, got %s" % type_name(value)
+    else:
+        problem = None
+    if problem is None and f.choices is not None and value not in f.choices:
+        problem = "%r is not one of %s" % (value, ", ".join(str(c) for c in f.choices))
+    if problem is None:
+        problem = non_finite(value)
+    if problem is None and f.check is not None:
+        problem = f.check(value)
+    return problem
+
+
+def non_finite(value: Any) -> Optional[str]:
+    """'must be a finite number' for a NaN or an infinity anywhere inside ``value`` (lists, mappings)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number, got %r" % value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        problem = non_finite(item)
+        if problem:
+            return problem.replace("must be a finite number", "must hold only finite numbers", 1)
+    return None
+
+
+def find_non_finite(value: Any, where: str) -> Optional[str]:
+    """``where.path: must be a finite number, got nan`` for the first NaN or infinity inside ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "%s: must be a finite number, got %r" % (where, value)
+    if isinstance(value, dict):
+        items = [("%s.%s" % (where, k), v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [("%s[%d]" % (where, i), v) for i, v in enumerate(value)]
+    else:
+        return None
+    for path, item in items:
+        problem = find_non_finite(item, path)
+        if problem:
+            return problem
+    return None
+
+
+def check_mapping(data: Mapping[str, Any], fields: Sequence[Field], where: str, problems: List[str],
+                  unknown: bool = True, required: bool = True) -> None:
+    """Append ``where.key: problem`` for every unknown key, missing required field and bad value."""
+    by_name = {f.name: f for f in fields}
+    for key, value in data.items():
+        f = by_name.get(key)
+        if f is None:
+            if unknown:
+                problems.append("%s.%s: unknown key (known: %s)" % (where, key, ", ".join(sorted(by_name))))
+            continue
+        problem = field_problem(f, value)
+        if problem:
+            problems.append("%s.%s: %s" % (where, key, problem))
+    if required:
+        for f in fields:
+            if f.required and f.name not in data:
+                problems.append("%s.%s: required" % (where, f.name))
+
+
+def defaults(fields: Sequence[Field]) -> Dict[str, Any]:
+    """name -> default of the fields that have one (copies of lists and mappings)."""
+    return {f.name: _copy(f.default) for f in fields if not f.required}
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+# -------------------------------------------------------------------------------------------- cooldown
+
+#: The cooldown before each run (campaign ``cooldown``; ``thermal_wait``'s options are the ``option`` names).
+COOLDOWN_FIELDS = (
+    Field("enabled", "bool", True, "Wait for the GPU before each run at all."),
+    Field("threshold_c", "float", 45, "A GPU is cool at or below this temperature.", "C",
+          GPU_TEMP_C[0], GPU_TEMP_C[1], option="threshold"),
+    Field("settle_band_c", "float", 1.0, "Largest change of the fitted temperature trend across the settle "
+          "window for a GPU to count as settled.", "C", 0.0, 50.0, option="settle_band"),
+    Field("settle_window_s", "float", 30, "Window the temperature trend is fitted over (0: settle criterion "
+          "off); at most max_wait_s.", "s", 0.0, DAY_S, option="settle_window"),
+    Field("min_wait_s", "float", 0, "Wait at least this long, even when settled earlier; at most max_wait_s.",
+          "s", 0.0, DAY_S, option="min_wait"),
+    Field("max_wait_s", "float", 900, "Longest wait; then the run starts anyway (on_timeout continue).", "s",
+          0.0, DAY_S, option="max_wait"),
+    Field("poll_interval_s", "float", 2, "Seconds between temperature readings.", "s", 0.0, 3600.0,
+          low_open=True, option="poll_interval"),
+    Field("on_timeout", "str", "continue", "What reaching max_wait_s does: continue (start the run) or fail.",
+          choices=("continue", "fail"), option="on_timeout"),
+)
+COOLDOWN_BY_NAME = {f.name: f for f in COOLDOWN_FIELDS}
+COOLDOWN_BY_OPTION = {f.option: f for f in COOLDOWN_FIELDS if f.option}
+
+
+def cooldown_problems(values: Mapping[str, Any], where: str = "", by: str = "name") -> List[str]:
+    """Problems with a cooldown, each naming its field; ``values`` keyed by campaign name (``by='name'``)
+    or by ``thermal_wait`` option (``by='option'``). Missing keys take the defaults; unknown keys are left to
+    the caller. The cross-field rules: min_wait and settle_window at most max_wait."""
+    table = COOLDOWN_BY_NAME if by == "name" else COOLDOWN_BY_OPTION
+    prefix = where + "." if where else ""
+    problems = []
+    good = {}
+    for key, f in table.items():
+        value = values.get(key, f.default)
+        if value is None and by == "option":  # an Ansible option left unset
+            value = f.default
+        problem = field_problem(f, value)
+        if problem:
+            problems.append("%s%s: %s" % (prefix, key, problem))
+        else:
+            good[f.name] = value
+    if {"min_wait_s", "max_wait_s"} <= set(good) and good["min_wait_s"] > good["max_wait_s"]:
+        problems.append("%s%s: %s is above %s %s" % (prefix, _key("min_wait_s", by), _num(good["min_wait_s"]),
+                                                   _key("max_wait_s", by), _num(good["max_wait_s"])))
+    if {"settle_window_s", "max_wait_s"} <= set(good) and good["settle_window_s"] > good["max_wait_s"]:
+        problems.append("%s%s: %s is above %s %s: the GPUs could never settle in time"
+                        % (prefix, _key("settle_window_s", by), _num(good["settle_window_s"]),
+                           _key("max_wait_s", by), _num(good["max_wait_s"])))
+    return problems
+
+
+def _key(name: str, by: str) -> str:
+    return name if by == "name" else (COOLDOWN_BY_NAME[name].option or name)
+
+
+class Cooldown(object):
+    """The one cooldown type: the campaign's ``cooldown`` and the arguments of ``thermal.wait_for_cooldown``."""
+
+    __slots__ = tuple(f.name for f in COOLDOWN_FIELDS)
+
+    def __init__(self, **values: Any) -> None:
+        for f in COOLDOWN_FIELDS:
+            setattr(self, f.name, _copy(values.get(f.name, f.default)))
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]], where: str = "cooldown") -> "Cooldown":
+        """A checked Cooldown from campaign-named keys; ValueError naming every bad field."""
+        values = dict(values or {})
+        problems = ["%s.%s: unknown key (known: %s)" % (where, k, ", ".join(sorted(COOLDOWN_BY_NAME)))
+                    for k in values if k not in COOLDOWN_BY_NAME]
+        problems += cooldown_problems(values, where)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return cls(**values)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in COOLDOWN_FIELDS}
+
+    def wait_kwargs(self) -> Dict[str, float]:
+        """Keyword arguments of ``thermal.wait_for_cooldown`` (its option names)."""
+        return {f.option: float(getattr(self, f.name)) for f in COOLDOWN_FIELDS
+                if f.option and f.kind == "float"}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cooldown) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return "Cooldown(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
+
+
+# -------------------------------------------------------------------------------------------- campaign
+
+ENGINES = ("trtllm", "matmul", "hf-generate")
+ORDERS = ("interleaved", "randomized", "sequential")
+#: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation).
+ENVIRONMENT_KINDS = ("native", "container", "bare")
+DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MAX_SEED = 2 ** 63 - 1
+
+
+def _env_vars(value: Any) -> Optional[str]:
+    if not all(isinstance(k, str) and _IDENT.match(k) and isinstance(v, (str, int, float))
+               and not isinstance(v, bool) and not (isinstance(v, float) and not math.isfinite(v))
+               for k, v in value.items()):
+        return "names must be identifiers and values strings or numbers"
+    return None
+
+
+CAMPAIGN_FIELDS = (
+    Field("name", "str", REQUIRED, "Campaign name: letters, digits, '.', '_' and '-' (the results directory)."),
+    Field("description", "str", "", "Free text.", resolved=False),
+    Field("models", "list", REQUIRED, "Models: names, or {name, hf_id, path}."),
+    Field("environments", "list", REQUIRED, "Environments: native, container, bare, or {name, kind, "
+          "docker_flags, variant}."),
+    Field("workloads", "list", REQUIRED, "Workloads: preset names, or {name, preset, engine, ...}."),
+    Field("iterations", "int", 10, "Measured runs per cell.", "runs", 1, 10000),
+    Field("warmup_runs", "int", 0, "Unmeasured runs per cell before the measured ones.", "runs", 0, 100),
+    Field("order", "str", "interleaved", "Run order.", choices=ORDERS),
+    Field("seed", "int", 0, "Seed of the randomized order.", "", -_MAX_SEED - 1, _MAX_SEED),
+    Field("cooldown", "dict", {}, "Cooldown before each run (see the cooldown fields)."),
+    Field("timeout_s", "float", 3600, "Wall-clock limit of one run's commands.", "s", 0.0, WEEK_S, low_open=True),
+    Field("results_dir", "path", "results", "Controller results directory (relative: to the working directory)."),
+    Field("image", "str", DEFAULT_IMAGE, "Container image; the native rootfs is extracted from it."),
+    Field("image_build", "dict", None, "Build the image on the host (debootstrap + docker import) when absent.",
+          nullable=True),
+)
+MODEL_FIELDS = (
+    Field("name", "str", REQUIRED, "Model name (identity of its runs)."),
+    Field("hf_id", "str", None, "Hugging Face id the engine loads.", nullable=True),
+    Field("path", "abs_path", None, "Model directory on the hosts (absolute).", nullable=True),
+)
+ENVIRONMENT_FIELDS = (
+    Field("name", "str", REQUIRED, "Environment name (identity of its runs)."),
+    Field("kind", "str", None, "native, container or bare (default: the name, else container).",
+          choices=ENVIRONMENT_KINDS),
+    Field("docker_flags", "list", None, "docker run flags of this container environment.", elements="str",
+          nullable=True),
+    Field("variant", "str", None, "Docker variant (sparkfleet_docker_variants) whose flags it uses.", nullable=True),
+)
+WORKLOAD_FIELDS = (
+    Field("name", "str", REQUIRED, "Workload name (identity of its runs)."),
+    Field("preset", "str", None, "Preset it starts from: study, T1..T6, matmul."),
+    Field("engine", "str", None, "trtllm, matmul or hf-generate."),
+    Field("mode", "str", "throughput", "trtllm-bench mode: throughput or latency."),
+    Field("batch", "int", None, "Largest batch size.", "requests", 1, 4096),
+    Field("concurrency", "int", None, "Concurrent requests.", "requests", 1, 65536),
+    Field("requests", "int", None, "Requests per run.", "requests", 1, 10 ** 7),
+    Field("input_len", "int", None, "Input length.", "tokens", 1, 2 ** 21),
+    Field("output_len", "int", None, "Output length.", "tokens", 1, 2 ** 21),
+    Field("backend", "str", None, "trtllm-bench backend (default pytorch)."),
+    Field("iterations", "int", None, "Timed iterations inside one run (matmul, hf-generate).", "", 1, 10 ** 6),
+    Field("warmup", "int", None, "Untimed iterations inside one run (matmul, hf-generate).", "", 0, 10 ** 5),
+    Field("size", "int", None, "Matrix size (matmul).", "", 1, 65536),
+    Field("extra_args", "list", None, "Extra engine arguments (argv elements).", elements="str"),
+    Field("env", "dict", None, "Environment variables of the workload.", check=_env_vars),
+)
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*$")
+IMAGE_BUILD_FIELDS = (
+    Field("method", "str", "debootstrap", "How the image is built.", choices=("debootstrap",)),
+    Field("suite", "str", "bookworm", "Debian suite.",
+          check=lambda v: None if re.fullmatch(r"[a-z]+", v) else "%r is not a Debian suite name" % v),
+    Field("packages", "list", ["python3", "python3-numpy"], "Debian packages to install.",
+          check=lambda v: None if all(isinstance(p, str) and _PACKAGE.match(p) for p in v)
+          else "every entry must be a Debian package name"),
+    Field("mirror", "str", "http://deb.debian.org/debian", "Debian mirror."),
+)
+#: Presets' fields are workload fields: a preset is checked like a workload (tests check that too).
+WORKLOAD_PRESETS: Dict[str, Dict[str, Any]] = {
+    "study": {"engine": "trtllm", "mode": "throughput", "requests": 50, "input_len": 128, "output_len": 128},
+    "T1": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 128, "output_len": 32},
+    "T2": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 512, "output_len": 128},
+    "T3": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 2048, "output_len": 512},
+    "T4": {"engine": "trtllm", "mode": "throughput", "batch": 4, "input_len": 512, "output_len": 128},
+    "T5": {"engine": "trtllm", "mode": "throughput", "batch": 16, "input_len": 512, "output_len": 128},
+    "T6": {"engine": "trtllm", "mode": "throughput", "batch": 32, "input_len": 512, "output_len": 128},
+    "matmul": {"engine": "matmul", "iterations": 10, "warmup": 1},
+}
+
+
+# ----------------------------------------------------------------------------- inventory settings
+
+
+def _clocks(value: Any) -> Optional[str]:
+    if not (set(value) == {"min", "max"} and all(isinstance(value[k], int) and not isinstance(value[k], bool)
+                                                 for k in value)):
+        return "must be {min: MHz, max: MHz} (integers) or null"
+    return None if 0 < value["min"] <= value["max"] <= 10000 else \
+        "min %s must be positive and at most max %s (at most 10000 MHz)" % (value["min"], value["max"])
+
+
+def _gpu_indices(value: Any) -> Optional[str]:
+    ok = all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value)
+    return None if ok else "must be a list of GPU indices"
+
+
+def _workload_env(value: Any) -> Optional[str]:
+    bad = [k for k, x in value.items() if not (isinstance(k, str) and _IDENT.match(k))
+           or isinstance(x, (dict, list)) or x is None]
+    return "bad names or values: %s" % ", ".join(map(str, bad)) if bad else None
+
+
+def _variants(value: Any) -> Optional[str]:
+    for name, spec in value.items():
+        if spec is None:
+            continue
+        if not isinstance(spec, dict) or set(spec) - {"extra_flags", "remove_flags"} or not all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in spec.values()):
+            return "variant %r must be {extra_flags: [...], remove_flags: [...]} (lists of strings)" % name
+    return None
+
+
+#: ``sparkfleet_*`` inventory settings (inventory, group_vars or -e). The ``settings`` role's defaults are
+#: generated from this table; roles read ``sparkfleet_*`` without a default of their own.
+SETTINGS = (
+    Field("sparkfleet_work_dir", "abs_path", "/var/lib/sparkfleet",
+          "Per-host work directory: rootfs trees, results, ledgers, saved state."),
+    Field("sparkfleet_models_dir", "abs_path", "/var/lib/sparkfleet/models",
+          "Models directory, bind-mounted read-only into the chroot and the container."),
+    Field("sparkfleet_results_dir", "path", None, "Controller results directory (default the campaign's "
+          "results_dir).", nullable=True),
+    Field("sparkfleet_workload_env", "dict", {}, "Environment variables for every workload on the host "
+          "(names and values literal).", check=_workload_env),
+    Field("sparkfleet_docker_flags", "list", STUDY_DOCKER_FLAGS, "The container environment's docker run "
+          "flags (argv elements).", elements="str"),
+    Field("sparkfleet_docker_variant", "str", "study", "The Docker variant a container environment without "
+          "its own flags or variant uses."),
+    Field("sparkfleet_docker_variants", "dict", DEFAULT_DOCKER_VARIANTS, "Named Docker variants: "
+          "{extra_flags, remove_flags} each; a remove_flags entry ending in '=' drops every flag with that "
+          "prefix.", check=_variants),
+    Field("sparkfleet_image", "str", None, "Image the native rootfs comes from (default the campaign's image).",
+          nullable=True),
+    Field("sparkfleet_image_offline", "bool", False, "Never pull the image."),
+    Field("sparkfleet_image_archive", "path", None, "A docker save tarball on the host to load the image from.",
+          nullable=True),
+    Field("sparkfleet_rootfs_source", "str", "image", "Where the native rootfs comes from: image or overlay.",
+          choices=("image", "overlay")),
+    Field("sparkfleet_rootfs_prune", "bool", False, "Remove rootfs trees of other image digests."),
+    Field("sparkfleet_telemetry_interval_s", "float", 1.0, "Telemetry sampling period.", "s", 0.0, 60.0,
+          low_open=True),
+    Field("sparkfleet_retry_failed", "bool", False, "Run again runs whose last attempt failed or timed out."),
+    Field("sparkfleet_poll_interval_s", "float", 2.0, "Seconds between the follower's polls of a host's ledger.",
+          "s", 0.0, 3600.0, low_open=True),
+    Field("sparkfleet_report_after_s", "float", 60.0, "The follower prints a line at least this often.", "s",
+          0.0, DAY_S, low_open=True),
+    Field("sparkfleet_preflight_max_gpu_temp_c", "float", 60.0, "Gate: hottest GPU before the runs.", "C",
+          GPU_TEMP_C[0], GPU_TEMP_C[1]),
+    Field("sparkfleet_preflight_pstates", "list", [], "Gate: allowed GPU performance states (empty: any).",
+          elements="str"),
+    Field("sparkfleet_preflight_max_load_per_cpu", "float", 0.5, "Gate: 1-minute load average per CPU.", "",
+          0.0, 1000.0),
+    Field("sparkfleet_preflight_min_free_memory_gib", "float", 8.0, "Gate: free memory.", "GiB", 0.0, 65536.0),
+    Field("sparkfleet_preflight_min_free_disk_gib", "float", 20.0, "Gate: free disk under the work directory.",
+          "GiB", 0.0, 10 ** 6),
+    Field("sparkfleet_preflight_max_gpu_processes", "int", 0, "Gate: processes on the GPU.", "", 0, 100000),
+    Field("sparkfleet_preflight_fail_on_unknown", "bool", False, "Gate: fail a gate whose value is unknown."),
+    Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host further than this from the fleet "
+          "median is named.", "%", 0.0, 100.0, low_open=True),
+    Field("sparkfleet_gpu_persistence_mode", "bool", None, "GPU persistence mode (null: leave as is).",
+          nullable=True),
+    Field("sparkfleet_gpu_locked_clocks", "dict", None, "Lock GPU clocks to {min, max} MHz (null: leave as is).",
+          nullable=True, check=_clocks),
+    Field("sparkfleet_gpu_power_limit", "float", None, "GPU power limit (null: leave as is).", "W", 0.0, 10000.0,
+          low_open=True, nullable=True),
+    Field("sparkfleet_cpu_governor", "str", None, "CPU frequency governor (null: leave as is).", nullable=True,
+          check=lambda v: None if v else "must be a non-empty string"),
+    Field("sparkfleet_drop_caches", "bool", True, "Drop the page cache after applying the GPU state."),
+    Field("sparkfleet_gpus", "list", None, "GPU indices to manage (null: all).", nullable=True, check=_gpu_indices),
+    Field("sparkfleet_max_fail_percentage", "float", 100.0, "Stop the campaign when more than this share of "
+          "hosts fails preflight.", "%", 0.0, 100.0),
+)
+SETTINGS_BY_NAME = {f.name: f for f in SETTINGS}
+#: Set by the playbooks themselves, or campaign documents checked as campaigns.
+SET_BY_PLAYBOOKS = ("sparkfleet_campaign", "sparkfleet_reference_campaign", "sparkfleet_resolved_campaign",
+                    "sparkfleet_plan", "sparkfleet_controller_results", "sparkfleet_has_native",
+                    "sparkfleet_has_container")
+
+
+def setting_problems(host: str, variables: Mapping[str, Any]) -> Tuple[List[str], List[str]]:
+    """(errors, warnings) for one host's ``sparkfleet_*`` variables, each naming host and variable."""
+    errors, warnings = [], []
+    for name in sorted(variables):
+        if not name.startswith("sparkfleet_"):
+            continue
+        f = SETTINGS_BY_NAME.get(name)
+        if f is None:
+            if name not in SET_BY_PLAYBOOKS:
+                warnings.append("%s: %s: not a sparkfleet setting (a typo?); ignored" % (host, name))
+            continue
+        problem = field_problem(f, variables[name], strings=True)
+        if problem:
+            errors.append("%s: %s: %s" % (host, name, problem))
+    return errors, warnings
+
+
+def setting(variables: Mapping[str, Any], name: str) -> Any:
+    """A setting's value: the variable's when given, else the registry default."""
+    f = SETTINGS_BY_NAME[name]
+    value = variables.get(name, f.default)
+    return _copy(from_string(f, value))
+
+
+# ------------------------------------------------------------------------------------- docker flags
+
+
+def docker_variant_flags(base: Sequence[str], spec: Optional[Mapping[str, Any]]) -> List[str]:
+    """A variant's flags: ``base`` without its remove_flags (a flag, or a prefix ending in '='), then its
+    extra_flags."""
+    spec = spec or {}
+    removes = list(spec.get("remove_flags") or [])
+    kept = [flag for flag in base
+            if not any(flag == r or (r.endswith("=") and flag.startswith(r)) for r in removes)]
+    return kept + list(spec.get("extra_flags") or [])
+
+
+def resolve_docker_flags(environment: Mapping[str, Any], variables: Mapping[str, Any]) -> List[str]:
+    """A container environment's ``docker run`` flags on a host: its own docker_flags, else those of the variant
+    it names, else of ``sparkfleet_docker_variant``. ValueError for a variant the host does not define."""
+    own = environment.get("docker_flags")
+    if own is not None:
+        return list(own)
+    variants = setting(variables, "sparkfleet_docker_variants")
+    name = environment.get("variant") or setting(variables, "sparkfleet_docker_variant")
+    if name not in variants:
+        raise ValueError("unknown Docker environment variant %r (known: %s)" % (name, ", ".join(variants)))
+    return docker_variant_flags(setting(variables, "sparkfleet_docker_flags"), variants[name])
