@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _shared import STANDIN_TRTLLM
@@ -266,3 +267,35 @@ def test_it_is_stdlib_only_and_standalone():
     assert source.startswith("#!/usr/bin/env python3\n")
     assert "sparkfleet" not in "".join(line for line in source.splitlines() if line.startswith(("import", "from")))
     assert os.access(STANDIN_TRTLLM, os.X_OK)
+
+
+@pytest.mark.parametrize("yaml_text", ["kv_cache_config:\n  free_gpu_memory_fraction: 0.25\n",
+                                       "# options\nkv_cache_config: {free_gpu_memory_fraction: 0.25}\n"])
+def test_llm_api_options_fraction_overrides_the_cli_in_the_memory_lines(dataset, tmp_path, yaml_text):
+    options = tmp_path / "extra.yaml"
+    options.write_text(yaml_text)
+    proc, report = throughput(dataset, tmp_path, "--extra_llm_api_options", str(options))
+    assert proc.returncode == 0, proc.stderr
+    parsed = parse_log(proc.stdout)
+    assert parsed.metrics["kv_fraction"] == 0.25
+    # the report keeps the runtime config's (CLI) value, as the real tool does
+    assert json.loads(report.read_text())["world_info"]["kv_cache_percentage"] == 0.9
+
+
+def _meminfo_gib(key: str) -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 2**20
+    raise KeyError(key)
+
+
+def test_unified_memory_model_sizes_kv_from_memtotal_and_memfree(dataset, tmp_path):
+    proc, _ = throughput(dataset, tmp_path, "--kv_cache_free_gpu_mem_fraction", "0.5",
+                         env={"SPARKFLEET_FAKE_UNIFIED_MEMORY": "1", "SPARKFLEET_FAKE_ALLOC_MIB": "8"})
+    assert proc.returncode == 0, proc.stderr
+    m = parse_log(proc.stdout).metrics
+    assert m["device_total_gib"] == pytest.approx(_meminfo_gib("MemTotal"), abs=0.01)
+    tmp = 8224 * 131072 / 2**30
+    # peak = total - MemFree (page cache and everything else count as used); kv = fraction x (free + tmp)
+    assert m["peak_memory_gib"] == pytest.approx(_meminfo_gib("MemTotal") - _meminfo_gib("MemFree"), abs=1.0)
+    assert m["kv_cache_gib"] == pytest.approx(0.5 * (m["device_total_gib"] - m["peak_memory_gib"] + tmp), abs=0.02)
