@@ -161,3 +161,45 @@ def _workloads_under(fleet_dir: str) -> list[str]:
         if "trtllm-bench" in cmdline and any(p.startswith(fleet_dir) or fleet_dir in p for p in places):
             found.append(f"{pid}: {cmdline.replace(chr(0), ' ')}")
     return found
+
+
+def test_a_changed_campaign_is_refused_naming_what_changed_or_runs_under_a_new_id(
+        fleet_factory, test_image, ansible_env, repo, tmp_path):
+    """Resume never mixes two configurations of one campaign: the controller refuses, each host refuses
+    (should the controller's results be gone), and -e sparkfleet_campaign_on_change=new runs it afresh."""
+    fleet = fleet_factory(1)
+    (host,) = fleet.hosts
+    small = {"name": "small", "preset": "T1", "requests": 2,
+             "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.1", "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}
+    over = {"name": "changing", "iterations": 1, "environments": ["native"], "workloads": [small],
+            "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}]}
+    results = tmp_path / "results"
+    first = _bench(repo, ansible_env, fleet.inventory, _campaign(tmp_path, test_image, **over), results)
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+    host_dir = Path(host.work_dir, "results/changing", host.name)
+    ledger = (host_dir / "ledger.jsonl").read_text()
+    assert len(_records(results / "changing")) == 1
+
+    changed = _campaign(tmp_path, test_image, **{**over, "iterations": 2,
+                                                  "workloads": [{**small, "requests": 3}]})
+    refused = _bench(repo, ansible_env, fleet.inventory, changed, results)
+    assert refused.returncode != 0
+    assert "campaign 'changing' was started with another configuration" in refused.stdout
+    assert "iterations: 1 -> 2" in refused.stdout and "workloads[small].requests: 2 -> 3" in refused.stdout
+    assert (host_dir / "ledger.jsonl").read_text() == ledger  # nothing ran
+
+    renamed = _bench(repo, ansible_env, fleet.inventory, changed, results, "-e", "sparkfleet_campaign_on_change=new")
+    assert renamed.returncode == 0, renamed.stdout[-6000:]
+    (new_dir,) = [p for p in results.iterdir() if p.name.startswith("changing-")]
+    assert {(r["campaign"], r["iteration"]) for r in _records(new_dir)} == {(new_dir.name, 1), (new_dir.name, 2)}
+    assert all(validate(r) == [] and r["status"] == "ok" for r in _records(new_dir))
+    assert len(_records(results / "changing")) == 1 and (host_dir / "ledger.jsonl").read_text() == ledger
+
+    # The controller's copy of the campaign is gone (another checkout, a wiped results directory): the host,
+    # which keeps its own, still refuses.
+    (results / "changing" / "campaign.json").unlink()
+    on_host = _bench(repo, ansible_env, fleet.inventory, changed, results)
+    assert on_host.returncode != 0
+    assert f"{host.name}: campaign 'changing' was started with another configuration (on this host" in on_host.stdout
+    assert "iterations: 1 -> 2" in on_host.stdout
+    assert (host_dir / "ledger.jsonl").read_text() == ledger

@@ -1,0 +1,163 @@
+"""Resume checks the campaign's configuration: a changed campaign under the same name is refused, naming what
+changed, or runs under a new campaign id (``-e sparkfleet_campaign_on_change=new``); never mixed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from _ansible_modules import PLUGINS, STANDINS, host_util, load_module, run_module
+from ansible.errors import AnsibleFilterError
+
+from sparkfleet.campaign import resolve
+
+resume = host_util("resume")
+record = host_util("record")
+
+
+def _filter():
+    spec = importlib.util.spec_from_file_location("sparkfleet_filter_resume", PLUGINS / "filter" / "resume.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.campaign_resume
+
+
+def _campaign(**over):
+    data = {"name": "c1", "models": ["m"], "environments": [{"name": "bare", "kind": "bare"}],
+            "workloads": [{"name": "w", "preset": "T1", "requests": 2}], "iterations": 2}
+    data.update(over)
+    return resolve(data)
+
+
+def _config(campaign):
+    return {"config_hash": campaign["config_hash"], "resolved": campaign}
+
+
+# ------------------------------------------------------------------------------------- what changed
+
+
+def test_changes_name_each_changed_field_and_match_named_entries_by_name():
+    old = _campaign()
+    new = _campaign(iterations=3, workloads=[{"name": "w", "preset": "T1", "requests": 4},
+                                             {"name": "w2", "preset": "T2"}], models=["m", "m2"])
+    listed = resume.changes(old, new)
+    assert "iterations: 2 -> 3" in listed
+    assert "workloads[w].requests: 2 -> 4" in listed
+    assert "workloads[w2]: added" in listed and "models[m2]: added" in listed
+    assert not any(line.startswith("config_hash") for line in listed)
+    assert resume.changes(old, _campaign()) == []
+
+
+def test_a_moved_results_directory_alone_is_no_change():
+    old, new = _campaign(), _campaign(results_dir="/elsewhere")
+    assert old["config_hash"] != new["config_hash"]
+    assert resume.changes(old, new) == [] and resume.same_measurement(_config(old), _config(new))
+
+
+def test_reordered_entries_are_a_change():
+    old = _campaign(workloads=["T1", "T2"])
+    assert resume.changes(old, _campaign(workloads=["T2", "T1"])) == ["workloads: order ['T1', 'T2'] -> ['T2', 'T1']"]
+
+
+# ---------------------------------------------------------------------------------- the controller
+
+
+def _kept(results: Path, campaign) -> None:
+    (results / campaign["name"]).mkdir(parents=True, exist_ok=True)
+    (results / campaign["name"] / "campaign.json").write_text(json.dumps(
+        {"campaign": campaign["name"], "config_hash": campaign["config_hash"], "resolved": campaign}))
+
+
+def test_controller_resumes_a_new_or_unchanged_campaign(tmp_path):
+    campaign_resume = _filter()
+    campaign = _campaign()
+    assert campaign_resume(campaign, str(tmp_path)) == campaign  # never run
+    _kept(tmp_path, campaign)
+    assert campaign_resume(_campaign(), str(tmp_path)) == campaign  # same configuration
+
+
+def test_controller_refuses_a_changed_campaign_naming_what_changed(tmp_path):
+    campaign_resume = _filter()
+    _kept(tmp_path, _campaign())
+    changed = _campaign(iterations=3, cooldown={"threshold_c": 50})
+    with pytest.raises(AnsibleFilterError) as err:
+        campaign_resume(changed, str(tmp_path))
+    message = str(err.value)
+    assert "campaign 'c1' was started with another configuration" in message
+    assert "iterations: 2 -> 3" in message and "cooldown.threshold_c: 45 -> 50" in message
+    assert f"-e sparkfleet_campaign_on_change=new to run it as campaign 'c1-{changed['config_hash'][:8]}'" in message
+
+
+def test_controller_runs_a_changed_campaign_under_a_new_id_when_asked(tmp_path):
+    campaign_resume = _filter()
+    _kept(tmp_path, _campaign())
+    changed = _campaign(iterations=3)
+    renamed = campaign_resume(changed, str(tmp_path), "new")
+    assert renamed["name"] == f"c1-{changed['config_hash'][:8]}"
+    assert renamed["config_hash"] == _campaign(iterations=3, name=renamed["name"])["config_hash"]
+    _kept(tmp_path, renamed)  # its own results start; the same changed campaign again resumes them
+    assert campaign_resume(_campaign(iterations=3), str(tmp_path), "new") == renamed
+    with pytest.raises(AnsibleFilterError, match="is not one of refuse, new"):
+        campaign_resume(changed, str(tmp_path), "mix")
+
+
+# ----------------------------------------------------------------------------------------- the host
+
+
+def _plan(campaign) -> list[dict]:
+    from sparkfleet.campaign import plan
+
+    return [run.to_dict() for run in plan(campaign, "h1")]
+
+
+def _args(tmp_path: Path, campaign, config=None) -> dict:
+    return {"runs": _plan(campaign), "campaign": campaign["name"], "host": "h1",
+            "results_root": str(tmp_path / "results"), "cooldown": {"enabled": False}, "timeout_s": 60,
+            "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.05", "SPARKFLEET_FAKE_ALLOC_MIB": "1"},
+            "campaign_config": _config(campaign) if config is None else config,
+            "versions": {"campaign_config_hash": campaign["config_hash"]}}
+
+
+@pytest.fixture
+def standins(monkeypatch):
+    monkeypatch.setenv("PATH", f"{STANDINS}:{os.environ['PATH']}")
+
+
+def test_host_keeps_its_configuration_and_refuses_a_changed_one(tmp_path, standins):
+    first = run_module(load_module("bench_run"), _args(tmp_path, _campaign()))
+    assert first["counts"] == {"ok": 2}, first
+    host_dir = tmp_path / "results/c1/h1"
+    kept = json.loads((host_dir / resume.CONFIG_FILE).read_text())
+    assert kept["config_hash"] == _campaign()["config_hash"] and kept["resolved"]["iterations"] == 2
+    ledger = (host_dir / "ledger.jsonl").read_bytes()
+
+    again = run_module(load_module("bench_run"), _args(tmp_path, _campaign()))
+    assert again["counts"] == {"skipped": 2}  # unchanged: resumed
+
+    changed = _campaign(iterations=3, workloads=[{"name": "w", "preset": "T1", "requests": 3}])
+    for check_mode in (True, False):
+        out = run_module(load_module("bench_run"), _args(tmp_path, changed), check_mode=check_mode)
+        assert out.get("failed"), out
+        assert out["msg"].startswith("h1: campaign 'c1' was started with another configuration (on this host")
+        assert "iterations: 2 -> 3" in out["msg"] and "workloads[w].requests: 2 -> 3" in out["msg"]
+    assert (host_dir / "ledger.jsonl").read_bytes() == ledger  # nothing ran, nothing was mixed in
+    assert json.loads((host_dir / resume.CONFIG_FILE).read_text()) == kept
+
+
+def test_host_results_from_before_the_kept_configuration_are_judged_by_their_records(tmp_path, standins):
+    old = _campaign()
+    args = _args(tmp_path, old)
+    del args["campaign_config"]  # an older sparkfleet: no campaign-config.json, the hash only in the records
+    assert run_module(load_module("bench_run"), args)["counts"] == {"ok": 2}
+    host_dir = tmp_path / "results/c1/h1"
+    assert not (host_dir / resume.CONFIG_FILE).exists()
+
+    out = run_module(load_module("bench_run"), _args(tmp_path, _campaign(iterations=3)))
+    assert out.get("failed") and f"config hash {old['config_hash']}" in out["msg"]
+    assert "the fields that changed are unknown" in out["msg"]
+
+    same = run_module(load_module("bench_run"), _args(tmp_path, old))  # the same campaign adopts them
+    assert same["counts"] == {"skipped": 2} and (host_dir / resume.CONFIG_FILE).exists()
