@@ -40,14 +40,14 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
     try:
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except FileNotFoundError:
-        raise FileProblem(name, f"no such file ({what})") from None
+        raise FileProblem(name, "no such file") from None
     except PermissionError:
         raise FileProblem(name, f"permission denied ({what})") from None
     except IsADirectoryError:
         raise FileProblem(name, f"is a directory, not a {what}") from None
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
-            raise FileProblem(name, f"no such file ({what}; a path component is not a directory)") from None
+            raise FileProblem(name, "no such file (a path component is not a directory)") from None
         raise FileProblem(name, f"cannot open: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
@@ -81,12 +81,22 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_text(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> str:
-    """The file as UTF-8 text (a leading BOM dropped); UsageError naming the file and the first bad byte."""
-    data = read_bytes(path, what, max_bytes)
+def read_text(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_TEXT_BYTES,
+              cut_tail_ok: bool = False) -> str:
+    """The file as UTF-8 text (a leading BOM dropped); UsageError naming the file and the first bad byte.
+
+    ``cut_tail_ok``: a log cut mid-character by a killed writer (an incomplete sequence in its last 3 bytes)
+    is still text."""
+    return decode_text(read_bytes(path, what, max_bytes), path, what, cut_tail_ok)
+
+
+def decode_text(data: bytes, path: str | os.PathLike, what: str = "file", cut_tail_ok: bool = False) -> str:
+    """``data`` (the bytes of ``path``) as UTF-8 text; see :func:`read_text`."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        if cut_tail_ok and exc.start >= len(data) - 3 and "end of data" in exc.reason:
+            return data[: exc.start].decode("utf-8-sig")
         line = data[: exc.start].count(b"\n") + 1
         raise FileProblem(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}); "
                           f"a {what} must be UTF-8") from None

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import check_dir, read_text, read_yaml
 from sparkfleet.progress import JsonlTail
+from sparkfleet_host.settings import type_name
 
 REPO = Path(__file__).resolve().parents[1]
 CALLBACK = "sparkfleet.bench.progress"
@@ -45,7 +47,10 @@ class RunOutcome:
 
 def _resolve_inventory(value: str) -> str:
     path = Path(value).expanduser()
-    if path.exists():
+    if path.is_dir():
+        return str(check_dir(path, "inventory directory").resolve())
+    if path.exists() or path.is_symlink():
+        read_text(path, "inventory")  # a FIFO, no permission, not UTF-8, too large: one line naming it
         return str(path.resolve())
     if "," in value:  # Ansible's inline host list, e.g. "spark1,spark2,"
         return value
@@ -64,11 +69,24 @@ def _extra_var_args(extra_vars: list[str]) -> list[str]:
     for value in extra_vars:
         if value.startswith("@"):
             path = Path(value[1:]).expanduser()
-            if not path.is_file():
-                raise UsageError(f"extra vars file {value[1:]}: no such file")
+            _check_extra_vars_file(path)
             value = "@" + str(path.resolve())
         args += ["-e", value]
     return args
+
+
+def _check_extra_vars_file(path: Path) -> None:
+    """An ``-e @FILE`` is read here first: an unreadable or malformed file, or a campaign in it that
+    validation refuses, is one line naming the file (exit 2) before ansible-playbook starts."""
+    from sparkfleet.campaign import WRAPPER_KEY, resolve  # noqa: PLC0415
+
+    data = read_yaml(path, "extra vars file")
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: extra vars must be a mapping, got {type_name(data)}")
+    if WRAPPER_KEY in data:
+        resolve(data[WRAPPER_KEY], source=str(path))
 
 
 def parse_env(items: list[str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import read_json
 from sparkfleet_host import record as contract
 
 CAMPAIGN = "benchmark-spark"
@@ -41,7 +42,7 @@ _METRIC_MAP = {
 def read_study(path: Path) -> list[dict[str, Any]]:
     """The study's runs as a flat list, each carrying its model and environment."""
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, "benchmark-spark results file")  # unreadable: one line naming it (exit 2)
         runs = [run for envs in data["models"].values() for env_runs in envs.values() for run in env_runs]
     except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as exc:
         raise UsageError(f"{path}: not a benchmark-spark results file ({exc})") from exc
@@ -135,8 +136,6 @@ def import_study(
     Returns the campaign directory (what ``sparkfleet report`` takes).
     """
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such study file")
     records = study_records(path, campaign=campaign, host=host)
     campaign_dir = Path(out) / contract.slug(campaign, 80)
     host_dir = campaign_dir / contract.slug(host, 80)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import check_dir
 
 # Analysis modules (pandas, scipy) load inside run() so that building the CLI parser stays fast.
 DEFAULT_ALPHA = 0.05  # = sparkfleet.compare.DEFAULT_ALPHA (tests check they agree)
@@ -35,6 +36,7 @@ def _load(path: str, role: str):
     from sparkfleet.load import load_runs
 
     directory = Path(path)
+    check_dir(directory, f"{role} results directory")  # missing, a file, no permission: one line naming it
     if not directory.is_dir():
         raise UsageError(f"{role} {directory}: not a results directory")
     loaded = load_runs(directory)

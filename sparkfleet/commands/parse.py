@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from sparkfleet.errors import UsageError
+from sparkfleet.files import MAX_LOG_BYTES, decode_text, read_bytes
 from sparkfleet_host.parsers import ParseResult, parse_log
 from sparkfleet_host.record import METRICS
 
@@ -28,19 +27,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def read_input(name: str) -> bytes:
-    """The file's bytes, or a one-line UsageError (exit 2) saying why not."""
-    path = Path(name)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise UsageError(f"{name}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise UsageError(f"{name}: is a directory, not a log file") from exc
-    except PermissionError as exc:
-        raise UsageError(f"{name}: permission denied") from exc
-    except OSError as exc:
-        raise UsageError(f"{name}: cannot read: {exc.strerror or exc}") from exc
+def read_input(name: str, what: str = "log file") -> bytes:
+    """The file's bytes, or a one-line UsageError (exit 2) saying why not (sparkfleet.files): missing, a
+    directory or another non-regular file, no permission, too large. A log must be UTF-8 text (a tail cut
+    mid-character by a killed run is fine); a garbled report JSON is the parser's warning, not an error."""
+    data = read_bytes(name, what, MAX_LOG_BYTES)
+    if what == "log file":
+        decode_text(data, name, what, cut_tail_ok=True)
+    return data
 
 
 def format_text(name: str, result: ParseResult) -> str:
@@ -65,7 +59,7 @@ def format_text(name: str, result: ParseResult) -> str:
 
 def run(args) -> int:
     data = read_input(args.file)
-    report = read_input(args.report_json) if args.report_json else None
+    report = read_input(args.report_json, "report JSON") if args.report_json else None
     result = parse_log(data, report)
     if args.json:
         json.dump(

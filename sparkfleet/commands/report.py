@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import check_dir
 
 # pandas, scipy and matplotlib load inside run(): building the CLI parser must stay fast for every
 # other subcommand, so defaults are resolved there too (None = the library default).
@@ -49,6 +50,7 @@ def run(args) -> int:
     from sparkfleet.load import load_runs
 
     results = Path(args.results)
+    check_dir(results, "results directory")  # missing, a file, no permission: one line naming it (exit 2)
     if not results.is_dir():
         raise UsageError(f"{results}: not a results directory")
     if args.resamples is not None and args.resamples < 100:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from sparkfleet.errors import UsageError
+from sparkfleet.files import read_json
 from sparkfleet_host.record import validate
 
 
@@ -17,11 +15,7 @@ def register(sub) -> None:
 def run(args) -> int:
     bad = 0
     for name in args.files:
-        try:
-            with open(name) as fh:
-                data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{name}: not JSON: {exc}") from exc
+        data = read_json(name, "run record")  # missing, a directory, not UTF-8, not JSON: one line, exit 2
         problems = validate(data)
         for problem in problems:
             print(f"{name}: {problem}")
