@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkfleet import memstudy
 from sparkfleet.errors import UsageError
 from sparkfleet.files import FileProblem, read_yaml
 from sparkfleet_host import settings
@@ -78,6 +79,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise CampaignError([f"campaign must be a mapping, got {_tname(data)}"], source)
+    data = memstudy.apply_preset(data)  # `preset: memory-study`: the preset's keys under the campaign's own
     nested = {"models", "environments", "workloads", "cooldown", "image_build"}
     # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
     settings.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
@@ -89,8 +91,14 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     if isinstance(out["name"], str) and out["name"] and slug(out["name"], 80) != out["name"]:
         problems.append(f"campaign.name: {out['name']!r} must use only letters, digits, '.', '_' and '-'")
     out["models"] = _models(data.get("models"), problems)
-    out["environments"] = _environments(data.get("environments"), problems)
-    out["workloads"] = _workloads(data.get("workloads"), problems)
+    # A/A twins and the memory-state factors (sparkfleet.memstudy): more environments and workloads, nothing else
+    twins = memstudy.twin_environments(data.get("environments"), data.get("aa"), problems)
+    out["environments"] = memstudy.mark_aa(_environments(twins, problems))
+    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems), data.get("factors"),
+                                              problems)
+    for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
+        if data.get(key) not in (None, False):
+            out[key] = data[key]
     out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
     out["image_build"] = _image_build(data.get("image_build"), problems)
     if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
