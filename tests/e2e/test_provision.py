@@ -74,7 +74,7 @@ def _chroot_command(fleet, env, repo, tmp_path, host, argv: list[str]) -> dict:
     rootfs = _rootfs_dirs(host)[0]
     tree = tmp_path / f"tree-{host.name}-{time.monotonic_ns()}"
     args = json.dumps({"rootfs": str(rootfs), "argv": argv})
-    proc = _ansible(["ansible", "-i", fleet.inventory, host.name, "-m", "chroot_command", "-a", args, "-t",
+    proc = _ansible(["ansible", "-i", fleet.inventory, host.name, "-m", "sparkfleet.bench.chroot_command", "-a", args, "-t",
                      str(tree)], env, repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((tree / host.name).read_text())
@@ -207,11 +207,12 @@ def test_an_extraction_killed_halfway_is_completed_by_the_next_run(fleet_factory
         time.sleep(0.7)
         os.kill(tar_pid, signal.SIGSTOP)  # frozen halfway: it cannot finish behind our back
         procs = _procs()
-        module_pid = procs[tar_pid][0]
-        siblings = [p for p, (pp, argv) in procs.items() if pp == module_pid and p != tar_pid]
+        pipeline_pid = procs[tar_pid][0]  # bash running `docker export | tar`
+        module_pid = procs[pipeline_pid][0]  # the module: it dies as a killed controller's would, no cleanup
+        pipeline = [p for p, (pp, argv) in procs.items() if pp == pipeline_pid]
         (partial,) = _partials(host)
         assert any(partial.iterdir()) and not (partial / MARKER).exists()
-        for pid in [module_pid, *siblings, tar_pid]:
+        for pid in [module_pid, pipeline_pid, *pipeline]:
             os.kill(pid, signal.SIGKILL)
         os.kill(tar_pid, signal.SIGCONT)
         out, _ = run.communicate(timeout=120)

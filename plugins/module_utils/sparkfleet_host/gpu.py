@@ -24,12 +24,14 @@ import os
 import shutil
 import subprocess
 import time
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 # (argv) -> (rc, stdout, stderr); AnsibleModule.run_command fits once wrapped, subprocess by default.
-Runner = Callable[[Sequence[str]], "tuple[int, str, str]"]
+# typing's generics: collections.abc's are subscriptable only from Python 3.9.
+Runner = typing.Callable[[typing.Sequence[str]], typing.Tuple[int, str, str]]
 
 SENSOR_KINDS = ("auto", "nvml", "nvidia-smi")
 
