@@ -43,8 +43,8 @@ def installed(tmp_path_factory) -> Path:
     assert {"MANIFEST.json", "meta/runtime.yml", "plugins/modules/thermal_wait.py",
             "plugins/module_utils/sparkfleet_host/thermal.py", "roles/matrix/files/matmul.py"} <= names
     assert not any(n.startswith((".venv", ".collections", ".git/", "results/")) for n in names)
-    install = _run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(work / "collections")],
-                   env, work)
+    install = _run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball),
+                    "-p", str(work / "collections")], env, work)
     assert install.returncode == 0, install.stderr
     return work / "collections"
 
@@ -93,8 +93,8 @@ def test_a_playbook_outside_the_repo_uses_module_role_and_filter_by_fqcn(install
     assert listed.returncode == 0, listed.stderr
     assert list(json.loads(listed.stdout)) == [str(installed / "ansible_collections")]  # the installed copy only
 
-    proc = _run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-                 "play.yml"], env, outside)
+    proc = _run([str(BIN / "ansible-playbook"), "-i", "localhost,",
+                 "-e", f"ansible_python_interpreter={sys.executable}", "play.yml"], env, outside)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["cool"]["failed"] is False and out["cool"]["gpus"], out["cool"]

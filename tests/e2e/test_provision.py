@@ -74,8 +74,8 @@ def _chroot_command(fleet, env, repo, tmp_path, host, argv: list[str]) -> dict:
     rootfs = _rootfs_dirs(host)[0]
     tree = tmp_path / f"tree-{host.name}-{time.monotonic_ns()}"
     args = json.dumps({"rootfs": str(rootfs), "argv": argv})
-    proc = _ansible(["ansible", "-i", fleet.inventory, host.name, "-m", "sparkfleet.bench.chroot_command", "-a", args, "-t",
-                     str(tree)], env, repo)
+    proc = _ansible(["ansible", "-i", fleet.inventory, host.name, "-m", "sparkfleet.bench.chroot_command",
+                     "-a", args, "-t", str(tree)], env, repo)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((tree / host.name).read_text())
 
