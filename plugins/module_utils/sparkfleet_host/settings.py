@@ -381,6 +381,37 @@ def _env_vars(value: Any) -> Optional[str]:
     return None
 
 
+#: Campaign presets (issue 15); sparkfleet.memstudy.CAMPAIGN_PRESETS defines them (a test checks the two agree).
+CAMPAIGN_PRESET_NAMES = ("memory-study",)
+#: Memory-state factors a campaign can cross into its workloads (campaign field ``factors``).
+MEMORY_FACTORS = ("kv_fraction", "drop_caches")
+
+
+def _factors(value: Any) -> Optional[str]:
+    """``factors``: {kv_fraction: [F, ...] (0 < F <= 1), drop_caches: [true, false]}, levels unique."""
+    unknown = [k for k in value if k not in MEMORY_FACTORS]
+    if unknown:
+        return "unknown factor %r (known: %s)" % (unknown[0], ", ".join(MEMORY_FACTORS))
+    for name, levels in value.items():
+        if not isinstance(levels, list) or not levels:
+            return "%s: must be a non-empty list of levels" % name
+        if len(set(map(repr, levels))) != len(levels):
+            return "%s: a level is listed twice" % name
+        if name == "kv_fraction":
+            for level in levels:
+                if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level <= 1:
+                    return "kv_fraction: every level must be a number above 0 and at most 1, got %r" % (level,)
+        elif not all(isinstance(level, bool) for level in levels):
+            return "drop_caches: every level must be true or false"
+    return None
+
+
+def _aa(value: Any) -> Optional[str]:
+    if isinstance(value, bool) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return None
+    return "must be true, false or a list of environment names, got %s %r" % (type_name(value), value)
+
+
 CAMPAIGN_FIELDS = (
     Field("name", "str", REQUIRED, "Campaign name: letters, digits, '.', '_' and '-' (the results directory)."),
     Field("description", "str", "", "Free text.", resolved=False),
@@ -398,6 +429,12 @@ CAMPAIGN_FIELDS = (
     Field("image", "str", DEFAULT_IMAGE, "Container image; the native rootfs is extracted from it."),
     Field("image_build", "dict", None, "Build the image on the host (debootstrap + docker import) when absent.",
           nullable=True),
+    Field("preset", "str", None, "Campaign preset whose keys the campaign's own override (memory-study).",
+          choices=CAMPAIGN_PRESET_NAMES, nullable=True, resolved=False),
+    Field("factors", "dict", None, "Memory-state factors crossed into every workload: kv_fraction (trtllm "
+          "workloads), drop_caches (docs/MEMORY.md).", nullable=True, check=_factors, resolved=False),
+    Field("aa", "any", False, "A/A pairs: true twins every environment (<name>.aa), a list only those named.",
+          check=_aa, resolved=False),
 )
 MODEL_FIELDS = (
     Field("name", "str", REQUIRED, "Model name (identity of its runs)."),
@@ -428,6 +465,10 @@ WORKLOAD_FIELDS = (
     Field("size", "int", None, "Matrix size (matmul).", "", 1, 65536),
     Field("extra_args", "list", None, "Extra engine arguments (argv elements).", elements="str"),
     Field("env", "dict", None, "Environment variables of the workload.", check=_env_vars),
+    Field("kv_fraction", "float", None, "TensorRT-LLM kv_cache_config.free_gpu_memory_fraction, through "
+          "--extra_llm_api_options (trtllm).", "fraction", 0.0, 1.0, low_open=True, nullable=True),
+    Field("drop_caches", "bool", None, "Drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before "
+          "each run of this workload.", nullable=True),
 )
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*$")
 IMAGE_BUILD_FIELDS = (
