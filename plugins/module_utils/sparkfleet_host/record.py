@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from .settings import STATUSES  # the run statuses, defined once (re-exported for the record's readers)
+
 #: The record format version this code writes. Older versions are read through ``MIGRATIONS``.
 SCHEMA_VERSION = 2
 
@@ -70,7 +72,6 @@ SAMPLES: Dict[str, str] = {
 #: Memory metrics must say where their figure came from (log line, report json, telemetry, ...).
 MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction")
 
-STATUSES = ("ok", "failed", "timeout", "invalid")
 ENVIRONMENT_KINDS = ("native", "container", "bare")
 
 IDENTITY_FIELDS = ("campaign", "host", "model", "environment", "workload", "iteration")
