@@ -16,7 +16,10 @@ import datetime
 import json
 import os
 
-FINAL = ("ok", "failed", "timeout", "invalid")
+from .settings import STATUSES
+
+#: A run whose last event is ``finished`` with one of these statuses is done.
+FINAL = STATUSES
 
 
 def utc_now() -> str:
