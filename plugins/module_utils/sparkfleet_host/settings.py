@@ -114,6 +114,8 @@ class Field(object):
 
 
 def _num(value: float) -> str:
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
+        return "%d" % value
     return "%g" % value
 
 
