@@ -164,7 +164,7 @@ def test_bad_runs_are_refused_before_anything_runs(tmp_path):
     bench_run = load_module("bench_run")
     good = _plan("c1", "h1", 2)
     for runs, message in (([good[0], {"run_id": "x"}], "missing key 'model'"),
-                          ([good[0], "not a dict"], "must be a dict"),
+                          ([good[0], "not a dict"], "unable to convert to dict"),
                           ([good[0], good[0]], "planned twice"),
                           ([good[0], {**good[1], "run_id": "c1__h1__forged"}], "does not match its identity")):
         out = run_module(bench_run, _args(tmp_path, runs, 0.1))
