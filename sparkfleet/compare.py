@@ -14,12 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sparkfleet.stats import CELL_KEYS, DEFAULT_LEVEL, measured_runs, moments, welch_from_moments
+from sparkfleet.stats import (
+    CELL_KEYS,
+    DEFAULT_LEVEL,
+    MIN_N_INTERVAL,
+    interval_allowed,
+    measured_runs,
+    moments,
+    required_n,
+    welch_from_moments,
+)
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 #: TensorRT-LLM's default ``free_gpu_memory_fraction``; used where a record does not say its kv_fraction.
 DEFAULT_KV_FRACTION = 0.9
-DEFAULT_ALPHA = 0.05
-DEFAULT_THRESHOLD = 0.05
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "classify", "compare_campaigns", "compare_environments"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
 #: memory, latencies and times are costs. device_total_gib and kv_fraction are configuration, not results.
@@ -60,16 +69,82 @@ def _long(runs: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFra
 
 
 def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float) -> pd.DataFrame:
-    """Welch columns for rows holding n/mean/var of side a (``*_a``) and side b (``*_b``)."""
+    """Welch columns for rows holding n/mean/var of side a (``*_a``) and side b (``*_b``).
+
+    The CI of the difference follows the small-sample rule (stats.MIN_N_INTERVAL): NaN when either side
+    has fewer runs. The p-value is kept (it is what it is, and the verdicts treat such rows as
+    undetermined)."""
     w = welch_from_moments(a["n"], a["mean"], a["var"], b["n"], b["mean"], b["var"], level)
     mean_a = a["mean"].to_numpy(dtype=float)
+    allowed = interval_allowed(np.minimum(a["n"].to_numpy(dtype=float), b["n"].to_numpy(dtype=float)))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(mean_a != 0, b["mean"].to_numpy(dtype=float) / mean_a, np.nan)
         change = np.where(mean_a != 0, w["diff"] / np.abs(mean_a) * 100, np.nan)
     return pd.DataFrame({"n_a": a["n"].to_numpy(), "n_b": b["n"].to_numpy(), "mean_a": mean_a,
-                         "mean_b": b["mean"].to_numpy(dtype=float), "diff": w["diff"], "ratio": ratio,
-                         "change_pct": change, "p_value": w["p_value"], "ci_low": w["ci_low"],
-                         "ci_high": w["ci_high"], "df": w["df"]})
+                         "mean_b": b["mean"].to_numpy(dtype=float),
+                         "sd_a": np.sqrt(a["var"].to_numpy(dtype=float)),
+                         "sd_b": np.sqrt(b["var"].to_numpy(dtype=float)), "diff": w["diff"], "ratio": ratio,
+                         "change_pct": change, "p_value": w["p_value"],
+                         "ci_low": np.where(allowed, w["ci_low"], np.nan),
+                         "ci_high": np.where(allowed, w["ci_high"], np.nan), "df": w["df"]})
+
+
+#: Why a comparison got its outcome (``classify``'s ``reason`` column).
+REASONS = {
+    "beyond-threshold": "significant and larger than the threshold",
+    "within-threshold": "significant but within the threshold",
+    "equivalent": "not significant, and the CI lies within the threshold",
+    "inconclusive": "not significant, and the CI reaches beyond the threshold",
+    "identical": "the same value in every run",
+    "exact": "each side constant: the difference is exact",
+    "n-too-small": f"fewer than {MIN_N_INTERVAL} runs on a side",
+    "no-data": "no value on a side",
+}
+
+
+def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD,
+             power_alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+    """The one decision rule behind every verdict, for rows of ``_paired`` columns (b against a).
+
+    outcome "different": significant (Welch p < alpha) and |change| > threshold. "same": significant
+    but within the threshold, or not significant with the whole CI of the change inside ±threshold, or
+    both sides constant and equal (or within the threshold). "undetermined": fewer than MIN_N_INTERVAL
+    runs on a side (unless both sides are constant), or not significant with a CI reaching beyond the
+    threshold: then ``required_n`` says how many runs per side would resolve a change of ``threshold``
+    (power 0.8, the pooled CV of the two sides).
+    """
+    n = np.minimum(table["n_a"].to_numpy(dtype=float), table["n_b"].to_numpy(dtype=float))
+    mean_a = np.abs(table["mean_a"].to_numpy(dtype=float))
+    sd_a, sd_b = table["sd_a"].to_numpy(dtype=float), table["sd_b"].to_numpy(dtype=float)
+    change = table["change_pct"].to_numpy(dtype=float) / 100
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cv = np.sqrt((sd_a**2 + sd_b**2) / 2) / mean_a
+        ci_low = table["ci_low"].to_numpy(dtype=float) / mean_a
+        ci_high = table["ci_high"].to_numpy(dtype=float) / mean_a
+    p = table["p_value"].to_numpy(dtype=float)
+    significant = p < alpha
+    large = np.abs(change) > threshold
+    exact = (sd_a == 0) & (sd_b == 0) & (n >= 2)
+    inside = (ci_low >= -threshold) & (ci_high <= threshold)
+    conditions = [
+        np.isnan(change) & ~exact,
+        exact & (table["diff"].to_numpy(dtype=float) == 0),
+        exact,
+        ~interval_allowed(n),
+        significant & large,
+        significant,
+        inside,
+    ]
+    reasons = ["no-data", "identical", "exact", "n-too-small", "beyond-threshold", "within-threshold", "equivalent"]
+    reason = np.select(conditions, reasons, default="inconclusive")
+    outcome = np.select(
+        [np.isin(reason, ["beyond-threshold"]) | ((reason == "exact") & large),
+         np.isin(reason, ["identical", "exact", "within-threshold", "equivalent"])],
+        ["different", "same"], default="undetermined")
+    need = required_n(cv, threshold, alpha=power_alpha)
+    need = np.where(outcome == "undetermined", np.maximum(need, MIN_N_INTERVAL), np.nan)
+    return pd.DataFrame({"significant": significant, "large": large, "outcome": outcome, "reason": reason,
+                         "cv_pooled": cv, "required_n": need}, index=table.index)
 
 
 def native_environment(environments: pd.Series) -> str:
@@ -78,16 +153,35 @@ def native_environment(environments: pd.Series) -> str:
     return "native" if "native" in names else min(names)
 
 
+def pooled_moments(per_group: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """n, mean and sample variance of the union of groups, from each group's n, mean and var (exact:
+    within-group plus between-group sums of squares)."""
+    frame = per_group.assign(_s=per_group["n"] * per_group["mean"])
+    total = frame.groupby(keys, sort=True).agg(n=("n", "sum"), _s=("_s", "sum"), hosts=("n", "size"))
+    total["mean"] = total["_s"] / total["n"]
+    frame = frame.join(total["mean"].rename("_pooled"), on=keys)
+    frame["_ss"] = (frame["n"] - 1) * frame["var"].fillna(0) + frame["n"] * (frame["mean"] - frame["_pooled"]) ** 2
+    total["var"] = frame.groupby(keys, sort=True)["_ss"].sum() / (total["n"] - 1)
+    total.loc[total["n"] < 2, "var"] = np.nan
+    return total.drop(columns="_s").reset_index()
+
+
 def compare_environments(
-    runs: pd.DataFrame, metrics: tuple[str, ...] = COMPARED_METRICS, level: float = DEFAULT_LEVEL
+    runs: pd.DataFrame, metrics: tuple[str, ...] = COMPARED_METRICS, level: float = DEFAULT_LEVEL,
+    pool_hosts: bool = False,
 ) -> pd.DataFrame:
     """Every non-native environment against native, per (host, model, workload) and metric.
 
     ``diff`` = environment - native, ``ratio`` = environment / native, ``overhead_pct`` = (environment -
-    native) / native x 100; ``p_value`` and ``ci_*`` from Welch.
+    native) / native x 100; ``p_value`` and ``ci_*`` from Welch (no CI below stats.MIN_N_INTERVAL runs).
+    ``pool_hosts``: one comparison per (model, workload), pooling the runs of the hosts that ran both
+    environments (a host that ran only one of them would confound host with environment); a ``hosts``
+    column counts them.
     """
     columns = [*_PAIR_KEYS, "native", "environment", "metric", "n_native", "n_env", "native_mean", "env_mean",
-               "diff", "ratio", "overhead_pct", "p_value", "ci_low", "ci_high", "df"]
+               "sd_native", "sd_env", "diff", "ratio", "overhead_pct", "p_value", "ci_low", "ci_high", "df"]
+    if pool_hosts:
+        columns = [c if c != "host" else "hosts" for c in columns]
     measured = measured_runs(runs)
     present = _present(measured, metrics)
     natives = measured[measured["environment_kind"] == "native"].groupby(list(_PAIR_KEYS))["environment"]
@@ -101,16 +195,22 @@ def compare_environments(
     pairs = other.merge(base, on=[*_PAIR_KEYS, "native", "metric"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame(columns=columns)
-    side = {s: pairs[[f"{c}_{s}" for c in ("n", "mean", "var")]].set_axis(["n", "mean", "var"], axis=1)
-            for s in ("a", "b")}
+    keys = [*_PAIR_KEYS, "native", "environment", "metric"]
+    side = {s: pairs[[*keys, *(f"{c}_{s}" for c in ("n", "mean", "var"))]].set_axis(
+        [*keys, "n", "mean", "var"], axis=1) for s in ("a", "b")}
+    if pool_hosts:  # pairs holds only hosts that ran both environments: pool each side over them
+        keys = keys[1:]
+        side = {s: pooled_moments(frame, keys) for s, frame in side.items()}
     result = _paired(side["a"], side["b"], level)
-    table = pd.concat([pairs[[*_PAIR_KEYS, "native", "environment", "metric"]].reset_index(drop=True),
-                       result], axis=1).rename(columns={
-        "n_a": "n_native", "n_b": "n_env", "mean_a": "native_mean", "mean_b": "env_mean",
-        "change_pct": "overhead_pct"})
+    labels = side["a"][keys].reset_index(drop=True)
+    if pool_hosts:
+        labels.insert(0, "hosts", side["a"]["hosts"].to_numpy())
+    table = pd.concat([labels, result], axis=1).rename(columns={
+        "n_a": "n_native", "n_b": "n_env", "mean_a": "native_mean", "mean_b": "env_mean", "sd_a": "sd_native",
+        "sd_b": "sd_env", "change_pct": "overhead_pct"})
     order = {m: i for i, m in enumerate(present)}
-    table = table.sort_values([*_PAIR_KEYS, "environment", "metric"],
-                              key=lambda c: c.map(order) if c.name == "metric" else c)
+    sort = [k for k in (*_PAIR_KEYS, "environment", "metric") if k in table]
+    table = table.sort_values(sort, key=lambda c: c.map(order) if c.name == "metric" else c)
     return table[columns].reset_index(drop=True)
 
 
@@ -234,16 +334,19 @@ def compare_campaigns(
     """Per matched cell and judged metric: Welch comparison and a verdict.
 
     A change is *reported* only when it is significant (p < alpha) **and** larger than ``threshold``
-    (relative); then it is a regression or an improvement by the metric's direction. Anything else is
-    "unchanged" (both small and noisy changes: a big change that is not significant is not evidence).
-    Cells found on one side only get a row with verdict "only in baseline" / "only in current".
+    (relative); then it is a regression or an improvement by the metric's direction. A side with fewer
+    than stats.MIN_N_INTERVAL runs (and not constant) is "undetermined". Anything else is "unchanged"
+    (both small and noisy changes: a big change that is not significant is not evidence). ``outcome``,
+    ``reason`` and ``required_n`` are ``classify``'s. Cells found on one side only get a row with verdict
+    "only in baseline" / "only in current".
     """
     base, cur = measured_runs(baseline), measured_runs(current)
     keys = list(cell_keys_for(base, cur, match))
     metrics = [m for m in COMPARED_METRICS if direction(m) and m in base and m in cur
                and base[m].notna().any() and cur[m].notna().any()]
-    columns = [*keys, "metric", "n_baseline", "n_current", "baseline_mean", "current_mean", "diff", "ratio",
-               "change_pct", "p_value", "ci_low", "ci_high", "df", "significant", "large", "verdict"]
+    columns = [*keys, "metric", "n_baseline", "n_current", "baseline_mean", "current_mean", "sd_baseline",
+               "sd_current", "diff", "ratio", "change_pct", "p_value", "ci_low", "ci_high", "df", "significant",
+               "large", "outcome", "reason", "cv_pooled", "required_n", "verdict"]
     base_cells = set(base[keys].itertuples(index=False, name=None))
     cur_cells = set(cur[keys].itertuples(index=False, name=None))
     unmatched = [{**dict(zip(keys, cell, strict=True)), "metric": None,
@@ -259,14 +362,15 @@ def compare_campaigns(
         judged = pd.concat([pairs[[*keys, "metric"]].reset_index(drop=True),
                             _judge(_paired(side["a"], side["b"], level), pairs["metric"], alpha, threshold)],
                            axis=1).rename(columns={"n_a": "n_baseline", "n_b": "n_current",
-                                                   "mean_a": "baseline_mean", "mean_b": "current_mean"})
+                                                   "mean_a": "baseline_mean", "mean_b": "current_mean",
+                                                   "sd_a": "sd_baseline", "sd_b": "sd_current"})
         rows = judged[columns] if rows.empty else pd.concat([judged[columns], rows], ignore_index=True)
     return rows.reset_index(drop=True)
 
 
 def _judge(table: pd.DataFrame, metrics: pd.Series, alpha: float, threshold: float) -> pd.DataFrame:
-    significant = (table["p_value"] < alpha).fillna(False).astype(bool)
-    large = (table["change_pct"].abs() > threshold * 100).fillna(False).astype(bool)
+    judged = classify(table, alpha, threshold)
     better = np.sign(table["diff"].to_numpy()) == metrics.map(direction).to_numpy()
-    verdict = np.where(significant & large, np.where(better, "improvement", "regression"), "unchanged")
-    return table.assign(significant=significant.to_numpy(), large=large.to_numpy(), verdict=verdict)
+    verdict = np.select([judged["outcome"] == "different", judged["reason"] == "n-too-small"],
+                        [np.where(better, "improvement", "regression"), "undetermined"], default="unchanged")
+    return pd.concat([table, judged], axis=1).assign(verdict=verdict)

@@ -87,6 +87,7 @@ class Progress:
         self.play: str | None = None
         self.campaign: str | None = None
         self.stats: dict[str, dict[str, int]] | None = None
+        self.report: list[str] = []  # `sparkfleet report`'s output, from the report play's "report" event
         self.started = time.monotonic()
 
     def host(self, name: str) -> HostState:
@@ -120,6 +121,9 @@ class Progress:
             h = self.host(name)
             h.state = "failed" if kind == "host_failed" else "unreachable"
             h.msg = str(event.get("msg") or "")
+        elif kind == "report":
+            lines = event.get("lines")
+            self.report = [str(line) for line in lines] if isinstance(lines, list) else []
         elif kind == "stats":
             self.stats = event.get("hosts") or {}
             for hname in self.stats:
@@ -148,8 +152,26 @@ class Progress:
                 runs = f" runs={h.progress}" if h and h.total is not None else ""
                 lines.append(f"{hname}: ok={s.get('ok', 0)} changed={s.get('changed', 0)} "
                              f"failed={s.get('failed', 0)} unreachable={s.get('unreachable', 0)}{runs}")
+        lines += report_verdicts(self.report)
         lines.append(f"playbook finished: rc={rc}")
         return lines
+
+
+def report_verdicts(report: list[str]) -> list[str]:
+    """The verdict headlines of `sparkfleet report`'s terminal summary (a "verdicts:" line, then one
+    two-space-indented line per verdict with its details indented further) and where the report is."""
+    out: list[str] = []
+    inside = False
+    for line in report:
+        if line.strip() == "verdicts:":
+            inside, out = True, ["verdicts:"]
+        elif inside and line.startswith("  ") and not line.startswith("   "):
+            out.append(line)
+        elif inside and not line.startswith(" "):
+            inside = False
+        if line.startswith("wrote ") and line.endswith("index.html"):
+            out.append(f"report: {line.removeprefix('wrote ')}")
+    return out
 
 
 def plain_line(event: dict[str, Any]) -> str | None:

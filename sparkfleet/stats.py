@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from sparkfleet.thresholds import DEFAULT_ALPHA
 from sparkfleet_host.record import METRICS, STATUSES
 
 CELL_KEYS = ("host", "model", "environment", "workload")
@@ -23,6 +24,71 @@ DEFAULT_CV_GATE = 0.05
 DEFAULT_LEVEL = 0.95
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
+DEFAULT_POWER = 0.8
+
+# --- small samples: the one rule every table, figure and verdict follows ---------------------------------
+#: Fewest measured runs per cell (per side of a comparison) for which a t-interval is shown. With n = 2 the
+#: 95% t-interval is mean ± 12.7·sd/√2: correct arithmetic, and wide enough to say nothing (for throughput
+#: it routinely reaches below zero). Below this the reports say "n too small" and a comparison is
+#: "undetermined", unless both sides are constant (an exact difference needs no interval).
+MIN_N_INTERVAL = 3
+#: Fewest runs for a percentile-bootstrap interval of the median. Resampling fewer values gives a handful
+#: of distinct medians, and the interval's coverage is far below its nominal level.
+MIN_N_BOOTSTRAP = 10
+
+
+def interval_allowed(n):
+    """Whether a t-interval is shown for ``n`` runs (an array gives an array)."""
+    return np.asarray(n, dtype=float) >= MIN_N_INTERVAL if np.ndim(n) else n >= MIN_N_INTERVAL
+
+
+def bootstrap_allowed(n):
+    """Whether a bootstrap interval of the median is computed for ``n`` runs (an array gives an array)."""
+    return np.asarray(n, dtype=float) >= MIN_N_BOOTSTRAP if np.ndim(n) else n >= MIN_N_BOOTSTRAP
+
+
+def physical_range(metric: str) -> tuple[float, float]:
+    """The values a metric can take: fractions lie in [0, 1], every other contract metric (throughput,
+    latency, memory, time) is non-negative."""
+    return (0.0, 1.0) if METRICS.get(metric) == "fraction" else (0.0, math.inf)
+
+
+def range_violation(metric: str, low: float, high: float) -> str:
+    """Why an interval [low, high] of ``metric`` leaves its physical range ("" when it does not). Intervals
+    are never clipped: a bound outside the range says the normal approximation does not fit the sample."""
+    lowest, highest = physical_range(metric)
+    notes = []
+    if not math.isnan(low) and low < lowest:
+        notes.append(f"lower bound below {lowest:g}")
+    if not math.isnan(high) and high > highest:
+        notes.append(f"upper bound above {highest:g}")
+    return ", ".join(notes)
+
+
+@cache
+def _z_sum(alpha: float, power: float) -> float:
+    return float(sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power))
+
+
+def required_n(cv, effect, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER):
+    """Runs per side for a two-sided test at ``alpha`` to detect a relative difference ``effect`` with
+    probability ``power``, given the coefficient of variation ``cv`` of one run (normal approximation):
+
+        n = 2 · ((z(1 − alpha/2) + z(power)) · cv / effect)²   per side, rounded up
+
+    (cv = effect gives Lehr's 16 at alpha 0.05, power 0.8). Scalars give an int (None when cv or effect
+    is not a positive number); arrays give a float array with NaN there.
+    """
+    z = _z_sum(alpha, power)
+    if np.ndim(cv) == 0 and np.ndim(effect) == 0:
+        cv, effect = float(cv), abs(float(effect))
+        if not (math.isfinite(cv) and cv >= 0 and math.isfinite(effect) and effect > 0):
+            return None
+        return max(1, math.ceil(2 * (z * cv / effect) ** 2 - 1e-9))
+    cv, effect = np.asarray(cv, dtype=float), np.abs(np.asarray(effect, dtype=float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.maximum(1, np.ceil(2 * (z * cv / effect) ** 2 - 1e-9))
+    return np.where((cv >= 0) & (effect > 0) & np.isfinite(n), n, np.nan)
 #: Iglewicz & Hoaglin: |0.6745 (x - median) / MAD| > 3.5 marks a likely outlier.
 OUTLIER_Z = 3.5
 _MAD_TO_SIGMA = 0.6745
@@ -100,6 +166,8 @@ def _grouped_bootstrap(
     long: pd.DataFrame, group_cols: list[str], level: float, resamples: int, seed: int
 ) -> pd.DataFrame:
     """Bootstrap median CIs for every group of a long (group..., value) frame at once."""
+    if long.empty:
+        return pd.DataFrame(columns=[*group_cols, "median_ci_low", "median_ci_high"])
     codes = long.groupby(group_cols, sort=True, observed=True).ngroup().to_numpy()
     order = np.lexsort((long["value"].to_numpy(dtype=float), codes))
     values = long["value"].to_numpy(dtype=float)[order]
@@ -153,9 +221,10 @@ def cell_statistics(
     outliers: pd.DataFrame | None = None,
     long: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per (cell, metric): n, mean, std (ddof=1), cv, median, min, max, t CI of the mean,
-    bootstrap CI of the median, outlier count and whether the CV passes the gate. ``outliers``: the
-    result of ``flag_outliers`` and ``long`` the ``long_metrics`` frame, when the caller has them."""
+    """One row per (cell, metric): n, mean, std (ddof=1), cv, median, min, max, t CI of the mean (from
+    MIN_N_INTERVAL runs on, NaN below), bootstrap CI of the median (from MIN_N_BOOTSTRAP runs on), outlier
+    count and whether the CV passes the gate. ``outliers``: the result of ``flag_outliers`` and ``long`` the
+    ``long_metrics`` frame, when the caller has them."""
     metrics = metric_columns(runs) if metrics is None else metrics
     group_cols = [*keys, "metric"]
     long = long_metrics(runs, metrics, keys) if long is None else long
@@ -167,8 +236,12 @@ def cell_statistics(
     mean, std = table["mean"].to_numpy(), table["std"].to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         table["cv"] = np.where(mean != 0, std / np.abs(mean), np.nan)
-    table["ci_low"], table["ci_high"] = t_interval(mean, std, n, level)
-    table = table.merge(_grouped_bootstrap(long, group_cols, level, resamples, seed), on=group_cols, how="left")
+    low, high = t_interval(mean, std, n, level)
+    allowed = interval_allowed(n)  # below MIN_N_INTERVAL: no interval (the tables say "n too small")
+    table["ci_low"], table["ci_high"] = np.where(allowed, low, np.nan), np.where(allowed, high, np.nan)
+    counts = long.groupby(group_cols, sort=True, observed=True)["value"].transform("size")
+    bootstrap = _grouped_bootstrap(long[bootstrap_allowed(counts.to_numpy())], group_cols, level, resamples, seed)
+    table = table.merge(bootstrap, on=group_cols, how="left")
     outliers = flag_outliers(runs, metrics, keys, long=long) if outliers is None else outliers
     n_out = outliers.groupby(group_cols, observed=True).size().rename("n_outliers").reset_index()
     table = table.merge(n_out, on=group_cols, how="left")

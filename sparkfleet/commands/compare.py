@@ -12,10 +12,9 @@ from pathlib import Path
 
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 # Analysis modules (pandas, scipy) load inside run() so that building the CLI parser stays fast.
-DEFAULT_ALPHA = 0.05  # = sparkfleet.compare.DEFAULT_ALPHA (tests check they agree)
-DEFAULT_THRESHOLD = 0.05  # = sparkfleet.compare.DEFAULT_THRESHOLD
 MATCH_MODES = ("auto", "host", "pooled")  # = sparkfleet.compare.MATCH_MODES
 
 
@@ -81,6 +80,12 @@ def _text(table, args) -> str:
         lines.append(f"  {r['verdict'].upper()}: {' / '.join(str(r[k]) for k in keys)} {r['metric']}: "
                      f"{fmt(r['baseline_mean'])} -> {fmt(r['current_mean'])} ({fmt_pct(r['change_pct'], 1)}, "
                      f"p={fmt_p(r['p_value'])})")
+    undetermined = judged[judged["verdict"] == "undetermined"]
+    if len(undetermined):
+        need = undetermined["required_n"].max()
+        lines.append(f"  undetermined: {len(undetermined)} comparisons have fewer than 3 runs on a side"
+                     + (f" (about {fmt(need)} runs per side would resolve ±{args.threshold * 100:g}%)"
+                        if need == need else ""))
     unmatched = table[table["metric"].isna()]
     for _, r in unmatched.iterrows():
         lines.append(f"  note: {' / '.join(str(r[k]) for k in keys)} {r['verdict']}")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparkfleet import compare, reproducibility, stats
-from sparkfleet.load import LoadProblem, LoadResult
+from sparkfleet import compare, reproducibility, stats, thresholds
+from sparkfleet.load import LoadProblem, LoadResult, load_runs
 from sparkfleet.report.findings import Finding, collect_findings
+from sparkfleet.report.verdicts import VerdictLine, build_verdicts
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class Options:
     seed: int = stats.DEFAULT_SEED
     tolerance: float = reproducibility.DEFAULT_TOLERANCE
     kv_fraction: float = compare.DEFAULT_KV_FRACTION
+    alpha: float = thresholds.DEFAULT_ALPHA
+    threshold: float = thresholds.DEFAULT_THRESHOLD  # the smallest relative difference that matters
+    baseline: str | None = None  # results directory the regression verdicts compare against
 
 
 @dataclass
@@ -38,7 +42,11 @@ class Analysis:
     kv_shift: pd.DataFrame
     host_variance: pd.DataFrame
     host_deviations: pd.DataFrame
+    environments_pooled: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (model, workload), hosts pooled
+    regressions: pd.DataFrame | None = None  # compare_campaigns(baseline, runs) when a baseline is given
+    baseline_problems: list[LoadProblem] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    verdicts: list[VerdictLine] = field(default_factory=list)
 
 
 def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
@@ -50,6 +58,16 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
     cells = stats.cell_statistics(runs, metrics, cv_gate=options.cv_gate, level=options.level,
                                   resamples=options.resamples, seed=options.seed, outliers=outliers, long=long)
     environments = compare.compare_environments(runs, level=options.level)
+    # The verdicts pool hosts: with one host (the common case) that is the per-host table itself.
+    pooled = compare.compare_environments(runs, level=options.level, pool_hosts=True) \
+        if runs["host"].nunique() > 1 else _as_pooled(environments)
+    regressions, baseline_problems = None, []
+    if options.baseline:
+        baseline = load_runs(options.baseline)
+        baseline_problems = baseline.problems
+        if not baseline.runs.empty:
+            regressions = compare.compare_campaigns(baseline.runs, runs, alpha=options.alpha,
+                                                    threshold=options.threshold, level=options.level)
     kv_runs, kv_fit = compare.kv_decomposition(runs, options.kv_fraction)
     analysis = Analysis(
         root=loaded.root or Path("."),
@@ -66,6 +84,15 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
         kv_shift=compare.kv_shift(environments, kv_runs),
         host_variance=reproducibility.host_variance(runs, metrics),
         host_deviations=reproducibility.host_deviations(runs, metrics, options.tolerance),
+        environments_pooled=pooled,
+        regressions=regressions,
+        baseline_problems=baseline_problems,
     )
     analysis.findings = collect_findings(analysis)
+    analysis.verdicts = build_verdicts(analysis)
     return analysis
+
+
+def _as_pooled(environments: pd.DataFrame) -> pd.DataFrame:
+    """The per-host comparison of a one-host campaign in the pooled layout (a ``hosts`` column of 1)."""
+    return environments.drop(columns=["host"]).assign(hosts=1)

@@ -12,19 +12,22 @@ import pandas as pd
 from sparkfleet.report import plots
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.document import (
+    N_TOO_SMALL,
     Bullets,
+    Details,
     Figure,
     Paragraph,
     Section,
+    Verdicts,
     fmt,
-    fmt_interval,
+    fmt_ci,
     fmt_p,
     fmt_pct,
     shown,
     table,
 )
 from sparkfleet.report.findings import KV_RESIDUAL_LIMIT_GIB
-from sparkfleet.stats import CELL_KEYS
+from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL
 
 #: Configuration, not results: kept in cells.csv and --json, left out of the statistics tables.
 CONFIG_METRICS = ("device_total_gib", "kv_fraction")
@@ -35,6 +38,7 @@ MAX_KV_RUN_ROWS = 200
 #: Runs above which figures are drawn in forked processes (forking costs more than it saves on small reports).
 PARALLEL_FIGURES_MIN_RUNS = 20_000
 _TITLES = {
+    "effects": "The first verdict in a figure: each comparison's relative difference with its 95% CI",
     "box_per_cell": "Runs per cell (box plots)",
     "ci_bars": "Means with 95% confidence intervals",
     "throughput_batch": "Throughput against batch size",
@@ -57,6 +61,7 @@ def run_figure_makers(runs: pd.DataFrame, root: Path) -> dict[str, Callable[[], 
 def figure_makers(analysis: Analysis) -> dict[str, tuple[str, Callable[[], bytes | None]]]:
     fraction = analysis.kv_fit.assumed_fraction if analysis.kv_fit else analysis.options.kv_fraction
     makers = run_figure_makers(analysis.runs, analysis.root) | {
+        "effects": lambda: plots.effects(analysis.verdicts, analysis.options.threshold),
         "ci_bars": lambda: plots.ci_bars(analysis.cells, analysis.runs),
         "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, fraction),
     }
@@ -148,16 +153,32 @@ def render_figures(analysis: Analysis, started: FigureDrawing | None = None) -> 
 
 
 def build_document(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
+    """The answer first (verdicts and the figure that shows the first of them), then the evidence."""
     return [
+        verdict_section(analysis, figures),
         overview(analysis),
         warnings_section(analysis),
-        statistics_section(analysis, figures),
         environment_section(analysis),
+        statistics_section(analysis, figures),
         kv_section(analysis, figures),
         reproducibility_section(analysis),
         outlier_section(analysis),
         over_time_section(figures),
     ]
+
+
+def verdict_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
+    o = analysis.options
+    rule = (f"Different: significant (Welch p < {o.alpha:g}) and larger than ±{o.threshold * 100:g}%. Same: "
+            f"within ±{o.threshold * 100:g}% (the whole {o.level * 100:g}% CI inside it, or identical runs). "
+            f"Undetermined: fewer than {MIN_N_INTERVAL} runs on a side or a CI too wide to tell; the number of "
+            f"iterations that would tell is for a ±{o.threshold * 100:g}% difference at power 0.8 from the "
+            "observed run-to-run variation.")
+    blocks: list = [Verdicts([(line.label, line.outcome, line.headline, line.text) for line in analysis.verdicts]),
+                    Paragraph(rule)]
+    if "effects" in figures:
+        blocks.append(figures["effects"])
+    return Section("Verdicts", blocks)
 
 
 def overview(analysis: Analysis) -> Section:
@@ -173,24 +194,39 @@ def overview(analysis: Analysis) -> Section:
             f"confidence level {analysis.options.level * 100:g}%, bootstrap {analysis.options.resamples} resamples "
             f"(seed {analysis.options.seed}).")
     counts = analysis.counts.rename(columns={"n_runs": "runs", "n_measured": "in stats"})
-    return Section("Overview", [Paragraph(text), table(counts, "Runs per cell by status", "cells.csv")])
+    return Section("Overview", [Paragraph(text), Details(f"Runs per cell by status ({len(counts)} cells)",
+                                                         [table(counts, "", "cells.csv")])])
 
 
 def warnings_section(analysis: Analysis) -> Section:
+    """One line per cell (or host, or run problem); the single facts each line groups, collapsed."""
     if not analysis.findings:
         return Section("Warnings", [Paragraph("None.")])
     kinds = pd.Series([f.kind for f in analysis.findings]).value_counts()
     summary = ", ".join(f"{n} {k}" for k, n in kinds.items())
-    return Section("Warnings", [Paragraph(summary),
-                                Bullets([f"[{f.kind}] {f.message}" for f in analysis.findings], "warnings")])
+    blocks: list = [Paragraph(summary),
+                    Bullets([f"[{f.kind}] {f.message}" for f in analysis.findings], "warnings")]
+    details = [f"[{f.kind}] {f.subject + ': ' if f.subject else ''}{d}" for f in analysis.findings for d in f.details]
+    if details:
+        blocks.append(Details(f"Details: {len(details)} single warnings", [Bullets(details, "warnings")]))
+    return Section("Warnings", blocks)
 
 
 def statistics_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
+    reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]
+    n_max = reported["n"].max() if len(reported) else 0
+    omitted = []
+    if n_max < MIN_N_INTERVAL:
+        omitted.append(f"the t-intervals (every cell has fewer than {MIN_N_INTERVAL} runs)")
+    if n_max < MIN_N_BOOTSTRAP:
+        omitted.append(f"the bootstrap intervals (every cell has fewer than {MIN_N_BOOTSTRAP} runs)")
     blocks: list = [Paragraph(
         "n, mean, sample standard deviation (ddof=1), coefficient of variation, median, range, the t "
-        "confidence interval of the mean and a percentile-bootstrap interval of the median. Outliers are "
-        "flagged by robust z = 0.6745·(x − median)/MAD > 3.5 and kept in every figure.")]
-    reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]
+        f"confidence interval of the mean (from {MIN_N_INTERVAL} runs on) and a percentile-bootstrap interval "
+        f"of the median (from {MIN_N_BOOTSTRAP} runs on); with fewer runs the cell says \"{N_TOO_SMALL}\". "
+        "Intervals are never clipped: a bound outside the metric's physical range is marked. Outliers are "
+        "flagged by robust z = 0.6745·(x − median)/MAD > 3.5 and kept in every figure."
+        + (f" Left out of the tables: {' and '.join(omitted)}." if omitted else ""))]
     for metric, full in reported.groupby("metric", sort=False):
         part = shown(full)
         frame = pd.DataFrame({
@@ -202,12 +238,17 @@ def statistics_section(analysis: Analysis, figures: dict[str, Figure]) -> Sectio
             "median": part["median"].map(fmt),
             "min": part["min"].map(fmt),
             "max": part["max"].map(fmt),
-            "CI mean": [fmt_interval(lo, hi) for lo, hi in zip(part["ci_low"], part["ci_high"], strict=True)],
-            "CI median (bootstrap)": [fmt_interval(lo, hi) for lo, hi in
-                                      zip(part["median_ci_low"], part["median_ci_high"], strict=True)],
+            "CI mean": [fmt_ci(lo, hi, n, MIN_N_INTERVAL, str(metric)) for lo, hi, n in
+                        zip(part["ci_low"], part["ci_high"], part["n"], strict=True)],
+            "CI median (bootstrap)": [fmt_ci(lo, hi, n, MIN_N_BOOTSTRAP, str(metric)) for lo, hi, n in
+                                      zip(part["median_ci_low"], part["median_ci_high"], part["n"], strict=True)],
             "outliers": part["n_outliers"].map(fmt),
             "CV gate": part["cv_ok"].map(lambda ok: "–" if pd.isna(ok) else ("pass" if ok else "FAIL")),
         })
+        if n_max < MIN_N_INTERVAL:
+            frame = frame.drop(columns=["CI mean"])
+        if n_max < MIN_N_BOOTSTRAP:
+            frame = frame.drop(columns=["CI median (bootstrap)"])
         blocks.append(table(frame, f"{metric}", "cells.csv", len(full)))
     blocks += [figures[n] for n in ("box_per_cell", "ci_bars", "throughput_batch") if n in figures]
     return Section("Per-cell statistics", blocks)
@@ -224,17 +265,32 @@ def environment_section(analysis: Analysis) -> Section:
         "n": env["n_native"].map(fmt) + " / " + env["n_env"].map(fmt),
         "native mean": env["native_mean"].map(fmt), "env mean": env["env_mean"].map(fmt),
         "difference": env["diff"].map(fmt),
-        "95% CI of difference": [fmt_interval(lo, hi) for lo, hi in zip(env["ci_low"], env["ci_high"],
-                                                                          strict=True)],
+        "95% CI of difference": [_difference_ci(r) for r in env.itertuples()],
         "ratio": env["ratio"].map(lambda v: fmt(v, 3)),
         "overhead": env["overhead_pct"].map(fmt_pct),
         "Welch p": env["p_value"].map(fmt_p), "df": env["df"].map(lambda v: fmt(v, 3)),
     })
     text = ("Difference = environment − native; overhead = (environment − native) / native; Welch's t-test "
-            "(unequal variances), CI with Welch–Satterthwaite degrees of freedom. A p-value above 0.05 with a "
-            "CI spanning 0 means no difference was detected, not that none exists.")
+            "(unequal variances), CI with Welch–Satterthwaite degrees of freedom, shown from "
+            f"{MIN_N_INTERVAL} runs per side on. A p-value above 0.05 with a CI spanning 0 means no difference "
+            "was detected, not that none exists; the verdicts above say which.")
     return Section("Environments against native",
                    [Paragraph(text), table(frame, "", "environments.csv", len(analysis.environments))])
+
+
+def _difference_ci(row) -> str:
+    """The CI of environment − native under the small-sample rule; a bound that would put the environment's
+    mean outside the metric's physical range is marked."""
+    from sparkfleet.stats import range_violation
+
+    n = min(row.n_native, row.n_env)
+    if n < MIN_N_INTERVAL:
+        return f"{N_TOO_SMALL} (n={fmt(row.n_native)}/{fmt(row.n_env)})"
+    text = fmt_ci(row.ci_low, row.ci_high, n, MIN_N_INTERVAL)
+    if text == "–":
+        return text
+    note = range_violation(row.metric, row.native_mean + row.ci_low, row.native_mean + row.ci_high)
+    return f"{text} ({note} for the environment's mean: outside the physical range)" if note else text
 
 
 def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:

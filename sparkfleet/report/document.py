@@ -38,7 +38,23 @@ class Figure:
     png: bytes
 
 
-Block = Paragraph | Bullets | Table | Figure
+@dataclass(frozen=True)
+class Verdicts:
+    """The verdict block: (label, outcome, headline, text) per line; outcome is different / same /
+    undetermined, the headline the answer in plain words ("" for none), the text the numbers behind it."""
+
+    lines: list[tuple[str, str, str, str]]
+
+
+@dataclass(frozen=True)
+class Details:
+    """Blocks shown collapsed (HTML <details>, which GitHub also folds in Markdown)."""
+
+    summary: str
+    blocks: list = field(default_factory=list)
+
+
+Block = Paragraph | Bullets | Table | Figure | Verdicts | Details
 
 
 @dataclass
@@ -85,6 +101,22 @@ def fmt_interval(low: float, high: float, digits: int = 4) -> str:
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
         return "–"
     return f"[{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
+
+
+#: What a table shows instead of an interval its cell has too few runs for (stats.MIN_N_INTERVAL).
+N_TOO_SMALL = "n too small"
+
+
+def fmt_ci(low: float, high: float, n: float, minimum: int, metric: str = "", digits: int = 4) -> str:
+    """An interval for a table cell under the small-sample rule: "n too small (n=2)" below ``minimum`` runs,
+    and a note when a bound leaves the metric's physical range (never clipped)."""
+    from sparkfleet.stats import range_violation
+
+    if n is None or (isinstance(n, float) and math.isnan(n)) or n < minimum:
+        return f"{N_TOO_SMALL} (n={fmt(n)})"
+    text = fmt_interval(low, high, digits)
+    note = range_violation(metric, float(low), float(high)) if metric and text != "–" else ""
+    return f"{text} ({note}: outside the physical range)" if note else text
 
 
 def table(frame: pd.DataFrame, caption: str = "", full_table: str = "", total_rows: int | None = None) -> Table:

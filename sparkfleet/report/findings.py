@@ -20,22 +20,34 @@ MAX_LISTED = 25
 
 @dataclass(frozen=True)
 class Finding:
+    """One warning line; ``details`` holds the single facts it groups (one per metric or run), which the
+    reports show collapsed."""
+
     kind: str
     message: str
+    details: tuple[str, ...] = ()
+    subject: str = ""  # the cell or host a grouped finding is about
 
-    def as_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message}
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "message": self.message, "details": list(self.details), "subject": self.subject}
 
 
 def cell_label(row: pd.Series | dict, keys: tuple[str, ...] = CELL_KEYS) -> str:
     return " / ".join(str(row[k]) for k in keys)
 
 
-def _capped(kind: str, messages: list[str]) -> list[Finding]:
-    listed = [Finding(kind, m) for m in messages[:MAX_LISTED]]
+def _capped(kind: str, messages: list[str] | list[Finding]) -> list[Finding]:
+    listed = [m if isinstance(m, Finding) else Finding(kind, m) for m in messages[:MAX_LISTED]]
     if len(messages) > MAX_LISTED:
         listed.append(Finding(kind, f"... and {len(messages) - MAX_LISTED} more {kind} findings (see tables)"))
     return listed
+
+
+def _per_group(frame: pd.DataFrame, keys: list[str]):
+    """(label, rows) per group of ``frame`` in key order, the label naming the group's keys."""
+    for key, rows in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield " / ".join(str(k) for k in key), rows
 
 
 def collect_findings(analysis: Analysis) -> list[Finding]:
@@ -116,27 +128,48 @@ def runs_not_ok(runs: pd.DataFrame) -> list[Finding]:
 
 
 def cv_gate_failures(analysis: Analysis) -> list[Finding]:
+    """One line per cell: every metric over the gate, the worst CV first (each metric's CV in details)."""
     failed = analysis.cells[analysis.cells["cv_ok"].fillna(True).eq(False)]
+    failed = failed[~failed["metric"].isin(("device_total_gib", "kv_fraction"))]
     gate = analysis.options.cv_gate * 100
-    messages = [
-        f"CV gate: {cell_label(r)} {r['metric']} CV {r['cv'] * 100:.1f}% > {gate:g}% (n={r['n']})"
-        for _, r in failed.iterrows()
-    ] if len(failed) <= MAX_LISTED * 4 else [
-        f"CV gate: {len(failed)} cell metrics exceed {gate:g}% (see the statistics tables)"
-    ]
-    return _capped("cv-gate", messages)
+    cells = failed.groupby(list(CELL_KEYS), sort=True).ngroups if len(failed) else 0
+    if cells > MAX_LISTED * 4:
+        return [Finding("cv-gate", f"CV gate: {cells} cells have metrics above {gate:g}% (see the statistics "
+                                   "tables and cells.csv)")]
+    findings = []
+    for label, cell in _per_group(failed, list(CELL_KEYS)):
+        rows = cell.sort_values("cv", ascending=False, kind="stable")
+        worst = rows.iloc[0]
+        n = "/".join(sorted({str(v) for v in rows["n"]}))
+        findings.append(Finding(
+            "cv-gate",
+            f"CV gate: {label}: {len(rows)} metric(s) above {gate:g}% ({', '.join(cell['metric'])}); worst "
+            f"{worst['metric']} CV {worst['cv'] * 100:.1f}% (n={n})",
+            tuple(f"{r['metric']} CV {r['cv'] * 100:.1f}% > {gate:g}% (n={r['n']})" for _, r in rows.iterrows()),
+            label))
+    return _capped("cv-gate", findings)
 
 
 def outlier_findings(analysis: Analysis) -> list[Finding]:
+    """One line per cell: the metrics with outliers and the most extreme value (each value in details)."""
     out = analysis.outliers
-    messages = [
-        f"outlier (kept): {cell_label(r)} {r['metric']} run {r['run_id']} = {r['value']:.4g} "
-        f"(cell median {r['cell_median']:.4g}, robust z {r['robust_z']:+.1f})"
-        for _, r in out.head(MAX_LISTED + 1).iterrows()
-    ]
-    if len(out) > MAX_LISTED + 1:
-        messages.append(f"{len(out)} outlier values in all (see the outlier table)")
-    return _capped("outlier", messages)
+    if out.empty:
+        return []
+    cells = out.groupby(list(CELL_KEYS), sort=True, observed=True).ngroups
+    if cells > MAX_LISTED * 4:
+        return [Finding("outlier", f"{len(out)} outlier values in {cells} cells (see the outlier table)")]
+    findings = []
+    for label, rows in _per_group(out, list(CELL_KEYS)):
+        rows = rows.assign(_abs=rows["robust_z"].abs()).sort_values("_abs", ascending=False)
+        r = rows.iloc[0]
+        metrics = ", ".join(dict.fromkeys(rows["metric"].astype(str)))
+        findings.append(Finding(
+            "outlier",
+            f"outliers (kept) in {label}: {len(rows)} value(s) in {metrics}; most extreme {r['metric']} run "
+            f"{r['run_id']} = {r['value']:.4g} (cell median {r['cell_median']:.4g}, robust z {r['robust_z']:+.1f})",
+            tuple(f"{x['metric']} run {x['run_id']} = {x['value']:.4g} (cell median {x['cell_median']:.4g}, "
+                  f"robust z {x['robust_z']:+.1f})" for _, x in rows.head(200).iterrows()), label))
+    return _capped("outlier", findings)
 
 
 def unconfirmed_models(runs: pd.DataFrame) -> list[Finding]:
@@ -153,25 +186,40 @@ def unconfirmed_models(runs: pd.DataFrame) -> list[Finding]:
 
 
 def kv_budget_misfits(analysis: Analysis) -> list[Finding]:
+    """One line per cell whose runs the KV budget formula does not explain (each run in details)."""
     kv = analysis.kv_runs
     if kv.empty:
         return []
     bad = kv[kv["residual_gib"].abs() > KV_RESIDUAL_LIMIT_GIB]
-    return _capped("kv-budget", [
-        f"KV budget does not fit run {r['run_id']}: measured {r['kv_cache_gib']:.2f} GiB, expected "
-        f"{r['kv_expected_gib']:.2f} GiB (fraction {r['fraction']:g}, {r['fraction_source']})"
-        for _, r in bad.iterrows()
-    ])
+    findings = []
+    for label, rows in _per_group(bad, list(CELL_KEYS)):
+        findings.append(Finding(
+            "kv-budget",
+            f"KV budget does not fit {label}: {len(rows)} run(s), measured {rows['kv_cache_gib'].min():.2f}–"
+            f"{rows['kv_cache_gib'].max():.2f} GiB against {rows['kv_expected_gib'].min():.2f}–"
+            f"{rows['kv_expected_gib'].max():.2f} GiB expected (fraction {rows['fraction'].iloc[0]:g}, "
+            f"{rows['fraction_source'].iloc[0]})",
+            tuple(f"run {r['run_id']}: measured {r['kv_cache_gib']:.2f} GiB, expected {r['kv_expected_gib']:.2f} GiB "
+                  f"(fraction {r['fraction']:g}, {r['fraction_source']})" for _, r in rows.head(200).iterrows()),
+            label))
+    return _capped("kv-budget", findings)
 
 
 def hosts_outside_tolerance(analysis: Analysis) -> list[Finding]:
+    """One line per host outside the tolerance somewhere: the worst deviation (each one in details)."""
     dev = analysis.host_deviations
     if dev.empty:
         return []
     out = dev[dev["outside"]]
     tol = analysis.options.tolerance * 100
-    return _capped("host-deviation", [
-        f"host {r['host']} deviates {r['deviation_pct']:+.1f}% (> ±{tol:g}%) from the fleet median on "
-        f"{r['model']} / {r['environment']} / {r['workload']} {r['metric']}"
-        for _, r in out.iterrows()
-    ])
+    findings = []
+    for host, rows in _per_group(out, ["host"]):
+        rows = rows.assign(_abs=rows["deviation_pct"].abs()).sort_values("_abs", ascending=False)
+        r = rows.iloc[0]
+        findings.append(Finding(
+            "host-deviation",
+            f"host {host} deviates from the fleet median (> ±{tol:g}%) on {len(rows)} cell metric(s); worst "
+            f"{r['deviation_pct']:+.1f}% on {r['model']} / {r['environment']} / {r['workload']} {r['metric']}",
+            tuple(f"{x['deviation_pct']:+.1f}% on {x['model']} / {x['environment']} / {x['workload']} {x['metric']}"
+                  for _, x in rows.head(200).iterrows()), f"host {host}"))
+    return _capped("host-deviation", findings)

@@ -96,7 +96,8 @@ def box_plots(runs: pd.DataFrame) -> bytes | None:
 
 
 def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
-    """Mean per cell with its 95% t confidence interval as the error bar."""
+    """Mean per cell with its 95% t confidence interval as the error bar (none below stats.MIN_N_INTERVAL
+    runs: the table's CIs are NaN there)."""
     metrics = plot_metrics(runs)
     if not metrics or cells_table.empty:
         return None
@@ -115,7 +116,8 @@ def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
         ax.barh(y, means, xerr=errors, color=[colors[c[2]] for c in cell_keys], alpha=0.8, capsize=3)
         ax.set_yticks(y, _labels(cell_keys, " / "), fontsize=7)
         ax.invert_yaxis()
-        ax.set_title(f"{metric}: mean ± 95% CI", fontsize=9)
+        ax.set_title(f"{metric}: mean ± 95% CI" + (" (none: n too small)" if np.isnan(low).all() else ""),
+                     fontsize=9)
         ax.grid(axis="x", alpha=0.3)
         if metric == metrics[0]:
             continue
@@ -239,4 +241,64 @@ def telemetry(runs: pd.DataFrame, root: Path) -> bytes | None:
     axes[0, 0].set_title(f"Telemetry of {len(series)} sampled runs")
     axes[0, 0].legend(fontsize=6)
     axes[-1, 0].set_xlabel("t (s)")
+    return _png(fig)
+
+
+_OUTCOME_COLORS = {"different": "#bc4c00", "same": "#1a7f37", "undetermined": "#6e7781"}
+_EFFECT_COLUMNS = (("throughput", "throughput"), ("peak_memory_gib", "peak memory"), ("kv_cache_gib", "KV cache"))
+
+
+def effects(lines: list, threshold: float) -> bytes | None:
+    """The first verdict as a figure: per subject (model / workload) and metric, b's relative difference
+    from a with its 95% CI, the ±threshold band shaded and each point coloured by its verdict. Points
+    without an interval (too few runs) are hollow and say so; nothing is clipped."""
+    from sparkfleet.report.verdicts import THROUGHPUT_METRICS
+
+    verdicts = [v for line in lines if line.question == "environment" for v in line.verdicts]
+    if not verdicts:
+        verdicts = [v for line in lines if line.question == "regression" for v in line.verdicts]
+    verdicts = [v for v in verdicts if v.change_pct is not None]
+    if not verdicts:
+        return None
+
+    def column(v) -> str:
+        return "throughput" if v.metric in THROUGHPUT_METRICS else v.metric
+
+    rows = list(dict.fromkeys(f"{v.subject}\n{v.b} vs {v.a}" for v in verdicts))[:MAX_CELLS]
+    columns = [(key, title) for key, title in _EFFECT_COLUMNS if any(column(v) == key for v in verdicts)]
+    columns += [(m, m) for m in dict.fromkeys(column(v) for v in verdicts) if m not in dict(columns)]
+    band = threshold * 100
+    size = (3.6 * len(columns) + 1.6, 0.55 * len(rows) + 1.4)
+    fig, axes = _subplots(1, len(columns), figsize=size, squeeze=False, sharey=True)
+    y_of = {row: i for i, row in enumerate(rows)}
+    for ax, (key, title) in zip(axes[0], columns, strict=True):
+        ax.axvspan(-band, band, color="#d0d7de", alpha=0.45, lw=0)
+        ax.axvline(0, color="#57606a", lw=0.8)
+        shown = [v for v in verdicts if column(v) == key and f"{v.subject}\n{v.b} vs {v.a}" in y_of]
+        extent = [band * 1.6]
+        for v in shown:
+            y, x, color = y_of[f"{v.subject}\n{v.b} vs {v.a}"], v.change_pct, _OUTCOME_COLORS[v.outcome]
+            extent.append(abs(x))
+            if v.ci_low_pct is not None and v.ci_high_pct is not None:
+                ax.errorbar(x, y, xerr=[[x - v.ci_low_pct], [v.ci_high_pct - x]], fmt="o", ms=6, color=color,
+                            capsize=4, lw=1.6)
+                extent += [abs(v.ci_low_pct), abs(v.ci_high_pct)]
+            else:
+                hollow = v.reason not in ("identical", "exact")
+                ax.plot(x, y, "o", ms=7, mfc="white" if hollow else color, mec=color, mew=1.6)
+                label = "n too small" if v.reason == "n-too-small" else \
+                    "identical" if v.reason == "identical" else "exact" if v.reason == "exact" else ""
+                if label:
+                    ax.annotate(label, (x, y), xytext=(6, 5), textcoords="offset points", fontsize=7, color=color)
+        limit = max(extent) * 1.15
+        ax.set_xlim(-limit, limit)
+        unit_names = sorted({v.metric for v in shown})
+        ax.set_title(f"{title}" + (f" ({', '.join(unit_names)})" if key == "throughput" else ""), fontsize=9)
+        ax.set_xlabel("relative difference (%)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].set_yticks(range(len(rows)), rows, fontsize=8)
+    axes[0, 0].set_ylim(len(rows) - 0.5, -0.5)
+    fig.suptitle(f"Relative difference with 95% CI; grey band ±{band:g}% (smaller differences do not matter); "
+                 "colour = verdict (orange different, green same, grey undetermined; hollow: no interval, "
+                 "n too small)", fontsize=8)
     return _png(fig)

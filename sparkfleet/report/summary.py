@@ -11,10 +11,8 @@ import numpy as np
 import pandas as pd
 
 from sparkfleet.report.analysis import Analysis
-from sparkfleet.report.document import fmt, fmt_p, fmt_pct
 
 JSON_VERSION = 1
-_HEADLINE_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "latency_ms_avg", "latency_ms_p50", "gflops")
 
 
 def _plain(value: Any) -> Any:
@@ -64,6 +62,13 @@ def payload(analysis: Analysis) -> dict[str, Any]:
         },
         "outliers": records(analysis.outliers),
         "warnings": [f.as_dict() for f in analysis.findings],
+        # The answers, in the order the report shows them: one entry per line, each with its metrics.
+        "verdicts": [line.as_dict() for line in analysis.verdicts],
+        "baseline": None if analysis.regressions is None else {
+            "path": analysis.options.baseline,
+            "skipped": [{"path": str(p.path), "reason": p.reason} for p in analysis.baseline_problems],
+            "comparisons": records(analysis.regressions),
+        },
     }
 
 
@@ -71,21 +76,22 @@ def to_json(analysis: Analysis) -> str:
     return json.dumps(payload(analysis), sort_keys=True, indent=2, default=str)
 
 
+def verdict_lines(analysis: Analysis) -> list[str]:
+    """The verdict block as terminal lines (the same lines as the report's first section)."""
+    lines = []
+    for line in analysis.verdicts:
+        lines.append(f"  {line.label.upper()}: {line.headline or line.text}")
+        if line.headline:
+            lines.append(f"      {line.text}")
+    return lines
+
+
 def terminal_summary(analysis: Analysis, written: list[str]) -> str:
     runs = analysis.runs
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
-    lines = [f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
+    lines = ["verdicts:", *verdict_lines(analysis),
+             f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
              f"{len(analysis.problems)} record(s) skipped"]
-    env = analysis.environments
-    if not env.empty:
-        lines.append("environment vs native (overhead, Welch p):")
-        headline = env[env["metric"].isin(_HEADLINE_METRICS)]
-        for r in headline.head(30).itertuples():
-            lines.append(f"  {r.host}/{r.model}/{r.workload} {r.environment} {r.metric}: "
-                         f"{fmt(r.native_mean)} -> {fmt(r.env_mean)} ({fmt_pct(r.overhead_pct, 1)}, "
-                         f"p={fmt_p(r.p_value)})")
-        if len(headline) > 30:
-            lines.append(f"  ... {len(headline) - 30} more in the report")
     if analysis.kv_fit:
         fit = analysis.kv_fit
         lines.append(f"KV budget: residuals {fit.residual_min:+.3f}..{fit.residual_max:+.3f} GiB with fraction "

@@ -170,3 +170,56 @@ def test_cli_defaults_match_the_library() -> None:
     assert (compare_cmd.DEFAULT_ALPHA, compare_cmd.DEFAULT_THRESHOLD, compare_cmd.MATCH_MODES) == (
         compare.DEFAULT_ALPHA, compare.DEFAULT_THRESHOLD, compare.MATCH_MODES)
     assert (import_cmd.CAMPAIGN, import_cmd.HOST) == (study.CAMPAIGN, study.HOST)
+
+
+def _row(n_a, n_b, mean_a, mean_b, sd_a, sd_b, p, ci=(np.nan, np.nan)) -> dict:
+    diff = mean_b - mean_a
+    return {"n_a": n_a, "n_b": n_b, "mean_a": mean_a, "mean_b": mean_b, "sd_a": sd_a, "sd_b": sd_b, "diff": diff,
+            "change_pct": diff / mean_a * 100, "p_value": p, "ci_low": ci[0], "ci_high": ci[1]}
+
+
+def test_classify_the_one_decision_rule() -> None:
+    from sparkfleet.compare import classify
+
+    table = pd.DataFrame([
+        _row(10, 10, 100, 130, 2, 2, 1e-9, (28, 32)),      # significant, +30%: different
+        _row(10, 10, 100, 102, 1, 1, 1e-4, (1, 3)),        # significant, +2%: the same within 5%
+        _row(10, 10, 100, 100.5, 2, 2, 0.6, (-1.5, 2.5)),  # CI inside ±5%: the same
+        _row(5, 5, 100, 97, 8, 8, 0.6, (-14, 8)),          # CI beyond ±5%, not significant: undetermined
+        _row(2, 2, 100, 90, 3, 3, 0.1),                    # two runs a side: undetermined
+        _row(2, 2, 2.373, 2.373, 0, 0, 1.0),               # identical bytes in all runs
+        _row(2, 2, 70.0, 100.0, 0, 0, 0.0),                # constant, 30 GiB apart in every run
+        _row(1, 1, 100, 90, np.nan, np.nan, np.nan),       # one run a side
+    ])
+    out = classify(table, alpha=0.05, threshold=0.05)
+    assert list(out["reason"]) == ["beyond-threshold", "within-threshold", "equivalent", "inconclusive",
+                                   "n-too-small", "identical", "exact", "n-too-small"]
+    assert list(out["outcome"]) == ["different", "same", "same", "undetermined", "undetermined", "same",
+                                    "different", "undetermined"]
+    # Undetermined rows say how many runs per side would resolve 5%: pooled CV 8% -> 2 (2.8016 * 1.6)^2 = 40.2.
+    assert out["required_n"].iloc[3] == 41
+    assert out["required_n"].iloc[4] == 6  # CV 3%: 2 (2.8016 * 0.6)^2 = 5.65
+    assert np.isnan(out["required_n"].iloc[0]) and np.isnan(out["required_n"].iloc[2])
+
+
+def test_environments_pooled_over_the_hosts_that_ran_both() -> None:
+    a = frame({("m", "native"): {"output_tok_s": [100, 102, 98.0]},
+               ("m", "container"): {"output_tok_s": [90, 91, 89.0]}}, host="h1")
+    b = frame({("m", "native"): {"output_tok_s": [110, 111, 109.0]},
+               ("m", "container"): {"output_tok_s": [99, 100, 101.0]}}, host="h2")
+    c = frame({("m", "native"): {"output_tok_s": [500, 500, 500.0]}}, host="h3")  # no container: left out
+    pooled = compare_environments(pd.concat([a, b, c], ignore_index=True), pool_hosts=True).iloc[0]
+    native, container = [100, 102, 98, 110, 111, 109.0], [90, 91, 89, 99, 100, 101.0]
+    assert pooled["hosts"] == 2 and pooled["n_native"] == pooled["n_env"] == 6
+    assert pooled["native_mean"] == pytest.approx(np.mean(native))
+    assert pooled["sd_native"] == pytest.approx(np.std(native, ddof=1))
+    assert pooled["sd_env"] == pytest.approx(np.std(container, ddof=1))
+    assert pooled["diff"] == pytest.approx(np.mean(container) - np.mean(native))
+
+
+def test_two_runs_a_side_are_undetermined_not_a_regression() -> None:
+    base = frame({("m", "native"): {"output_tok_s": [100.0, 100.2]}})
+    cur = frame({("m", "native"): {"output_tok_s": [80.0, 80.1]}})  # p < 0.05 even with n = 2
+    row = compare_campaigns(base, cur).iloc[0]
+    assert row["p_value"] < 0.05 and np.isnan(row["ci_low"])  # no interval from two runs a side
+    assert row["verdict"] == "undetermined" and row["required_n"] >= 3

@@ -9,9 +9,15 @@ import pandas as pd
 import pytest
 
 from sparkfleet.stats import (
+    MIN_N_BOOTSTRAP,
+    bootstrap_allowed,
     bootstrap_median_ci,
     cell_statistics,
     flag_outliers,
+    interval_allowed,
+    physical_range,
+    range_violation,
+    required_n,
     robust_z,
     status_counts,
     welch,
@@ -42,7 +48,8 @@ def test_cell_statistics_on_one_to_five() -> None:
     assert row["median"] == 3.0 and row["min"] == 1.0 and row["max"] == 5.0
     assert row["ci_low"] == pytest.approx(1.0367568, abs=1e-6)
     assert row["ci_high"] == pytest.approx(4.9632432, abs=1e-6)
-    assert row["median_ci_low"] <= 3.0 <= row["median_ci_high"]
+    # n = 5 < MIN_N_BOOTSTRAP: no bootstrap interval of the median (the tables say "n too small").
+    assert math.isnan(row["median_ci_low"]) and math.isnan(row["median_ci_high"])
     assert not bool(row["cv_ok"])  # 52.7% > 5%
 
 
@@ -130,10 +137,43 @@ def test_bootstrap_median_ci_is_seeded_and_equals_a_plain_bootstrap() -> None:
 
 def test_cell_statistics_bootstrap_matches_single_cell_function() -> None:
     rng = np.random.default_rng(1)
-    cells = {("a", "native"): list(rng.normal(100, 3, 9)), ("b", "native"): list(rng.normal(50, 1, 9)),
+    cells = {("a", "native"): list(rng.normal(100, 3, 12)), ("b", "native"): list(rng.normal(50, 1, 10)),
              ("c", "native"): list(rng.normal(10, 1, 4))}
     table = cell_statistics(runs_frame(cells), ["output_tok_s"], seed=3).set_index("model")
-    for model, values in [(k[0], v) for k, v in cells.items()]:
+    for model, values in [(k[0], v) for k, v in cells.items() if k[0] != "c"]:
         low, high = bootstrap_median_ci(np.array(values), seed=3)
         assert table.loc[model, "median_ci_low"] == pytest.approx(low)
         assert table.loc[model, "median_ci_high"] == pytest.approx(high)
+    # Four runs: below MIN_N_BOOTSTRAP, so no bootstrap (but a t-interval: n >= MIN_N_INTERVAL).
+    assert math.isnan(table.loc["c", "median_ci_low"]) and not math.isnan(table.loc["c", "ci_low"])
+
+
+def test_required_n_against_lehr_and_the_normal_formula() -> None:
+    # n = 2 (z_.975 + z_.8)^2 (cv/effect)^2 = 2 (1.959964 + 0.841621)^2 = 15.698 -> 16 when cv = effect
+    # (Lehr's rule "16 / d^2" at d = 1); cv 10% for a 5% effect: 15.698 * 4 = 62.79 -> 63 per side.
+    assert required_n(0.05, 0.05) == 16
+    assert required_n(0.10, 0.05) == 63
+    assert required_n(0.02, 0.05) == 3  # 15.698 * 0.16 = 2.51
+    assert required_n(0.10, -0.05) == 63  # the direction of the effect does not matter
+    # alpha 0.01, power 0.9: 2 (2.575829 + 1.281552)^2 = 29.76 -> 30.
+    assert required_n(0.05, 0.05, alpha=0.01, power=0.9) == 30
+    assert required_n(float("nan"), 0.05) is None and required_n(0.05, 0) is None
+    many = required_n(np.array([0.05, 0.10, np.nan]), 0.05)
+    assert list(many[:2]) == [16, 63] and math.isnan(many[2])
+
+
+def test_small_n_rule_no_t_interval_below_three_runs() -> None:
+    frame = runs_frame({("two", "native"): [100.0, 140.0], ("three", "native"): [100.0, 140.0, 120.0]})
+    table = cell_statistics(frame, ["output_tok_s"]).set_index("model")
+    # The n = 2 interval would be 120 ± 12.706 * 28.28 / sqrt(2) = [-134.1, 374.1]: not shown.
+    assert math.isnan(table.loc["two", "ci_low"]) and math.isnan(table.loc["two", "ci_high"])
+    assert table.loc["three", "ci_low"] == pytest.approx(120 - 4.302653 * 20 / math.sqrt(3), abs=1e-4)
+    assert not interval_allowed(2) and interval_allowed(3) and list(interval_allowed(np.array([2, 3]))) == [0, 1]
+    assert not bootstrap_allowed(MIN_N_BOOTSTRAP - 1) and bootstrap_allowed(MIN_N_BOOTSTRAP)
+
+
+def test_physical_range_is_reported_never_clipped() -> None:
+    assert range_violation("output_tok_s", -229.7, 381.1) == "lower bound below 0"
+    assert range_violation("output_tok_s", 1.0, 381.1) == ""
+    assert range_violation("kv_fraction", 0.8, 1.2) == "upper bound above 1"
+    assert physical_range("peak_memory_gib") == (0.0, math.inf)

@@ -1,0 +1,482 @@
+"""The answers a campaign gives, in words a Spark owner reads: built once from the analysis, rendered alike
+by index.html, summary.md, ``--json`` and the terminal summary.
+
+Three questions, each answered only where the campaign can answer it:
+
+* **environment**: per model and workload, is the other environment (container, bare, ...) faster, heavier,
+  lighter than native? One line each, from Welch comparisons pooled over the hosts that ran both.
+* **hosts**: where a cell ran on two or more hosts, do the hosts agree? Which one is out, by how much?
+* **regression**: with ``--baseline``, did anything get worse than the baseline?
+
+Every metric's answer comes from one rule, ``sparkfleet.compare.classify``: *different* (significant and
+beyond the threshold), *same* (within the threshold, shown by the interval or by identical runs) or
+*undetermined* (too few runs, or an interval too wide), with the number of iterations that would settle it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from sparkfleet import compare
+from sparkfleet.stats import MIN_N_INTERVAL, physical_range
+from sparkfleet_host.record import METRICS
+
+if TYPE_CHECKING:
+    from sparkfleet.report.analysis import Analysis
+
+OUTCOMES = ("different", "same", "undetermined")
+#: The metrics an environment verdict speaks about: the first throughput metric a cell has, then memory.
+THROUGHPUT_METRICS = ("output_tok_s", "gflops", "total_tok_s", "req_s", "matmul_s_mean")
+MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib")
+#: Configuration, not results: never judged.
+CONFIG_METRICS = ("device_total_gib", "kv_fraction")
+#: Lines of one question shown before "... and N more" (the tables beside hold every comparison).
+MAX_LINES = 30
+WORDS = {
+    "output_tok_s": "output throughput",
+    "total_tok_s": "total throughput",
+    "req_s": "request rate",
+    "gflops": "matmul throughput",
+    "matmul_s_mean": "matmul time",
+    "peak_memory_gib": "peak memory",
+    "kv_cache_gib": "KV cache",
+    "latency_ms_avg": "mean latency",
+    "latency_ms_p50": "median latency",
+    "latency_ms_p90": "p90 latency",
+    "latency_ms_p95": "p95 latency",
+    "latency_ms_p99": "p99 latency",
+    "ttft_ms": "time to first token",
+    "tpot_ms": "time per output token",
+}
+_UNITS = {"tokens/s": "tok/s", "requests/s": "req/s"}
+
+
+def words(metric: str) -> str:
+    return WORDS.get(metric, metric)
+
+
+def unit(metric: str) -> str:
+    text = METRICS.get(metric, "")
+    return _UNITS.get(text, text)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One metric's answer to one question: side ``b`` against the reference ``a``."""
+
+    question: str  # environment | hosts | regression
+    subject: str  # what the line is about: "deepseek / study", a host, a cell
+    metric: str
+    a: str  # the reference: native environment, "baseline", "fleet median"
+    b: str  # what is compared with it: the other environment, "current", a host
+    outcome: str  # different | same | undetermined
+    reason: str  # sparkfleet.compare.REASONS key, or within-tolerance / outside-tolerance for hosts
+    text: str  # this metric's clause, in words
+    n_a: int | None = None
+    n_b: int | None = None
+    mean_a: float | None = None
+    mean_b: float | None = None
+    diff: float | None = None  # b - a, in the metric's unit
+    change_pct: float | None = None  # (b - a) / |a| x 100
+    ci_low_pct: float | None = None  # the interval of change_pct (None below MIN_N_INTERVAL runs)
+    ci_high_pct: float | None = None
+    p_value: float | None = None
+    required_n: int | None = None  # runs per side that would settle an undetermined answer
+    better: bool | None = None  # b better than a by the metric's direction (None: no difference or not judged)
+    note: str = ""  # e.g. an interval bound outside the metric's physical range
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    """One line of the verdict block: one question about one subject, in one sentence."""
+
+    question: str
+    subject: str
+    outcome: str  # different | same | undetermined: the line's strongest answer
+    label: str  # the badge: different, same, undetermined, regression, improved, host out, hosts agree
+    text: str  # the full sentence with the numbers (effect, interval, runs, iterations needed)
+    verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
+    headline: str = ""  # the answer in a few plain words, shown first ("" where the text is short already)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "subject": self.subject, "outcome": self.outcome,
+                "label": self.label, "headline": self.headline, "text": self.text,
+                "metrics": [v.as_dict() for v in self.verdicts]}
+
+
+# --- numbers in words ------------------------------------------------------------------------------------
+
+def _num(value: float, digits: int = 3) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}".replace(",", " ")
+    return f"{value:.{digits}g}"
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    return ("+" if value > 0 else "−" if value < 0 else "±") + _num(abs(value), digits)
+
+
+def _pct(value: float) -> str:
+    if abs(value) < 0.005:
+        return "0%"
+    sign = "+" if value > 0 else "−"
+    return f"{sign}{abs(value):.{2 if abs(value) < 1 else 1}f}%"
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    return f"95% CI {_pct(low)} to {_pct(high)}" if low is not None and high is not None else ""
+
+
+def _clean(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) or math.isinf(value) else float(value)
+    return value
+
+
+def _int(value: Any) -> int | None:
+    value = _clean(value)
+    return None if value is None else int(value)
+
+
+def _ratio_words(ratio: float | None) -> str:
+    """"2.67× less" / "1.72× more" where the ratio is large enough to read better than a percentage."""
+    if ratio is None or ratio <= 0:
+        return ""
+    if ratio >= 1.5:
+        return f"{ratio:.2f}× more"
+    if ratio <= 1 / 1.5:
+        return f"{1 / ratio:.2f}× less"
+    return ""
+
+
+def _range_note(metric: str, mean_a: float | None, low_pct: float | None, high_pct: float | None) -> str:
+    """The interval of a change reaching values ``b`` cannot take (said, never clipped)."""
+    if mean_a is None or low_pct is None or high_pct is None:
+        return ""
+    lowest, highest = physical_range(metric)
+    low, high = mean_a * (1 + low_pct / 100), mean_a * (1 + high_pct / 100)
+    if low < lowest:
+        return f"the interval's lower end implies a {words(metric)} below {lowest:g}, outside its physical range"
+    if high > highest:
+        return f"the interval's upper end implies a {words(metric)} above {highest:g}, outside its physical range"
+    return ""
+
+
+def metric_clause(v: Verdict, threshold: float, side_name: str) -> str:
+    """The words for one metric's verdict (without the subject)."""
+    name, tol = words(v.metric), f"±{threshold * 100:g}%"
+    size = _pct(v.change_pct) if v.change_pct is not None else "–"
+    amount = ""
+    if v.diff is not None and v.change_pct is not None:
+        absolute = f"{_signed(v.diff)} {unit(v.metric)}".strip()
+        ratio = _ratio_words(v.mean_b / v.mean_a if v.mean_a else None)
+        # Memory reads best in GiB and as a ratio, rates and times as a percentage.
+        first, rest = (ratio or absolute, [absolute if ratio else "", size]) if unit(v.metric) == "GiB" \
+            else (size, [absolute, ratio])
+        size, amount = first, ", ".join(x for x in rest if x)
+    ci = _ci(v.ci_low_pct, v.ci_high_pct)
+    runs = f"{v.n_a + v.n_b} runs" if v.n_a is not None and v.n_b is not None else "the runs"
+    need = (f"need ≈ {v.required_n} iterations per {side_name} to resolve {tol}" if v.required_n else "")
+    note = f"; {v.note}" if v.note else ""
+    if v.reason == "identical":
+        return f"{name} identical in all {runs}"
+    if v.reason == "exact":
+        return f"{name} {size} ({amount}) in every one of {runs}"
+    if v.reason == "beyond-threshold":
+        return f"{name} {size} ({amount}; {ci}), significant{note}"
+    if v.reason == "within-threshold":
+        return f"{name} {size} ({amount}; {ci}): significant but within {tol}{note}"
+    if v.reason == "equivalent":
+        return f"{name} the same within {tol} ({size}, {amount}; {ci}){note}"
+    if v.reason == "n-too-small":
+        return f"{name} {size} ({amount}): undetermined, n too small ({v.n_a} + {v.n_b} runs); {need}"
+    if v.reason == "inconclusive":
+        return f"{name} {size} ({amount}): undetermined, the {ci} reaches beyond {tol}; {need}{note}"
+    return f"{name}: no data on one side"
+
+
+def short_phrase(v: Verdict, threshold: float) -> str:
+    """The verdict in a few words, ``b`` being the subject: "30.8 GiB more peak memory", "2.67× less KV
+    cache", "8.1% lower output throughput", "the same output throughput", "output throughput undetermined"."""
+    name = words(v.metric)
+    if v.reason == "identical":
+        return f"identical {name}"
+    if v.outcome == "same":
+        return f"the same {name} (within ±{threshold * 100:g}%)"
+    if v.outcome == "undetermined":
+        why = "n too small" if v.reason == "n-too-small" else "too noisy to tell"
+        size = f"{_pct(v.change_pct)}, " if v.change_pct is not None else ""
+        need = f"; ≈ {v.required_n} iterations needed" if v.required_n else ""
+        return f"{name} undetermined ({size}{why}{need})"
+    if v.diff is None or v.change_pct is None:
+        return f"{name} different"
+    more = v.diff > 0
+    if unit(v.metric) == "GiB":
+        ratio = v.mean_b / v.mean_a if v.mean_a else None
+        amount = f"{(ratio if more else 1 / ratio):.2f}×" if _ratio_words(ratio) else f"{_num(abs(v.diff))} GiB"
+        return f"{amount} {'more' if more else 'less'} {name}"
+    return f"{_pct(abs(v.change_pct)).lstrip('+')} {'higher' if more else 'lower'} {name}"
+
+
+def headline_of(verdicts: list[Verdict], b: str, a: str, threshold: float) -> str:
+    """"container has 30.8 GiB more peak memory and 2.67× less KV cache than native; the same output
+    throughput (within ±5%)": differences first, then what is the same, then what is undetermined."""
+    by = {o: [v for v in verdicts if v.outcome == o] for o in OUTCOMES}
+    identical = [v for v in by["same"] if v.reason == "identical"]
+    same = [short_phrase(v, threshold) for v in by["same"] if v.reason != "identical"]
+    if identical:
+        same.append(f"identical {' and '.join(words(v.metric) for v in identical)}")
+    parts = []
+    if by["different"]:
+        parts.append(f"{b} has {_join_phrases([short_phrase(v, threshold) for v in by['different']])} than {a}")
+    if same:
+        parts.append((f"{b} and {a} have " if not parts else "") + _join_phrases(same))
+    if by["undetermined"]:
+        parts.append(_join_phrases([short_phrase(v, threshold) for v in by["undetermined"]]))
+    return "; ".join(parts)
+
+
+def _join_phrases(phrases: list[str]) -> str:
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+
+
+def _join(clauses: list[str]) -> str:
+    return "; ".join(clauses) + "."
+
+
+def _line_outcome(verdicts: list[Verdict]) -> str:
+    """A line is "different" when any of its metrics is, else "undetermined" when any is, else "same"."""
+    outcomes = {v.outcome for v in verdicts}
+    return next((o for o in ("different", "undetermined") if o in outcomes), "same")
+
+
+def _verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, subject_of, a_col: str, b_col: str,
+                   text_side: str, threshold: float) -> list[Verdict]:
+    out = []
+    for (_, row), (_, j) in zip(table.iterrows(), judged.iterrows(), strict=True):
+        mean_a = _clean(row["mean_a"])
+        low = _clean(row["ci_low"] / abs(mean_a) * 100) if mean_a else None
+        high = _clean(row["ci_high"] / abs(mean_a) * 100) if mean_a else None
+        outcome = str(j["outcome"])
+        direction = compare.direction(row["metric"])
+        better = None if outcome != "different" or not direction else bool(np.sign(row["diff"]) == direction)
+        verdict = Verdict(
+            question=question, subject=subject_of(row), metric=str(row["metric"]),
+            a=str(row[a_col]) if a_col in row else a_col, b=str(row[b_col]) if b_col in row else b_col,
+            outcome=outcome, reason=str(j["reason"]), text="", n_a=_int(row["n_a"]), n_b=_int(row["n_b"]),
+            mean_a=mean_a, mean_b=_clean(row["mean_b"]), diff=_clean(row["diff"]),
+            change_pct=_clean(row["change_pct"]), ci_low_pct=low, ci_high_pct=high,
+            p_value=_clean(row["p_value"]), required_n=_int(j["required_n"]), better=better,
+            note=_range_note(str(row["metric"]), mean_a, low, high))
+        out.append(_with_text(verdict, threshold, text_side))
+    return out
+
+
+def _with_text(v: Verdict, threshold: float, side_name: str) -> Verdict:
+    return Verdict(**{**asdict(v), "text": metric_clause(v, threshold, side_name)})
+
+
+# --- question 1: environments ----------------------------------------------------------------------------
+
+def _chosen_metrics(present: set[str]) -> list[str]:
+    throughput = next((m for m in THROUGHPUT_METRICS if m in present), None)
+    return [m for m in (throughput, *MEMORY_METRICS) if m and m in present]
+
+
+def environment_lines(analysis: Analysis) -> list[VerdictLine]:
+    table = analysis.environments_pooled
+    if table.empty:
+        return []
+    options = analysis.options
+    paired = table.rename(columns={"n_native": "n_a", "n_env": "n_b", "native_mean": "mean_a", "env_mean": "mean_b",
+                                   "sd_native": "sd_a", "sd_env": "sd_b", "overhead_pct": "change_pct"})
+    sequential = _sequential_cells(analysis)
+    lines = []
+    for (model, workload, native, environment), group in paired.groupby(
+            ["model", "workload", "native", "environment"], sort=True):
+        group = group.set_index("metric", drop=False)
+        chosen = group.loc[_chosen_metrics(set(group.index))].reset_index(drop=True)
+        if chosen.empty:
+            continue
+        judged = compare.classify(chosen, options.alpha, options.threshold)
+        subject = f"{model} / {workload}"
+        verdicts = _verdicts_from(chosen, judged, "environment", lambda _r, s=subject: s, "native", "environment",
+                                  "environment", options.threshold)
+        hosts = int(chosen["hosts"].max())
+        clauses = _merge_identical([v.text for v in verdicts], verdicts, "{names} identical in all {runs} runs")
+        head = f"{model} / {workload}, {environment} vs {native}"
+        pooled = f" ({hosts} hosts pooled)" if hosts > 1 else ""
+        text = f"{head}{pooled}: {_join(clauses)}"
+        if {(model, workload, native), (model, workload, environment)} <= sequential:
+            text += (f" Caveat: {native} and {environment} ran one after the other, not interleaved, so drift "
+                     "over time is confounded with the difference.")
+        outcome = _line_outcome(verdicts)
+        headline = f"{model} / {workload}: {headline_of(verdicts, environment, native, options.threshold)}."
+        lines.append(VerdictLine("environment", subject, outcome, outcome, text, tuple(verdicts), headline))
+    return lines
+
+
+def _merge_identical(clauses: list[str], verdicts: list[Verdict], merged: str) -> list[str]:
+    """"peak memory and KV cache identical in all 4 runs" instead of two clauses (``merged`` is the
+    pattern, with {names} and {runs})."""
+    same = [v for v in verdicts if v.reason == "identical"]
+    if len(same) < 2 or len({(v.n_a, v.n_b) for v in same}) > 1:
+        return clauses
+    text = merged.format(names=" and ".join(words(v.metric) for v in same), runs=same[0].n_a + same[0].n_b)
+    return [c for c, v in zip(clauses, verdicts, strict=True) if v.reason != "identical"] + [text]
+
+
+def _sequential_cells(analysis: Analysis) -> set[tuple[str, str, str]]:
+    """(model, workload, environment) of every environment that ran in one block on some host."""
+    from sparkfleet.report.findings import sequential_blocks
+
+    blocks = sequential_blocks(analysis.runs)
+    hits = blocks[blocks["sequential"]]
+    return {(str(r.model), str(r.workload), env) for r in hits.itertuples()
+            for env in str(r.block_order).split(" -> ")}
+
+
+# --- question 2: hosts -----------------------------------------------------------------------------------
+
+def host_lines(analysis: Analysis) -> list[VerdictLine]:
+    dev = analysis.host_deviations
+    if dev.empty:
+        return []
+    dev = dev[~dev["metric"].isin(CONFIG_METRICS) & dev["deviation_pct"].notna()]
+    if dev.empty:
+        return []
+    tol = analysis.options.tolerance * 100
+    hosts = sorted(set(dev["host"].astype(str)))
+    cells = dev.groupby(["model", "environment", "workload"]).ngroups
+    dev = dev.assign(_abs=dev["deviation_pct"].abs())
+
+    def verdict(row: pd.Series, outcome: str, reason: str) -> Verdict:
+        cell = f"{row['model']} / {row['environment']} / {row['workload']}"
+        return Verdict("hosts", str(row["host"]), str(row["metric"]), "fleet median", str(row["host"]), outcome,
+                       reason, f"{words(row['metric'])} {_pct(row['deviation_pct'])} from the fleet median on "
+                       f"{cell} (host median {_num(row['host_median'], 4)}, fleet {_num(row['fleet_median'], 4)} "
+                       f"{unit(row['metric'])}, n = {int(row['n'])})", n_b=int(row["n"]),
+                       mean_a=_clean(row["fleet_median"]), mean_b=_clean(row["host_median"]),
+                       diff=_clean(row["host_median"] - row["fleet_median"]), change_pct=_clean(row["deviation_pct"]))
+
+    outside = dev[dev["outside"]]
+    if outside.empty:
+        worst = dev.sort_values("_abs", ascending=False).iloc[0]
+        v = verdict(worst, "same", "within-tolerance")
+        text = (f"All {len(hosts)} hosts agree: every host's median is within ±{tol:g}% of the fleet median on "
+                f"all {cells} shared cell(s) and every metric; the largest deviation is {worst['host']}'s "
+                f"{v.text}.")
+        return [VerdictLine("hosts", "fleet", "same", "hosts agree", text, (v,),
+                            f"The {len(hosts)} hosts agree within ±{tol:g}%.")]
+    lines = []
+    for host, part in outside.groupby("host", sort=True):
+        part = part.sort_values("_abs", ascending=False)
+        worst = part.iloc[0]
+        small = int(worst["n"]) < MIN_N_INTERVAL
+        outcome = "undetermined" if small else "different"
+        v = verdict(worst, outcome, "n-too-small" if small else "outside-tolerance")
+        others = len(part) - 1
+        more = f"; {others} more cell metric(s) outside ±{tol:g}%" if others else ""
+        caveat = (f" With {int(worst['n'])} run(s) on this host that is undetermined: n too small; repeat the cell."
+                  if small else "")
+        text = f"Host {host} is out: {v.text}{more}.{caveat}"
+        higher = "higher" if worst["deviation_pct"] > 0 else "lower"
+        headline = (f"Host {host} is out: {_pct(abs(worst['deviation_pct'])).lstrip('+')} {higher} "
+                    f"{words(worst['metric'])} than the fleet on {worst['model']} / {worst['workload']}.")
+        lines.append(VerdictLine("hosts", str(host), outcome, "host out" if not small else "undetermined", text, (v,),
+                                 headline))
+    agreeing = [h for h in hosts if h not in set(outside["host"].astype(str))]
+    if agreeing:
+        lines.append(VerdictLine("hosts", "fleet", "same", "hosts agree",
+                                 f"The other {len(agreeing)} host(s) ({', '.join(agreeing)}) agree within ±{tol:g}% of "
+                                 "the fleet median on every shared cell and metric."))
+    return _capped(lines, "hosts")
+
+
+# --- question 3: regression against a baseline -----------------------------------------------------------
+
+def regression_lines(analysis: Analysis) -> list[VerdictLine]:
+    table = analysis.regressions
+    if table is None or table.empty:
+        return []
+    options = analysis.options
+    judged_rows = table[table["metric"].notna() & ~table["metric"].isin(CONFIG_METRICS)]
+    if judged_rows.empty:
+        return [VerdictLine("regression", "baseline", "undetermined", "undetermined",
+                            "No cell and metric was measured both in the baseline and in this campaign.")]
+    keys = [k for k in ("host", "model", "environment", "workload") if k in judged_rows]
+    paired = judged_rows.rename(columns={"n_baseline": "n_a", "n_current": "n_b", "baseline_mean": "mean_a",
+                                         "current_mean": "mean_b", "sd_baseline": "sd_a", "sd_current": "sd_b"})
+    paired = paired.assign(_a="baseline", _b="current").reset_index(drop=True)
+    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n"]], "regression",
+                              lambda r: " / ".join(str(r[k]) for k in keys), "_a", "_b", "side",
+                              options.threshold)
+    lines = []
+    by_subject: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        by_subject.setdefault(v.subject, []).append(v)
+    for subject, group in by_subject.items():
+        worse = [v for v in group if v.outcome == "different" and v.better is False]
+        if worse:
+            phrases = [short_phrase(v, options.threshold) for v in worse]
+            lines.append(VerdictLine("regression", subject, "different", "regression",
+                                     f"Regression on {subject} against the baseline: {_join([v.text for v in worse])}",
+                                     tuple(worse), f"{subject}: {_join_phrases(phrases)} than the baseline."))
+    lines = _capped(lines, "regression")
+    better = [v for v in verdicts if v.outcome == "different" and v.better]
+    undetermined = [v for v in verdicts if v.outcome == "undetermined"]
+    cells = len(by_subject)
+    if better:
+        listed = "; ".join(f"{v.subject} {v.text}" for v in better[:3])
+        more = f" and {len(better) - 3} more" if len(better) > 3 else ""
+        lines.append(VerdictLine("regression", "baseline", "different", "improved",
+                                 f"Improved against the baseline: {listed}{more}.", tuple(better)))
+    if not any(line.label == "regression" for line in lines):
+        tol = f"±{options.threshold * 100:g}%"
+        text = (f"No regression against the baseline: {len(verdicts)} comparisons in {cells} cell(s), none "
+                f"significantly worse by more than {tol}.")
+        if undetermined:
+            need = max((v.required_n or 0) for v in undetermined)
+            text += (f" {len(undetermined)} of them are undetermined (too few runs or too wide an interval)"
+                     + (f"; ≈ {need} iterations per side would resolve {tol}." if need else "."))
+        outcome = "undetermined" if undetermined else "same"
+        lines.insert(0, VerdictLine("regression", "baseline", outcome, "no regression", text,
+                                    tuple(undetermined)))
+    unmatched = table[table["metric"].isna()]
+    if len(unmatched):
+        counts = unmatched["verdict"].value_counts()
+        lines.append(VerdictLine("regression", "baseline", "undetermined", "unmatched",
+                                 "Not compared: " + ", ".join(f"{n} cell(s) {k}" for k, n in counts.items()) + "."))
+    return lines
+
+
+def _capped(lines: list[VerdictLine], question: str) -> list[VerdictLine]:
+    if len(lines) <= MAX_LINES:
+        return lines
+    rest = len(lines) - MAX_LINES
+    return [*lines[:MAX_LINES], VerdictLine(question, "more", "undetermined", "more",
+                                            f"... and {rest} more line(s) of this kind (see the tables below).")]
+
+
+def build_verdicts(analysis: Analysis) -> list[VerdictLine]:
+    """Every verdict line, in question order; one line saying so when the campaign answers none."""
+    lines = [*_capped(environment_lines(analysis), "environment"), *host_lines(analysis),
+             *regression_lines(analysis)]
+    if not lines:
+        lines.append(VerdictLine(
+            "none", "campaign", "undetermined", "no comparison",
+            "Nothing to compare: one environment kind per model and workload, one host per cell and no "
+            "--baseline. Add a native and a container environment, a second host, or pass --baseline DIR."))
+    return lines
