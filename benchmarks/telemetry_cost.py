@@ -3,7 +3,7 @@
 
 Approaches, each run for --seconds in its own process so that its CPU can be attributed:
 
-  ours/<sensor>   plugins/module_utils/sparkfleet_telemetry.py: a sampler thread on deadlines; GPU figures from
+  ours/<sensor>   plugins/module_utils/sparkfleet_host/telemetry.py: a sampler thread on deadlines; GPU figures from
                   NVML in-process (``nvml``) or ONE ``nvidia-smi -lms`` child (``nvidia-smi``); host memory from
                   /proc/meminfo and a cgroup memory file by pread. ``none`` = host memory and cgroup only (the floor).
   study           bash loop: every period ``nvidia-smi --query-gpu=... --format=csv`` and
@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-UTILS = REPO / "plugins" / "module_utils"
 STANDINS = REPO / "tests" / "fleet" / "standins"
 IMAGE = "sparkfleet-test/trtllm:latest"
 STUDY_FIELDS = "timestamp,name,temperature.gpu,power.draw,utilization.gpu,memory.used,memory.total"
@@ -95,8 +94,7 @@ def jitter_stats(lateness_s: list[float]) -> dict[str, float | None]:
 
 
 def worker_ours(sensor: str, interval: float, seconds: float, cgroup_file: str | None) -> dict[str, Any]:
-    sys.path.insert(0, str(UTILS))
-    from sparkfleet_telemetry import TelemetrySampler  # noqa: PLC0415 (plugins/module_utils on the path now)
+    from sparkfleet_host.telemetry import TelemetrySampler  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         sampler = TelemetrySampler(
@@ -196,8 +194,7 @@ def start_container() -> tuple[str | None, str]:
 def cgroup_file_of(container_id: str | None) -> str | None:
     if not container_id:
         return None
-    sys.path.insert(0, str(UTILS))
-    from sparkfleet_telemetry import cgroup_memory_file_for_pid  # noqa: PLC0415
+    from sparkfleet_host.telemetry import cgroup_memory_file_for_pid  # noqa: PLC0415
 
     pid = subprocess.run(
         ["docker", "inspect", "-f", "{{.State.Pid}}", container_id], capture_output=True, text=True

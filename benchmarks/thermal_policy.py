@@ -7,7 +7,7 @@ the same noisy sensor (the study every 5 s); we report seconds waited per run an
 temperature the next run starts at.
 
 Cooldowns:
-  * h200-trace   the real H200 trace (shared/data/gpu-traces/h200-heat-cool.json) from the end of its load
+  * h200-trace   the real H200 trace (tests/data/gpu-traces/h200-heat-cool.json) from the end of its load
   * spark-tauN   Newton cooling from a peak of 55-65 C toward an ambient that drifts 37-39 C over the campaign,
                  time constant N s, integer readings with +-1 C uniform sensor noise (a DGX Spark cools slowly)
 
@@ -39,10 +39,11 @@ TRACE = REPO / "tests" / "data" / "gpu-traces" / "h200-heat-cool.json"
 POLL_S = 5.0
 STUDY_THRESHOLD, STUDY_EXTRA_S = 45.0, 300.0
 
-import ansible.module_utils  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+from sparkfleet.collection import install_collection_loader  # noqa: E402
+
+install_collection_loader()  # thermal_wait imports its module_utils by the collection's name
 gpu = importlib.import_module("ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu")
 
 

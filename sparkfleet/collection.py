@@ -44,5 +44,15 @@ def dev_link(repo: Path = REPO) -> Path:
     return link
 
 
+def install_collection_loader(repo: Path = REPO) -> None:
+    """Let this process import ``ansible_collections.<ns>.<name>...`` (modules and their module_utils, loaded
+    in-process by tests and benchmarks) from the checkout, as ansible-core's own CLIs do."""
+    from ansible.utils.collection_loader import AnsibleCollectionConfig  # noqa: PLC0415
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder  # noqa: PLC0415
+
+    if AnsibleCollectionConfig.collection_finder is None:
+        _AnsibleCollectionFinder(paths=[str(dev_link(repo).parents[2])], scan_sys_paths=False)._install()
+
+
 if __name__ == "__main__":  # bootstrap.sh: python -m sparkfleet.collection
     print(dev_link(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO))

@@ -17,17 +17,14 @@ from types import ModuleType
 from typing import Any
 
 from ansible.module_utils.testing import patch_module_args
-from ansible.utils.collection_loader import AnsibleCollectionConfig
-from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 
-from sparkfleet.collection import dev_link
+from sparkfleet.collection import install_collection_loader
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
 STANDINS = REPO / "tests" / "fleet" / "standins"
 
-if AnsibleCollectionConfig.collection_finder is None:
-    _AnsibleCollectionFinder(paths=[str(dev_link(REPO).parents[2])], scan_sys_paths=False)._install()
+install_collection_loader(REPO)
 
 #: The name the modules import their module_utils by (the collection's), not the controller's ``sparkfleet_host``:
 #: a module's classes and a test's must be the same objects.

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 from _ansible_modules import PLUGINS, STANDINS, host_util, load_module, run_module
 
-from sparkfleet.collection import dev_link
-
 # importable once _ansible_modules has installed the collection loader
 jobs = host_util("jobs")
 record = host_util("record")
@@ -199,8 +197,8 @@ def test_sigterm_ends_the_workload_and_leaves_the_run_for_a_resume(tmp_path, sta
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": _args(tmp_path, runs, 60)}))
     runner.write_text(textwrap.dedent(f"""
         import runpy, sys
-        from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
-        _AnsibleCollectionFinder(paths=[{str(dev_link().parents[2])!r}], scan_sys_paths=False)._install()
+        from sparkfleet.collection import install_collection_loader
+        install_collection_loader()
         sys.argv = ["bench_run", {str(args_file)!r}]
         runpy.run_path({str(PLUGINS / 'modules' / 'bench_run.py')!r}, run_name="__main__")
     """))
