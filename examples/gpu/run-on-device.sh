@@ -76,7 +76,8 @@ dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if d]
 with open(sys.argv[1], "w") as fh:
     fh.write("import site; [site.addsitedir(d) for d in %r]\n" % dirs)
 EOF
-echo "$REPO" > "$SITE/_sparkfleet_repo.pth"
+# sparkfleet from the checkout: the controller package, and the host code it shares with the modules.
+printf '%s\n' "$REPO" "$REPO/plugins/module_utils" > "$SITE/_sparkfleet_repo.pth"
 if [[ -n $WHEELS ]] && compgen -G "$WHEELS/*.whl" >/dev/null; then
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --ignore-installed --no-compile \
     --disable-pip-version-check "$WHEELS"/*.whl || die "installing the wheels from $WHEELS failed"
@@ -89,10 +90,12 @@ sys.exit(main())
 EOF
 chmod +x "$VENV/bin/sparkfleet"
 export PATH=$VENV/bin:$PATH
-"$VENV/bin/python" -c 'import ansible, jinja2, yaml, pandas, pynvml, sparkfleet; from ansible.release import __version__ as v;
+"$VENV/bin/python" -c 'import ansible, jinja2, yaml, pandas, pynvml, sparkfleet, sparkfleet_host; from ansible.release import __version__ as v;
 print("ansible-core", v, "| pandas", pandas.__version__, "| nvidia-ml-py", getattr(pynvml, "__version__", "?"))' \
   || die "the controller virtualenv is incomplete (missing wheels?)"
 command -v ansible-playbook >/dev/null || die "ansible-playbook not installed"
+# The checkout is the collection sparkfleet.bench; ansible.cfg finds it through this link.
+"$VENV/bin/python" -m sparkfleet.collection "$REPO" || die "cannot link the collection"
 
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 export ANSIBLE_LOCAL_TEMP=$WORK/.ansible-tmp ANSIBLE_HOME=$WORK/.ansible

@@ -1,7 +1,7 @@
 """The parsers never raise: garbage, every truncation of every fixture, random mutations.
 
 Each parser is also called directly (outside ``parse_log``'s safety net), so a bug shows up as a failure
-here instead of hiding behind the "internal parser error" warning. Every parser in sparkfleet/parsers/
+here instead of hiding behind the "internal parser error" warning. Every parser in sparkfleet_host/parsers/
 is fuzzed: the trtllm-bench report and memory lines, --report_json, matmul, hf-generate, vllm, the
 probe lines, kind detection and parse_file. Together with tests/unit/test_hf_generate.py the default run
 tries at least MIN_FUZZ_CASES cases (test_fuzz_budget prints the count).
