@@ -146,8 +146,9 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
         return workloads
     out = []
     for i, workload in enumerate(workloads):
-        axes = [(name, levels) for name, levels in factors.items()
-                if name != "kv_fraction" or workload.get("engine") == "trtllm"]
+        # in FACTORS order, whatever the mapping's order (YAML writers sort keys): stable workload names
+        axes = [(name, factors[name]) for name in FACTORS
+                if name in factors and (name != "kv_fraction" or workload.get("engine") == "trtllm")]
         for name, _ in axes:
             if workload.get(name) is not None:
                 problems.append(f"campaign.workloads[{i}].{name}: set here and in campaign.factors; use one")

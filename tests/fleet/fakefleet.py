@@ -215,8 +215,13 @@ class FakeFleet:
         ])
 
     def start_sshd(self, host: FakeHost) -> None:
-        """(Re)start a host's sshd; it daemonises and writes its pid file."""
-        _run(["ip", "netns", "exec", host.netns, SSHD, "-f", f"{host.dir}/sshd_config",
+        """(Re)start a host's sshd; it daemonises and writes its pid file.
+
+        `ip netns exec` mounts a fresh sysfs for the namespace, which hides /sys/fs/cgroup; the cgroup memory
+        hierarchy is mounted again there (the same hierarchy), so a host sees its containers' cgroups as a real
+        machine does."""
+        script = _cgroup_mount_script() + 'exec "$@"'
+        _run(["ip", "netns", "exec", host.netns, "sh", "-c", script, "sshd", SSHD, "-f", f"{host.dir}/sshd_config",
               "-E", f"{host.dir}/sshd.log"])
         _wait(lambda: host.sshd_pid() is not None, 10, f"sshd of {host.name} did not write its pid file")
 
@@ -289,6 +294,28 @@ def _free_subnet() -> int:
         if f" {SUBNET_PREFIX}.{k}." not in used and f" sfbr{k}:" not in links:
             return k
     raise FleetError(f"no free {SUBNET_PREFIX}.K.0/24 subnet left on this machine")
+
+
+def _cgroup_mount_script() -> str:
+    """Shell commands that mount this machine's cgroup v2 tree, or its v1 memory hierarchy, on /sys/fs/cgroup
+    (errors ignored: without them a host just sees no cgroups)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        fields = line.split()
+        mount_point, fstype = fields[4], fields[fields.index("-") + 1]
+        if mount_point == "/sys/fs/cgroup" and fstype == "cgroup2":
+            return "mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null; "
+    for line in lines:
+        fields = line.split()
+        sep = fields.index("-")
+        mount_point, fstype, options = fields[4], fields[sep + 1], fields[sep + 3]
+        if fstype == "cgroup" and "memory" in options.split(",") and mount_point.startswith("/sys/fs/cgroup/"):
+            return (f"{{ mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup && mkdir -p {mount_point} && "
+                    f"mount -t cgroup -o memory cgroup {mount_point}; }} 2>/dev/null; ")
+    return ""
 
 
 def _port_open(address: str, port: int) -> bool:

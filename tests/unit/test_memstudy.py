@@ -121,3 +121,8 @@ def test_memory_study_preset():
     assert own["name"] == "mine" and own["models"][0]["name"] == "qwen" and own["iterations"] == 2
     with pytest.raises(CampaignError, match="campaign.preset: 'nope' is not one of memory-study"):
         resolve({**BASE, "preset": "nope"})
+
+
+def test_workload_names_do_not_depend_on_the_order_of_the_factors():
+    a = resolve({**BASE, "factors": {"drop_caches": [True], "kv_fraction": [0.5]}})
+    assert [w["name"] for w in a["workloads"]] == ["T1.kv0.5.drop"]
