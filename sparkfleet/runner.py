@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkfleet.collection import dev_link
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir, read_text, read_yaml
 from sparkfleet.progress import JsonlTail
@@ -103,6 +104,7 @@ def runner_kwargs(request: RunRequest, private_data_dir: str, events_path: str) 
     """Keyword arguments for ``ansible_runner.run``/``run_async`` (without callbacks)."""
     if not (REPO / "ansible.cfg").is_file():
         raise UsageError(f"{REPO}/ansible.cfg not found: sparkfleet run needs the sparkfleet repo checkout")
+    dev_link(REPO)  # ansible.cfg finds the collection sparkfleet.bench through it
     inventory = _resolve_inventory(request.inventory)
     playbook = _resolve_playbook(request.playbook)
     # The inventory goes on the command line as given: ansible-runner would write a non-path string (an
