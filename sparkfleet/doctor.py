@@ -3,7 +3,7 @@
 Per host, on one SSH connection: reachable (with host-key checking: unknown keys are rejected), sudo
 works (``sudo -n true``; skipped for root), Docker present (``docker info``), GPU visible
 (``nvidia-smi -L``), disk free under the work dir (``df -Pk``; the filesystem holding the nearest existing
-parent of ``sparkfleet_work_dir``, default /var/lib/sparkfleet) and clock skew (remote ``date +%s.%N``
+parent of ``sparkfleet_work_dir``, default: its registry default) and clock skew (remote ``date +%s.%N``
 against the local clock at the midpoint of the round trip). Hosts with ``ansible_connection=local`` are
 checked on this machine without SSH.
 
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.errors import UsageError
+from sparkfleet_host.settings import SETTINGS_BY_NAME
 
-DEFAULT_WORK_DIR = "/var/lib/sparkfleet"
+DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (sparkfleet_host.settings)
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "~/.ssh/known_hosts")
 
 # The only strings ever run on a host.

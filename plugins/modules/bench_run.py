@@ -611,8 +611,8 @@ class Run:
 
 def _budget_s(params: dict, runs: int) -> float:
     """Longest a job of this many runs may take: each run's timeout and longest cooldown, and some slack."""
-    cooldown = params["cooldown"] or {}
-    wait = float(cooldown.get("max_wait_s", 900)) if cooldown.get("enabled", True) else 0.0
+    cooldown = Cooldown(**(params["cooldown"] or {}))  # checked by main(); missing keys take the one default
+    wait = float(cooldown.max_wait_s) if cooldown.enabled else 0.0
     return runs * (float(params["timeout_s"]) + wait + 120) + 600
 
 

@@ -54,7 +54,7 @@ def test_bad_inventory_variables_and_missing_model_paths_stop_before_the_host_ch
                               "-e", "sparkfleet_telemetry_interval_s=0", "-e", f"@{campaign}"],
                              cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)
     assert bad_var.returncode != 0
-    assert "localhost: sparkfleet_telemetry_interval_s: must be above 0" in bad_var.stdout
+    assert "localhost: sparkfleet_telemetry_interval_s: must be positive, got 0" in bad_var.stdout
     missing = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}",
                               "-e", f"@{campaign}"],
                              cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)

@@ -532,7 +532,7 @@ def _variants(value: Any) -> Optional[str]:
 SETTINGS = (
     Field("sparkfleet_work_dir", "abs_path", "/var/lib/sparkfleet",
           "Per-host work directory: rootfs trees, results, ledgers, saved state."),
-    Field("sparkfleet_models_dir", "abs_path", "/var/lib/sparkfleet/models",
+    Field("sparkfleet_models_dir", "abs_path", "{{ sparkfleet_work_dir }}/models",
           "Models directory, bind-mounted read-only into the chroot and the container."),
     Field("sparkfleet_results_dir", "path", None, "Controller results directory (default the campaign's "
           "results_dir).", nullable=True),
@@ -586,7 +586,7 @@ SETTINGS = (
           check=lambda v: None if v else "must be a non-empty string"),
     Field("sparkfleet_drop_caches", "bool", True, "Drop the page cache after applying the GPU state."),
     Field("sparkfleet_gpus", "list", None, "GPU indices to manage (null: all).", nullable=True, check=_gpu_indices),
-    Field("sparkfleet_max_fail_percentage", "float", 100.0, "Stop the campaign when more than this share of "
+    Field("sparkfleet_max_fail_percentage", "float", 100, "Stop the campaign when more than this share of "
           "hosts fails preflight.", "%", 0.0, 100.0),
 )
 SETTINGS_BY_NAME = {f.name: f for f in SETTINGS}
