@@ -92,9 +92,9 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
         problems.append(f"campaign.name: {out['name']!r} must use only letters, digits, '.', '_' and '-'")
     out["models"] = _models(data.get("models"), problems)
     # A/A twins and the memory-state factors (sparkfleet.memstudy): more environments and workloads, nothing else
-    twins = memstudy.twin_environments(data.get("environments"), data.get("aa"), problems)
+    twins = memstudy.twin_environments(data.get("environments"), _checked(data, "aa"), problems)
     out["environments"] = memstudy.mark_aa(_environments(twins, problems))
-    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems), data.get("factors"),
+    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems), _checked(data, "factors"),
                                               problems)
     for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
         if data.get(key) not in (None, False):
@@ -109,6 +109,14 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
         raise CampaignError(problems, source)
     out["config_hash"] = config_hash(out)
     return out
+
+
+def _checked(data: dict[str, Any], name: str) -> Any:
+    """The field's value when it passed its check (already reported otherwise), else its default: what builds
+    on a field never sees a value its definition refuses."""
+    f = next(f for f in settings.CAMPAIGN_FIELDS if f.name == name)
+    value = data.get(name, f.default)
+    return value if settings.field_problem(f, value) is None else f.default
 
 
 def config_hash(campaign: dict[str, Any]) -> str:
@@ -254,8 +262,21 @@ def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
     return {**settings.defaults(settings.IMAGE_BUILD_FIELDS), **value}
 
 
-def plan(campaign: dict[str, Any], host: str) -> list[PlannedRun]:
-    """The host's runs in execution order. Warm-up runs (iteration 0, 1-based negatives) come first per cell.
+def launch_environment(environment: dict[str, Any], host_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The environment as the host launches it: a container's ``docker_flags`` resolved (its own, else those of
+    the variant it names, else of ``sparkfleet_docker_variant``, from the host's ``sparkfleet_docker_*``
+    settings); other kinds unchanged. ValueError for a variant the host does not define."""
+    if environment.get("kind") != "container":
+        return environment
+    return {**environment, "docker_flags": settings.resolve_docker_flags(environment, host_settings or {})}
+
+
+def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | None = None) -> list[PlannedRun]:
+    """The host's runs in execution order, each with its full launch spec: model, environment (a container's
+    docker flags resolved from ``host_settings``, the host's ``sparkfleet_*`` variables), workload, timeout and
+    cooldown. Resolved once, here, on the controller; the roles pass the plan to bench_run as it is.
+
+    Warm-up runs (iteration 0, 1-based negatives) come first per cell.
 
     interleaved: iteration-major; within an iteration the environments alternate fastest, then models,
     and the environment order flips every iteration — slow drift hits every cell alike.
@@ -276,8 +297,17 @@ def plan(campaign: dict[str, Any], host: str) -> list[PlannedRun]:
         for i in range(1, n_iter + 1):
             env_order = envs if i % 2 else list(reversed(envs))
             measured += [(m, e, w, i, False) for w in loads for m in models for e in env_order]
+    launch, problems = {}, []
+    for index, env in enumerate(envs):
+        try:
+            launch[env["name"]] = launch_environment(env, host_settings)
+        except ValueError as exc:
+            problems.append(f"campaign.environments[{index}].variant: on {host}: {exc}")
+    if problems:
+        raise CampaignError(problems, "sparkfleet_campaign")
+    timeout_s, cooldown = campaign["timeout_s"], campaign["cooldown"]
     runs = []
     for index, (m, e, w, i, is_warm) in enumerate(warm + measured):
         rid = run_id(campaign["name"], host, m["name"], e["name"], w["name"], i)
-        runs.append(PlannedRun(rid, index, m, e, w, i, is_warm))
+        runs.append(PlannedRun(rid, index, m, launch[e["name"]], w, i, is_warm, timeout_s, cooldown))
     return runs

@@ -58,10 +58,14 @@ def default_campaign(group_names, kind="campaign"):
         return yaml.safe_load(fh)[key]
 
 
-def campaign_plan(campaign, host):
-    """The host's planned runs, in execution order, as plain dicts."""
+def campaign_plan(campaign, host, settings=None):
+    """The host's planned runs, in execution order, as plain dicts, each with its full launch spec (a container's
+    docker flags resolved from ``settings``, the host's sparkfleet_* variables; timeout; cooldown)."""
     _need_sparkfleet()
-    return [run.to_dict() for run in plan(campaign, str(host))]
+    try:
+        return [run.to_dict() for run in plan(campaign, str(host), dict(settings or {}))]
+    except CampaignError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def host_settings_problems(variables, host):

@@ -44,7 +44,10 @@ description:
     run stays unfinished in the ledger, so a resume runs it again."
 options:
   runs:
-    description: The host's campaign plan, in order; each entry has run_id, order_index, model, environment, workload, iteration, warmup.
+    description: >-
+      The host's campaign plan, in order; each entry has run_id, order_index, model, environment (a container's
+      docker_flags resolved), workload, iteration, warmup, and the run's timeout_s and cooldown (else O(timeout_s)
+      and O(cooldown)).
     type: list
     elements: dict
     required: true
@@ -84,11 +87,11 @@ options:
     description: Models directory, bind-mounted read-only into the container at the same path.
     type: path
   cooldown:
-    description: "thermal_wait settings: enabled, threshold_c, settle_band_c, settle_window_s, min_wait_s, max_wait_s, poll_interval_s, on_timeout (fail|continue)."
+    description: "Cooldown of a planned run that has none: enabled, threshold_c, settle_band_c, settle_window_s, min_wait_s, max_wait_s, poll_interval_s, on_timeout (fail|continue); the campaign's rules and defaults."
     type: dict
     default: {}
   timeout_s:
-    description: Wall-clock limit for the run's commands, in seconds.
+    description: Wall-clock limit for the commands of a planned run that has no timeout_s of its own, in seconds.
     type: float
     default: 3600
   telemetry_interval_s:
@@ -222,8 +225,13 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
     run_process,
     strip_gpu_flags,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import Cooldown
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (
+    CAMPAIGN_FIELDS,
+    Cooldown,
+    field_problem,
+)
 
+_TIMEOUT_FIELD = next(f for f in CAMPAIGN_FIELDS if f.name == "timeout_s")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAIL_BYTES = 4000
 # Space set aside before each run so that a run that fills the disk can still be recorded as failed.
@@ -323,6 +331,17 @@ class Run:
         if expected != self.plan["run_id"]:
             module.fail_json(msg="run: run_id %r does not match its identity (%s)" % (self.plan["run_id"], expected))
         self.rid = expected
+        # Each planned run carries its own timeout and cooldown (campaign.plan resolves them once, on the
+        # controller); the module's options are the defaults of a plan entry without them. Checked with the
+        # campaign's rules before any run starts.
+        try:
+            self.cooldown = Cooldown.from_mapping(self.plan.get("cooldown", p["cooldown"]), "cooldown").to_dict()
+        except ValueError as exc:
+            module.fail_json(msg="run %s: %s" % (self.rid, exc))
+        self.timeout_s = self.plan.get("timeout_s", p["timeout_s"])
+        problem = field_problem(_TIMEOUT_FIELD, self.timeout_s)
+        if problem:
+            module.fail_json(msg="run %s: timeout_s: %s" % (self.rid, problem))
         self.host_dir = os.path.join(p["results_root"], p["campaign"], p["host"])
         self.run_dir = os.path.join(self.host_dir, "runs", self.rid)
         self.ledger = os.path.join(self.host_dir, "ledger.jsonl")
@@ -384,9 +403,9 @@ class Run:
             return self._result(record.to_dict(), changed=False, written=False)
         append_event(self.ledger, "started", self.rid, order_index=self.plan.get("order_index"))
         record = self._base_record(kind)
-        cooldown = _cooldown(self.p["cooldown"] or {})
+        cooldown = _cooldown(self.cooldown)
         record.cooldown = cooldown
-        if cooldown.get("timed_out") and (self.p["cooldown"] or {}).get("on_timeout") == "fail":
+        if cooldown.get("timed_out") and self.cooldown["on_timeout"] == "fail":
             return self._finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {}, None)
         try:
             steps = engine_steps(self.workload.get("engine", "trtllm"), self.workload, self.model,
@@ -412,7 +431,7 @@ class Run:
         sampler = TelemetrySampler(os.path.join(self.run_dir, "telemetry.csv"),
                                    interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self._tracker)
         started = time.time()
-        deadline = time.monotonic() + float(self.p["timeout_s"])
+        deadline = time.monotonic() + float(self.timeout_s)
         outcome = {"rc": None, "timed_out": False}
         sampler.start()
         try:
@@ -528,7 +547,7 @@ class Run:
             return self._finish(record, "failed", outcome["error"], metrics, parsed)
         if outcome["timed_out"]:
             return self._finish(record, "timeout", "timed out after %.0f s (step %s)"
-                                % (float(self.p["timeout_s"]), outcome.get("step", "bench")), metrics, parsed)
+                                % (float(self.timeout_s), outcome.get("step", "bench")), metrics, parsed)
         if outcome["rc"] != 0:
             log = bench_log if outcome.get("step", "bench") == "bench" else os.path.join(
                 self.run_dir, "%s.log" % outcome["step"])
@@ -609,18 +628,17 @@ class Run:
                 "cooldown": cooldown, "sparkfleet_event": event}
 
 
-def _budget_s(params: dict, runs: int) -> float:
-    """Longest a job of this many runs may take: each run's timeout and longest cooldown, and some slack."""
-    cooldown = Cooldown(**(params["cooldown"] or {}))  # checked by main(); missing keys take the one default
-    wait = float(cooldown.max_wait_s) if cooldown.enabled else 0.0
-    return runs * (float(params["timeout_s"]) + wait + 120) + 600
+def _budget_s(runs: list) -> float:
+    """Longest a job of these runs may take: each run's timeout and longest cooldown, and some slack."""
+    return sum(float(run.timeout_s) + (float(run.cooldown["max_wait_s"]) if run.cooldown["enabled"] else 0.0) + 120
+               for run in runs) + 600
 
 
-def _take_lock(module: AnsibleModule, host_dir: str):
+def _take_lock(module: AnsibleModule, host_dir: str, runs: list):
     """One job per host and campaign: wait for a job a killed controller left running to end."""
     os.makedirs(host_dir, exist_ok=True)
     lock = open(os.path.join(host_dir, ".lock"), "w")  # noqa: SIM115 (held until the process exits)
-    deadline = time.monotonic() + _budget_s(module.params, len(module.params["runs"]))
+    deadline = time.monotonic() + _budget_s(runs)
     while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -704,7 +722,7 @@ def main():
     results = []
     try:
         with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
-            lock = _take_lock(module, runs[0].host_dir)
+            lock = _take_lock(module, runs[0].host_dir, runs)
             _check_campaign_config(module, runs, keep=True)
             states = run_states(runs[0].ledger)
             announced = False

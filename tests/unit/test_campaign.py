@@ -127,3 +127,29 @@ def test_validate_command(tmp_path, capsys):
     bad.write_text(yaml.safe_dump(_good(iterations=0)))
     assert main(["validate", str(bad)]) == 2
     assert "campaign.iterations" in capsys.readouterr().err
+
+
+def test_the_plan_carries_each_runs_full_launch_spec():
+    """Resolved once on the controller (issue 14): a container's docker flags from the host's settings, the
+    timeout and the cooldown; the matrix role passes the plan to bench_run as it is."""
+    c = resolve(_good(environments=["native", "container", {"name": "lean", "kind": "container",
+                                                             "variant": "no-shm-size"},
+                                    {"name": "own", "kind": "container", "docker_flags": ["--ipc=host"]}],
+                      timeout_s=600, cooldown={"max_wait_s": 120}))
+    runs = [r.to_dict() for r in plan(c, "h1", {"sparkfleet_docker_flags": ["--ipc=host", "--shm-size=1g"]})]
+    flags = {r["environment"]["name"]: r["environment"]["docker_flags"] for r in runs}
+    assert flags == {"native": None, "container": ["--ipc=host", "--shm-size=1g"], "lean": ["--ipc=host"],
+                     "own": ["--ipc=host"]}
+    assert all(r["timeout_s"] == 600 and r["cooldown"] == c["cooldown"] and r["cooldown"]["max_wait_s"] == 120
+               for r in runs)
+    default = plan(c, "h1")[1].to_dict()["environment"]  # no host settings: the registry's study flags
+    assert default["docker_flags"] == ["--gpus", "all", "--ipc=host", "--shm-size=60g", "--ulimit", "memlock=-1",
+                                       "--ulimit", "stack=67108864"]
+
+
+def test_a_variant_the_host_does_not_define_is_refused_naming_host_and_field():
+    c = resolve(_good(environments=[{"name": "x", "kind": "container", "variant": "tiny"}]))
+    with pytest.raises(CampaignError, match=r"campaign\.environments\[0\]\.variant: on h1: unknown Docker "
+                                            r"environment variant 'tiny'"):
+        plan(c, "h1")
+    assert plan(c, "h1", {"sparkfleet_docker_variants": {"tiny": {"extra_flags": ["--memory=1g"]}}})
