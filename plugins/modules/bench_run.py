@@ -227,6 +227,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (
     CAMPAIGN_FIELDS,
+    RETRY_STATUSES,
     Cooldown,
     field_problem,
 )
@@ -367,7 +368,7 @@ class Run:
             if not state or state.get("event") != "finished":  # crashed between record and ledger
                 append_event(self.ledger, "finished", self.rid, status=record["status"], recovered=True,
                              **self._ledger_fields(record))
-            if self.p["retry_failed"] and record["status"] in ("failed", "timeout"):
+            if self.p["retry_failed"] and record["status"] in RETRY_STATUSES:
                 self._move_aside("retried")
                 return None
             return record
