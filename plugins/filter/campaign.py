@@ -68,6 +68,18 @@ def campaign_plan(campaign, host, settings=None):
         raise AnsibleFilterError(str(exc)) from None
 
 
+def docker_variant_flags(variants, flags):
+    """Variant name -> its docker run flags: ``flags`` without the variant's remove_flags, then its extra_flags
+    (the rule campaign.plan resolves a container environment's flags with)."""
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (  # noqa: PLC0415
+        docker_variant_flags as resolve,
+    )
+
+    if not isinstance(variants, dict):
+        raise AnsibleFilterError(f"docker_variant_flags: variants must be a mapping, got {type(variants).__name__}")
+    return {name: resolve(list(flags or []), spec) for name, spec in variants.items()}
+
+
 def host_settings_problems(variables, host):
     """{'errors': [...], 'warnings': [...]} for a host's sparkfleet_* inventory variables."""
     _need_sparkfleet()
@@ -78,5 +90,5 @@ def host_settings_problems(variables, host):
 class FilterModule:
     def filters(self):
         return {"campaign_resolve": campaign_resolve, "default_campaign": default_campaign,
-                "campaign_plan": campaign_plan,
+                "campaign_plan": campaign_plan, "docker_variant_flags": docker_variant_flags,
                 "host_settings_problems": host_settings_problems}

@@ -215,3 +215,30 @@ def test_docker_flags_resolve_from_the_one_definition():
     assert settings.resolve_docker_flags(env, {"sparkfleet_docker_flags": ["--x"]}) == ["--x"]
     with pytest.raises(ValueError, match="unknown Docker environment variant 'nope'"):
         settings.resolve_docker_flags({**env, "variant": "nope"}, {})
+
+
+def test_the_docker_env_role_resolves_variants_with_the_plans_rule(tmp_path):
+    """docker_env's facts come from the same function as a planned run's docker flags (no Jinja copy)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - {ansible.builtin.include_role: {name: sparkfleet.bench.docker_env}}\n"
+        "    - {ansible.builtin.copy: {dest: '" + str(tmp_path / "out.json") + "', "
+        "content: '{{ {\"all\": docker_env_resolved, \"run\": docker_env_run_flags} | to_json }}'}}\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "t"))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(playbook), "-e", "sparkfleet_docker_variant=no-shm-size",
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    want = {name: settings.docker_variant_flags(settings.STUDY_DOCKER_FLAGS, spec)
+            for name, spec in settings.DEFAULT_DOCKER_VARIANTS.items()}
+    assert out["all"] == want
+    env_ = {"name": "c", "kind": "container", "docker_flags": None, "variant": None}
+    assert out["run"] == settings.resolve_docker_flags(env_, {"sparkfleet_docker_variant": "no-shm-size"})
