@@ -2,10 +2,11 @@
 
 Metrics become columns with their DESIGN names (``output_tok_s``, ``peak_memory_gib``, ...); nested
 objects (workload parameters, cooldown, telemetry summary, versions, metric sources, raw samples as JSON
-text) are flattened with a prefix. A record of an older format version is read through its migrations
-(``sparkfleet_host.record.upgrade``, docs/RECORD.md); one newer than this code, not JSON, or breaking the
-run-record contract is reported by path and skipped: one bad file never stops a report, and never
-disappears without a word.
+text) are flattened with a prefix; the memory section and the memory-state factor levels become
+``mem_*``, ``cuda_*``, ``aa_group``/``aa_member`` and ``factor_*`` columns (MEMORY_COLUMNS). A record of an
+older format version is read through its migrations (``sparkfleet_host.record.upgrade``, docs/RECORD.md);
+one newer than this code, not JSON, or breaking the run-record contract is reported by path and skipped: one
+bad file never stops a report, and never disappears without a word.
 """
 
 from __future__ import annotations
@@ -44,6 +45,69 @@ _NESTED_PREFIXES = {
     "samples": "samples_",
 }
 METRIC_COLUMNS = tuple(contract.METRICS)
+#: The record's ``memory`` section (docs/MEMORY.md) as flat columns: (column, path into the section).
+MEMORY_COLUMNS = (
+    *((f"mem_start_{name.removeprefix('mem_')}", ("start", "meminfo", name)) for name in (
+        "mem_total_gib", "mem_free_gib", "mem_available_gib", "buffers_gib", "cached_gib", "shmem_gib", "used_gib",
+        "not_free_gib")),
+    *((f"mem_peak_{name.removeprefix('mem_')}", ("peak", "meminfo", name)) for name in (
+        "mem_total_gib", "mem_free_gib", "mem_available_gib", "buffers_gib", "cached_gib", "shmem_gib", "used_gib",
+        "not_free_gib")),
+    ("mem_peak_t_s", ("peak", "t_s")),
+    *((f"mem_peak_cgroup_{name}", ("peak", "cgroup", name)) for name in (
+        "current_gib", "peak_gib", "limit_gib", "file_gib", "anon_gib", "shmem_gib")),
+    ("mem_cgroup_limit_gib", ("cgroup", "limit_gib")),
+    ("mem_cgroup_peak_gib", ("cgroup", "peak_gib")),
+    ("mem_cgroup_current_max_gib", ("cgroup", "current_gib_max")),
+    ("mem_cgroup_first_current_gib", ("cgroup", "first", "current_gib")),
+    ("mem_max_cached_gib", ("max_cached_gib",)),
+    ("mem_min_available_gib", ("min_mem_available_gib",)),
+    ("mem_samples", ("samples",)),
+    ("mem_kv_fraction", ("kv_fraction",)),
+    ("mem_drop_requested", ("drop_caches", "requested")),
+    ("mem_drop_done", ("drop_caches", "done")),
+    ("mem_drop_seconds", ("drop_caches", "seconds")),
+    ("mem_drop_cached_before_gib", ("drop_caches", "cached_before_gib")),
+    ("mem_drop_cached_after_gib", ("drop_caches", "cached_after_gib")),
+    ("mem_container_flags", ("container_memory_flags",)),
+    ("cuda_source", ("start", "cuda", "source")),
+    ("cuda_free_start_gib", ("start", "cuda", "free_gib")),
+    ("cuda_free_peak_gib", ("peak", "cuda_free_gib")),
+    ("cuda_free_min_gib", ("min_cuda_free_gib",)),
+    ("env_variant", ("environment", "variant")),
+    ("aa_group", ("environment", "aa_group")),
+    ("aa_member", ("environment", "aa_member")),
+)
+
+
+#: Memory columns holding numbers (float64 columns, NaN where a record has none).
+_MEMORY_NUMERIC = tuple(name for name, _ in MEMORY_COLUMNS
+                        if name.endswith(("_gib", "_t_s", "_seconds", "_samples", "_fraction")))
+
+
+def _dig(section: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(section, dict):
+            return None
+        section = section.get(key)
+    return section
+
+
+def memory_columns(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A record's memory section (MEMORY_COLUMNS) and memory-state factor levels (``factor_<name>`` from
+    ``workload_params.factors``) as flat columns; None for a record with neither."""
+    memory, params = data.get("memory"), data.get("workload_params")
+    factors = params.get("factors") if isinstance(params, dict) else None
+    if not isinstance(memory, dict) and not isinstance(factors, dict):
+        return None
+    out: dict[str, Any] = {}
+    if isinstance(memory, dict):
+        out = {name: _dig(memory, path) for name, path in MEMORY_COLUMNS}
+        flags = out["mem_container_flags"]
+        out["mem_container_flags"] = " ".join(map(str, flags)) if isinstance(flags, list) else flags
+    if isinstance(factors, dict):
+        out |= {f"factor_{name}": value for name, value in sorted(factors.items())}
+    return out
 
 
 @dataclass(frozen=True)
@@ -144,6 +208,8 @@ def flatten_record(data: dict[str, Any], record_dir: str) -> dict[str, Any]:
         if nested:
             for sub, value in nested.items():
                 row[prefix + sub] = _scalar(value)
+    for name, value in (memory_columns(data) or {}).items():
+        row[name] = _scalar(value)
     row["record_dir"] = record_dir
     return row
 
@@ -153,6 +219,8 @@ def _scalar(value: Any) -> Any:
 
 
 _ROW_FIELDS = IDENTITY_COLUMNS + _SCALAR_FIELDS
+#: The key `_Columns` files memory_columns under (not a record field: its columns have no prefix).
+_MEMORY_KEY = " memory"
 #: Below this many records one process is quicker than starting workers.
 PARALLEL_MIN_RECORDS = 4000
 
@@ -187,6 +255,14 @@ class _Columns:
                     bucket = self.nested[shape] = ([], [])
                 bucket[0].append(row)
                 bucket[1].extend(nested.values())
+        flat = memory_columns(data)
+        if flat:  # filed like a nested object whose columns carry no prefix
+            shape = (_MEMORY_KEY, tuple(flat))
+            bucket = self.nested.get(shape)
+            if bucket is None:
+                bucket = self.nested[shape] = ([], [])
+            bucket[0].append(row)
+            bucket[1].extend(flat.values())
         self.dirs.append(record_dir)
 
     def frame(self) -> pd.DataFrame:
@@ -200,7 +276,7 @@ class _Columns:
         columns |= {name: metrics[:, i].copy() for i, name in enumerate(METRIC_COLUMNS)}
         nested: dict[str, list[tuple[list[int], list[Any]]]] = {}
         for (key, subs), (rows, values) in self.nested.items():
-            prefix = _NESTED_PREFIXES[key]
+            prefix = _NESTED_PREFIXES.get(key, "")
             for i, sub in enumerate(subs):
                 nested.setdefault(prefix + sub, []).append((rows, values[i::len(subs)]))
         for name, parts in nested.items():
@@ -317,6 +393,7 @@ def _typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame[base + extras + ["record_dir"]]
     numeric = {name: "float64" for name in METRIC_COLUMNS}
     numeric |= {"iteration": "int64", "order_index": "Int64", "exit_code": "Int64", "duration_s": "float64"}
+    numeric |= {name: "float64" for name in _MEMORY_NUMERIC if name in frame.columns}
     frame = frame.astype(numeric)
     frame["warmup"] = frame["warmup"].astype("boolean")
     frame["started_utc"] = parse_timestamps(frame["started_utc"])

@@ -89,6 +89,28 @@ def required_n(cv, effect, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_
     with np.errstate(invalid="ignore", divide="ignore"):
         n = np.maximum(1, np.ceil(2 * (z * cv / effect) ** 2 - 1e-9))
     return np.where((cv >= 0) & (effect > 0) & np.isfinite(n), n, np.nan)
+
+
+def mde(cv, n, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER):
+    """The minimum detectable effect: the relative difference a two-sided test at ``alpha`` detects with
+    probability ``power`` with ``n`` runs per side, given the CV of one run (``required_n`` inverted):
+
+        mde = (z(1 − alpha/2) + z(power)) · cv · √(2 / n)
+
+    Scalars give a float (None when cv is not a non-negative number or n < 1); arrays give NaN there.
+    """
+    z = _z_sum(alpha, power)
+    if np.ndim(cv) == 0 and np.ndim(n) == 0:
+        cv, n = float(cv), float(n)
+        if not (math.isfinite(cv) and cv >= 0 and math.isfinite(n) and n >= 1):
+            return None
+        return z * cv * math.sqrt(2 / n)
+    cv, n = np.asarray(cv, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = z * cv * np.sqrt(2 / n)
+    return np.where((cv >= 0) & (n >= 1) & np.isfinite(out), out, np.nan)
+
+
 #: Iglewicz & Hoaglin: |0.6745 (x - median) / MAD| > 3.5 marks a likely outlier.
 OUTLIER_Z = 3.5
 _MAD_TO_SIGMA = 0.6745

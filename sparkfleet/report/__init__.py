@@ -33,6 +33,10 @@ def write_report(analysis: Analysis, out_dir: str | os.PathLike[str],
         "host_variance.csv": analysis.host_variance,
         "host_deviations.csv": analysis.host_deviations,
         "outliers.csv": analysis.outliers,
+        "memory_decomposition.csv": analysis.memory.parts,
+        "memory_factors.csv": analysis.memory.effects,
+        "aa_pairs.csv": analysis.memory.aa_pairs,
+        "aa_noise.csv": analysis.memory.noise,
     }
     for name, frame in tables.items():
         write_csv(frame, out / name)

@@ -10,6 +10,7 @@ import pandas as pd
 from sparkfleet import compare, reproducibility, stats, thresholds
 from sparkfleet.load import LoadProblem, LoadResult, load_runs
 from sparkfleet.report.findings import Finding, collect_findings
+from sparkfleet.report.memory import MemoryStudy, memory_study
 from sparkfleet.report.verdicts import VerdictLine, build_verdicts
 
 
@@ -47,6 +48,7 @@ class Analysis:
     baseline_problems: list[LoadProblem] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[VerdictLine] = field(default_factory=list)
+    memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
 
 
 def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
@@ -87,6 +89,7 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
         environments_pooled=pooled,
         regressions=regressions,
         baseline_problems=baseline_problems,
+        memory=memory_study(runs, kv_runs, options.alpha, options.threshold, options.level),
     )
     analysis.findings = collect_findings(analysis)
     analysis.verdicts = build_verdicts(analysis)

@@ -43,6 +43,7 @@ _TITLES = {
     "ci_bars": "Means with 95% confidence intervals",
     "throughput_batch": "Throughput against batch size",
     "kv_budget": "KV-cache budget",
+    "memory_decomposition": "Where the memory went: each environment's device total in parts",
     "timeline": "Campaign in run order",
     "telemetry": "Telemetry (temperature, memory) over time",
 }
@@ -64,6 +65,7 @@ def figure_makers(analysis: Analysis) -> dict[str, tuple[str, Callable[[], bytes
         "effects": lambda: plots.effects(analysis.verdicts, analysis.options.threshold),
         "ci_bars": lambda: plots.ci_bars(analysis.cells, analysis.runs),
         "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, fraction),
+        "memory_decomposition": lambda: plots.memory_decomposition(analysis.memory.decomposition),
     }
     return {name: (title, makers[name]) for name, title in _TITLES.items()}
 
@@ -159,6 +161,7 @@ def build_document(analysis: Analysis, figures: dict[str, Figure]) -> list[Secti
         overview(analysis),
         warnings_section(analysis),
         environment_section(analysis),
+        *memory_sections(analysis, figures),
         statistics_section(analysis, figures),
         kv_section(analysis, figures),
         reproducibility_section(analysis),
@@ -270,12 +273,109 @@ def environment_section(analysis: Analysis) -> Section:
         "overhead": env["overhead_pct"].map(fmt_pct),
         "Welch p": env["p_value"].map(fmt_p), "df": env["df"].map(lambda v: fmt(v, 3)),
     })
+    floors = analysis.memory.floors()
+    if floors:
+        frame["A/A noise floor"] = [_floor_label(r.overhead_pct, r.metric, floors) for r in env.itertuples()]
     text = ("Difference = environment − native; overhead = (environment − native) / native; Welch's t-test "
             "(unequal variances), CI with Welch–Satterthwaite degrees of freedom, shown from "
             f"{MIN_N_INTERVAL} runs per side on. A p-value above 0.05 with a CI spanning 0 means no difference "
             "was detected, not that none exists; the verdicts above say which.")
     return Section("Environments against native",
                    [Paragraph(text), table(frame, "", "environments.csv", len(analysis.environments))])
+
+
+def _floor_label(change_pct: float, metric: str, floors: dict[str, float]) -> str:
+    from sparkfleet.report.memory import under_floor
+
+    under = under_floor(change_pct, metric, floors)
+    return "–" if under is None else \
+        f"under the noise floor (±{floors[metric] * 100:.2g}%)" if under else f"above (±{floors[metric] * 100:.2g}%)"
+
+
+def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
+    """"Where the memory went" (decomposition, KV gaps, factor effects) and "A/A noise floor"; nothing for
+    campaigns without memory sections or A/A pairs."""
+    from sparkfleet.report.memory import PART_WORDS, PARTS, TARGET_EFFECTS, gap_sentence
+
+    study = analysis.memory
+    out = []
+    if not study.decomposition.empty or not study.effects.empty:
+        blocks: list = [Paragraph(
+            "The engine's device total in parts (GiB, mean per cell): KV cache; the reserve the fraction keeps back "
+            "(device_total − peak − KV); page cache (Cached + Buffers of /proc/meminfo at the run's peak sample; in "
+            "a memory-limited container the container's own file pages); cgroup-accounted (a container's "
+            "memory.current beyond its file pages and the engine's own peak, plus what lies outside its memory "
+            "limit); the engine's own peak (model: the median peak − page cache of the native runs of the same "
+            "cell); unexplained (the rest of the peak; negative: more attributed than the peak). KV residual: "
+            "kv − fraction × (device_total − peak), the formula's fit (≈ fraction × tmp_kv). docs/MEMORY.md "
+            "defines each part.")]
+        dec = study.decomposition
+        if not dec.empty:
+            blocks.append(table(pd.DataFrame({
+                "host": dec["host"], "model": dec["model"], "workload": dec["workload"],
+                "environment": dec["environment"], "n": dec["n"].map(fmt),
+                "device total": dec["device_total_gib"].map(fmt), "peak": dec["peak_gib"].map(fmt),
+                **{PART_WORDS[p]: dec[p].map(fmt) for p in PARTS},
+                "KV residual": dec["kv_residual_gib"].map(lambda v: f"{v:+.3f}"),
+                "limit": dec["limit_gib"].map(fmt),
+            }), "Device total in parts (GiB, mean per cell)", "memory_decomposition.csv"))
+        if "memory_decomposition" in figures:
+            blocks.append(figures["memory_decomposition"])
+        if not study.gaps.empty:
+            blocks.append(Paragraph("The KV-cache gap against native, attributed: a part that grew by Δ GiB takes "
+                                    "fraction × Δ out of the KV cache (the budget formula)."))
+            blocks.append(Bullets([gap_sentence(r) for _, r in study.gaps.iterrows()], "gaps"))
+        eff = study.effects
+        if not eff.empty:
+            blocks.append(Paragraph(
+                "Factor effects: level b against level a, per model, pooled over every other factor (in a balanced "
+                "design the marginal difference is the factor's main effect; the other factors' spread widens the "
+                f"CI). Welch CI from {MIN_N_INTERVAL} runs per side on; the verdict is the report's one rule."))
+            blocks.append(table(pd.DataFrame({
+                "model": eff["model"], "factor": eff["factor"], "b vs a": eff["words"], "metric": eff["metric"],
+                "n": eff["n_a"].map(fmt) + " / " + eff["n_b"].map(fmt), "mean a": eff["mean_a"].map(fmt),
+                "mean b": eff["mean_b"].map(fmt), "effect (GiB)": eff["diff"].map(fmt),
+                "effect": eff["change_pct"].map(fmt_pct),
+                "95% CI (GiB)": [fmt_ci(lo, hi, min(na, nb), MIN_N_INTERVAL) for lo, hi, na, nb in
+                                 zip(eff["ci_low"], eff["ci_high"], eff["n_a"], eff["n_b"], strict=True)],
+                "Welch p": eff["p_value"].map(fmt_p), "verdict": eff["outcome"],
+            }), "Each factor's effect on the KV cache and the peak", "memory_factors.csv"))
+        out.append(Section("Where the memory went", blocks))
+    noise = study.noise
+    if not noise.empty:
+        need = {f"runs for {round(e * 100)}%": noise[f"required_n_{round(e * 100)}pct"].map(fmt)
+                for e in TARGET_EFFECTS}
+        pairs = study.aa_pairs
+        blocks = [Paragraph(
+            "Each A/A pair runs the same environment twice, interleaved: their difference is noise. Per metric: the "
+            "pooled run-to-run CV of both members; the noise floor = the larger of the largest |A/A difference| "
+            "and 1.96 · CV · √(2/n) (the half-width of the 95% interval of a difference of two n-run means); the "
+            "minimum detectable effect (MDE) for n runs per side at alpha 0.05 and power 0.8, "
+            "(1.96 + 0.84) · CV · √(2/n); and the runs per side a 2% and a 5% difference need. A comparison "
+            "between environments whose difference is below the floor is labelled \"under the noise floor\"."),
+            table(pd.DataFrame({
+                "metric": noise["metric"], "A/A cells": noise["pairs"].map(fmt), "n per side": noise["n"].map(fmt),
+                "CV": noise["cv"].map(lambda v: fmt_pct(v * 100).lstrip("+")),
+                "largest |A−B|": noise["observed_pct"].map(lambda v: fmt_pct(v).lstrip("+")),
+                "noise floor": noise["floor_pct"].map(lambda v: "±" + fmt_pct(v).lstrip("+")),
+                "MDE": noise["mde_pct"].map(lambda v: fmt_pct(v).lstrip("+")), **need,
+            }), "Noise floor per metric", "aa_noise.csv"),
+            table(pd.DataFrame({
+                "pair": pairs["b"] + " vs " + pairs["a"], "host": pairs["host"], "model": pairs["model"],
+                "workload": pairs["workload"], "metric": pairs["metric"],
+                "n": pairs["n_a"].map(fmt) + " / " + pairs["n_b"].map(fmt), "mean a": pairs["mean_a"].map(fmt),
+                "mean b": pairs["mean_b"].map(fmt), "A/A difference": pairs["change_pct"].map(fmt_pct),
+                "95% CI": [fmt_interval_pct(lo, hi, min(na, nb)) for lo, hi, na, nb in
+                           zip(pairs["ci_low_pct"], pairs["ci_high_pct"], pairs["n_a"], pairs["n_b"], strict=True)],
+            }), "Each A/A pair", "aa_pairs.csv", len(pairs))]
+        out.append(Section("A/A noise floor", blocks))
+    return out
+
+
+def fmt_interval_pct(low: float, high: float, n: float) -> str:
+    if n < MIN_N_INTERVAL:
+        return f"{N_TOO_SMALL} (n={fmt(n)})"
+    return "–" if pd.isna(low) else f"{fmt_pct(low)} to {fmt_pct(high)}"
 
 
 def _difference_ci(row) -> str:

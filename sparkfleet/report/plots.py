@@ -302,3 +302,41 @@ def effects(lines: list, threshold: float) -> bytes | None:
                  "colour = verdict (orange different, green same, grey undetermined; hollow: no interval, "
                  "n too small)", fontsize=8)
     return _png(fig)
+
+
+_PART_COLORS = {"model_gib": "#8c959f", "page_cache_gib": "#d4a72c", "cgroup_gib": "#bc4c00",
+                "unexplained_gib": "#cf222e", "kv_gib": "#1a7f37", "reserve_gib": "#d0d7de"}
+
+
+def memory_decomposition(table: pd.DataFrame) -> bytes | None:
+    """Where the memory went: each environment's device total as stacked parts (report/memory.py), per
+    cell; a negative unexplained part (more attributed than the peak) is drawn left of zero."""
+    from sparkfleet.report.memory import PART_WORDS, PARTS
+
+    if table.empty:
+        return None
+    data = table.head(MAX_CELLS)
+    keys = [k for k in ("host", "model", "workload") if data[k].nunique() > 1] or ["workload"]
+    labels = [" / ".join([*(str(r[k]) for k in keys), str(r["environment"])]) for _, r in data.iterrows()]
+    fig, ax = _subplots(figsize=(9, 0.42 * len(data) + 1.8))
+    y = np.arange(len(data))
+    left_pos = np.zeros(len(data))
+    left_neg = np.zeros(len(data))
+    for part in PARTS:
+        values = data[part].to_numpy(dtype=float)
+        values = np.nan_to_num(values)
+        positive, negative = np.clip(values, 0, None), np.clip(values, None, 0)
+        ax.barh(y, positive, left=left_pos, color=_PART_COLORS[part], label=PART_WORDS[part], height=0.7)
+        if (negative < 0).any():
+            ax.barh(y, negative, left=left_neg, color=_PART_COLORS[part], hatch="//", height=0.7, alpha=0.6)
+        left_pos += positive
+        left_neg += negative
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="#57606a", lw=0.8)
+    ax.set_xlabel("GiB (sums to the engine's device total)")
+    ax.set_title("Where the memory went: device total per environment" + _shown(len(table), len(data), "rows"),
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower right", ncols=3)
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)

@@ -61,6 +61,13 @@ def payload(analysis: Analysis) -> dict[str, Any]:
             "deviations": records(analysis.host_deviations),
         },
         "outliers": records(analysis.outliers),
+        "memory": {  # report/memory.py: decomposition, KV gaps, factor effects, A/A noise floor
+            "decomposition": records(analysis.memory.decomposition),
+            "kv_gaps": records(analysis.memory.gaps),
+            "factor_effects": records(analysis.memory.effects),
+            "aa_pairs": records(analysis.memory.aa_pairs),
+            "noise_floor": records(analysis.memory.noise),
+        },
         "warnings": [f.as_dict() for f in analysis.findings],
         # The answers, in the order the report shows them: one entry per line, each with its metrics.
         "verdicts": [line.as_dict() for line in analysis.verdicts],

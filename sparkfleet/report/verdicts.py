@@ -8,6 +8,10 @@ Three questions, each answered only where the campaign can answer it:
 * **hosts**: where a cell ran on two or more hosts, do the hosts agree? Which one is out, by how much?
 * **regression**: with ``--baseline``, did anything get worse than the baseline?
 
+Where the records carry a memory section or A/A pairs (issue 15, ``report/memory.py``), "memory" lines say
+where the memory went (the largest KV-cache gap per model, decomposed) and which factor moves the KV cache
+most, and a "noise" line the A/A noise floor per metric; environment verdicts under that floor say so.
+
 Every metric's answer comes from one rule, ``sparkfleet.compare.classify``: *different* (significant and
 beyond the threshold), *same* (within the threshold, shown by the interval or by identical runs) or
 *undetermined* (too few runs, or an interval too wide), with the number of iterations that would settle it.
@@ -89,6 +93,8 @@ class Verdict:
     required_n: int | None = None  # runs per side that would settle an undetermined answer
     better: bool | None = None  # b better than a by the metric's direction (None: no difference or not judged)
     note: str = ""  # e.g. an interval bound outside the metric's physical range
+    noise_floor_pct: float | None = None  # the metric's A/A noise floor (report/memory.py), where measured
+    under_noise_floor: bool | None = None  # |change_pct| below it: the difference means nothing
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,6 +309,7 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
     paired = table.rename(columns={"n_native": "n_a", "n_env": "n_b", "native_mean": "mean_a", "env_mean": "mean_b",
                                    "sd_native": "sd_a", "sd_env": "sd_b", "overhead_pct": "change_pct"})
     sequential = _sequential_cells(analysis)
+    floors = analysis.memory.floors() if getattr(analysis, "memory", None) is not None else {}
     lines = []
     for (model, workload, native, environment), group in paired.groupby(
             ["model", "workload", "native", "environment"], sort=True):
@@ -314,6 +321,7 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
         subject = f"{model} / {workload}"
         verdicts = _verdicts_from(chosen, judged, "environment", lambda _r, s=subject: s, "native", "environment",
                                   "environment", options.threshold)
+        verdicts = [_with_floor(v, floors) for v in verdicts]
         hosts = int(chosen["hosts"].max())
         clauses = _merge_identical([v.text for v in verdicts], verdicts, "{names} identical in all {runs} runs")
         head = f"{model} / {workload}, {environment} vs {native}"
@@ -326,6 +334,18 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
         headline = f"{model} / {workload}: {headline_of(verdicts, environment, native, options.threshold)}."
         lines.append(VerdictLine("environment", subject, outcome, outcome, text, tuple(verdicts), headline))
     return lines
+
+
+def _with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:
+    """The verdict with the metric's A/A noise floor, and "under the noise floor" said where it is."""
+    from sparkfleet.report.memory import under_floor
+
+    under = under_floor(v.change_pct, v.metric, floors)
+    if under is None:
+        return v
+    floor = floors[v.metric] * 100
+    text = v.text + (f", under the noise floor (A/A ±{floor:.2g}%)" if under else "")
+    return Verdict(**{**asdict(v), "text": text, "noise_floor_pct": floor, "under_noise_floor": under})
 
 
 def _merge_identical(clauses: list[str], verdicts: list[Verdict], merged: str) -> list[str]:
@@ -472,7 +492,9 @@ def _capped(lines: list[VerdictLine], question: str) -> list[VerdictLine]:
 
 def build_verdicts(analysis: Analysis) -> list[VerdictLine]:
     """Every verdict line, in question order; one line saying so when the campaign answers none."""
-    lines = [*_capped(environment_lines(analysis), "environment"), *host_lines(analysis),
+    from sparkfleet.report.memory import memory_lines
+
+    lines = [*_capped(environment_lines(analysis), "environment"), *memory_lines(analysis), *host_lines(analysis),
              *regression_lines(analysis)]
     if not lines:
         lines.append(VerdictLine(

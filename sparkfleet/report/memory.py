@@ -1,0 +1,441 @@
+"""Where the memory went, which factor moves the KV cache, and how large a difference must be to mean
+anything (issue 15): computed once from the loaded runs, rendered by the report like every other answer.
+
+* **Decomposition** (per run, then per cell): the engine's device total split into the KV cache, the reserve
+  the fraction keeps back, page cache, cgroup-accounted memory, the engine's own peak and the unexplained rest;
+  with each run's KV formula residual. Between an environment and its native reference the KV-cache gap is
+  attributed to the same parts.
+* **Factor effects**: per model, each factor's (environment kind, memory limit, kv_fraction, drop_caches)
+  effect on the KV cache and the peak, Welch with its CI; the largest is named.
+* **A/A noise floor**: per metric, from the A/A pairs (``aa_group``/``aa_member``): the pooled run-to-run CV,
+  the noise floor, the minimum detectable effect for the campaign's iterations and the iterations a 2% and a
+  5% effect need. docs/MEMORY.md ("The report") defines each figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from sparkfleet import compare, stats
+
+if TYPE_CHECKING:
+    from sparkfleet.report.analysis import Analysis
+    from sparkfleet.report.verdicts import VerdictLine
+
+#: The parts of device_total, bottom to top in the figure.
+PARTS = ("model_gib", "page_cache_gib", "cgroup_gib", "unexplained_gib", "kv_gib", "reserve_gib")
+PART_WORDS = {
+    "model_gib": "engine peak (model)",
+    "page_cache_gib": "page cache",
+    "cgroup_gib": "cgroup-accounted",
+    "unexplained_gib": "unexplained",
+    "kv_gib": "KV cache",
+    "reserve_gib": "reserve (1 − fraction)",
+}
+#: The metrics whose A/A noise floor is reported (throughput, latency and memory: not configuration).
+AA_METRICS = tuple(m for m in compare.COMPARED_METRICS)
+EFFECT_METRICS = ("kv_cache_gib", "peak_memory_gib")
+#: The effects the A/A table recommends iterations for.
+TARGET_EFFECTS = (0.02, 0.05)
+_KEYS = ["host", "model", "workload"]
+
+
+@dataclass
+class MemoryStudy:
+    """Everything the memory sections show (empty frames where the campaign cannot answer)."""
+
+    parts: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per run
+    decomposition: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (host, model, workload, env)
+    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)  # each environment's KV gap against its reference
+    effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (model, factor, metric)
+    aa_pairs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per A/A pair, cell and metric
+    noise: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric: cv, floor, mde, required n
+
+    def floors(self) -> dict[str, float]:
+        """Noise floor (relative) per metric."""
+        if self.noise.empty:
+            return {}
+        return {str(m): float(f) for m, f in zip(self.noise["metric"], self.noise["floor"], strict=True)
+                if not math.isnan(f)}
+
+
+def _num(frame: pd.DataFrame, column: str) -> pd.Series:
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype="float64")
+    return pd.to_numeric(frame[column], errors="coerce").astype("float64")
+
+
+def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean-ish column (True/False, "True"/"False" text) as True/False/NA."""
+    if column not in frame:
+        return pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    mapping = {True: True, False: False, "True": True, "False": False, "true": True, "false": False}
+    return frame[column].map(lambda v: mapping.get(v, pd.NA) if not isinstance(v, float) else pd.NA) \
+        .astype("boolean")
+
+
+def _is_reference(runs: pd.DataFrame) -> pd.Series:
+    """Native runs that are not the second member of an A/A pair."""
+    member = runs["aa_member"].astype("string") if "aa_member" in runs else pd.Series(pd.NA, index=runs.index)
+    return (runs["environment_kind"].astype("string") == "native") & (member.fillna("a") == "a")
+
+
+def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
+    """Each measured KV-sizing run's device total in parts (GiB; docs/MEMORY.md, "The report")."""
+    measured = stats.measured_runs(runs)
+    needed = ["peak_memory_gib", "kv_cache_gib", "device_total_gib"]
+    if measured.empty or not all(c in measured for c in needed) or "mem_start_cached_gib" not in measured:
+        return pd.DataFrame()
+    m = measured.dropna(subset=needed)
+    if "engine" in m:
+        m = m[~m["engine"].isin(compare.GROWING_KV_ENGINES)]
+    cached = _num(m, "mem_peak_cached_gib").fillna(_num(m, "mem_start_cached_gib"))
+    m = m[cached.notna()]
+    if m.empty:
+        return pd.DataFrame()
+    cached = cached[m.index]
+    total, peak, kv = (m[c].astype(float) for c in ("device_total_gib", "peak_memory_gib", "kv_cache_gib"))
+    buffers = _num(m, "mem_peak_buffers_gib").fillna(_num(m, "mem_start_buffers_gib")).fillna(0.0)
+    host_cache = cached + buffers
+    container = m["environment_kind"].astype("string") == "container"
+    limit = _num(m, "mem_cgroup_limit_gib").fillna(_num(m, "mem_peak_cgroup_limit_gib"))
+    limited = container & limit.notna() & (limit < total)
+    current = _num(m, "mem_peak_cgroup_current_gib").fillna(_num(m, "mem_cgroup_current_max_gib"))
+    file_pages = _num(m, "mem_peak_cgroup_file_gib").fillna(0.0)
+    charged = (current - file_pages).clip(lower=0).fillna(0.0)  # the cgroup's charge beyond its page cache
+    # The engine's own peak: what the reference (native) runs of the same cell had beyond the page cache.
+    own = (peak - host_cache).rename("own")
+    reference = own[_is_reference(m)].groupby([m.loc[_is_reference(m), k] for k in _KEYS]).median()
+    keys = pd.MultiIndex.from_frame(m[_KEYS].astype(str))
+    reference.index = reference.index.map(lambda t: tuple(str(x) for x in t))
+    engine = pd.Series(reference.reindex(keys).to_numpy(), index=m.index).clip(lower=0)
+    has_reference = engine.notna()
+    engine = engine.fillna(0.0)
+    page = host_cache.where(~limited, file_pages)
+    model = engine.where(~limited, np.minimum(engine, charged))
+    cgroup = (charged - model).clip(lower=0).where(container, 0.0) + (total - limit).where(limited, 0.0)
+    fraction = _num(m, "kv_fraction").fillna(compare.DEFAULT_KV_FRACTION)
+    residual = kv - fraction * (total - peak)
+    if not kv_runs.empty and "residual_gib" in kv_runs:
+        recorded = kv_runs.set_index("run_id")["residual_gib"]
+        residual = m["run_id"].map(recorded).astype(float).fillna(residual)
+    out = m[["host", "model", "environment", "workload", "environment_kind", "run_id"]].copy()
+    for column in ("aa_group", "aa_member", "factor_kv_fraction", "factor_drop_caches"):
+        out[column] = m.get(column)
+    out = out.assign(
+        device_total_gib=total, peak_gib=peak, fraction=fraction, model_gib=model, page_cache_gib=page,
+        cgroup_gib=cgroup, unexplained_gib=peak - page - model - cgroup, kv_gib=kv,
+        reserve_gib=total - peak - kv, kv_residual_gib=residual, limit_gib=limit.where(limited),
+        engine_reference=has_reference)
+    return out.reset_index(drop=True)
+
+
+def decomposition(parts: pd.DataFrame) -> pd.DataFrame:
+    """Mean parts per (host, model, workload, environment)."""
+    if parts.empty:
+        return pd.DataFrame()
+    keys = [*_KEYS, "environment", "environment_kind"]
+    columns = ["device_total_gib", "peak_gib", "fraction", *PARTS, "kv_residual_gib", "limit_gib"]
+    table = parts.groupby(keys, sort=True, dropna=False)[columns].mean()
+    table.insert(0, "n", parts.groupby(keys, sort=True, dropna=False).size())
+    return table.reset_index()
+
+
+def kv_gaps(parts: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
+    """Each environment's KV cache against the cell's native reference, the gap attributed to the parts:
+    a part that grew by Δ takes fraction × Δ out of the KV cache (the budget formula)."""
+    if parts.empty:
+        return pd.DataFrame()
+    rows = []
+    reference = parts[_is_reference(parts)]
+    for keys, group in parts.groupby(_KEYS, sort=True):
+        base = reference[(reference[_KEYS] == pd.Series(keys, index=_KEYS)).all(axis=1)]
+        if base.empty:
+            continue
+        native = str(compare.native_environment(base["environment"]))
+        a = group[group["environment"] == native]
+        for environment, b in group.groupby("environment", sort=True):
+            if environment == native:
+                continue
+            w = stats.welch(a["kv_gib"].to_numpy(), b["kv_gib"].to_numpy(), level)
+            allowed = stats.interval_allowed(min(w.n_a, w.n_b))
+            fraction = float(pd.concat([a["fraction"], b["fraction"]]).mean())
+            page = fraction * (b["page_cache_gib"].mean() - a["page_cache_gib"].mean())
+            cgroup = fraction * (b["cgroup_gib"].mean() - a["cgroup_gib"].mean())
+            loss = -w.diff  # KV cache the environment lacks (negative: it has more)
+            rows.append({
+                **dict(zip(_KEYS, keys, strict=True)), "native": native, "environment": environment,
+                "n_native": w.n_a, "n_env": w.n_b, "kv_native_gib": w.mean_a, "kv_env_gib": w.mean_b,
+                "kv_diff_gib": w.diff, "ci_low_gib": w.ci_low if allowed else np.nan,
+                "ci_high_gib": w.ci_high if allowed else np.nan, "p_value": w.p_value, "fraction": fraction,
+                "loss_gib": loss, "page_cache_share_gib": page, "cgroup_share_gib": cgroup,
+                "unexplained_share_gib": loss - page - cgroup,
+                "residual_share_gib": -(b["kv_residual_gib"].mean() - a["kv_residual_gib"].mean()),
+            })
+    return pd.DataFrame(rows)
+
+
+# --- factors -----------------------------------------------------------------------------------------------
+
+def _factor_levels(runs: pd.DataFrame) -> list[tuple[str, pd.Series, object, object, str]]:
+    """(factor, level per run, reference level a, level b, words) for every factor with two levels."""
+    out = []
+    kind = runs["environment_kind"].astype("string")
+    if {"native", "container"} <= set(kind.dropna()):
+        out.append(("environment", kind.where(kind.isin(["native", "container"])), "native", "container",
+                    "container vs native"))
+    limit = _num(runs, "mem_cgroup_limit_gib").fillna(_num(runs, "mem_peak_cgroup_limit_gib"))
+    if "mem_container_flags" in runs:  # a container run whose flags set --memory / -m
+        flags = runs["mem_container_flags"].astype("string").fillna("")
+        limit = limit.where(limit.notna() | ~flags.str.contains(r"(?:^| )(?:--memory|-m)[= ]\s*[1-9]", regex=True),
+                            1.0)
+    limited = pd.Series(np.where(limit.notna(), "limit", "none"), index=runs.index).where(kind == "container")
+    if limited.nunique() == 2:
+        out.append(("memory_limit", limited, "none", "limit", "memory-limited container vs container"))
+    fraction = _num(runs, "factor_kv_fraction")
+    if fraction.nunique() >= 2:
+        high, low = float(fraction.max()), float(fraction.min())
+        out.append(("kv_fraction", fraction.where(fraction.isin([high, low])), high, low,
+                    f"kv_fraction {low:g} vs {high:g}"))
+    drop = _flag(runs, "factor_drop_caches")
+    if drop.dropna().nunique() == 2:
+        out.append(("drop_caches", drop.astype("object"), False, True, "page cache dropped vs kept"))
+    return out
+
+
+def factor_effects(runs: pd.DataFrame, alpha: float, threshold: float,
+                   level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
+    """Per model, factor and metric: level b against level a, pooled over every other factor (a balanced
+    design makes the marginal difference the main effect; the other factors' spread widens the CI). Only
+    where the campaign varies two factors or more."""
+    measured = stats.measured_runs(runs)
+    if measured.empty:
+        return pd.DataFrame()
+    factors = _factor_levels(measured)
+    if len(factors) < 2:  # native vs container alone: the environment verdicts say it already
+        return pd.DataFrame()
+    rows = []
+    for factor, levels, level_a, level_b, text in factors:
+        for model, group in measured.groupby("model", sort=True):
+            lv = levels[group.index]
+            for metric in EFFECT_METRICS:
+                if metric not in group:
+                    continue
+                a = group.loc[lv == level_a, metric].dropna().to_numpy(dtype=float)
+                b = group.loc[lv == level_b, metric].dropna().to_numpy(dtype=float)
+                if not len(a) or not len(b):
+                    continue
+                w = stats.welch(a, b, level)
+                rows.append({"model": model, "factor": factor, "words": text, "level_a": str(level_a),
+                             "level_b": str(level_b), "metric": metric, "n_a": w.n_a, "n_b": w.n_b,
+                             "mean_a": w.mean_a, "mean_b": w.mean_b,
+                             "sd_a": float(np.std(a, ddof=1)) if len(a) > 1 else np.nan,
+                             "sd_b": float(np.std(b, ddof=1)) if len(b) > 1 else np.nan, "diff": w.diff,
+                             "change_pct": w.diff / abs(w.mean_a) * 100 if w.mean_a else np.nan,
+                             "p_value": w.p_value,
+                             "ci_low": w.ci_low if stats.interval_allowed(min(w.n_a, w.n_b)) else np.nan,
+                             "ci_high": w.ci_high if stats.interval_allowed(min(w.n_a, w.n_b)) else np.nan})
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows)
+    judged = compare.classify(table, alpha, threshold)
+    return pd.concat([table, judged[["outcome", "reason", "required_n"]]], axis=1)
+
+
+# --- A/A noise floor ---------------------------------------------------------------------------------------
+
+def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
+    """Every A/A twin (member b, c, ...) against member a of its pair, per cell and metric."""
+    measured = stats.measured_runs(runs)
+    if "aa_group" not in measured or measured["aa_group"].isna().all():
+        return pd.DataFrame()
+    measured = measured[measured["aa_group"].notna()]
+    metrics = [m for m in AA_METRICS if m in measured and measured[m].notna().any()]
+    rows = []
+    for (group_name, *cell), part in measured.groupby(["aa_group", *_KEYS], sort=True):
+        members = part.groupby(part["aa_member"].astype(str))
+        if "a" not in members.groups:
+            continue
+        a = members.get_group("a")
+        for member, b in members:
+            if member == "a":
+                continue
+            for metric in metrics:
+                x, y = a[metric].dropna().to_numpy(dtype=float), b[metric].dropna().to_numpy(dtype=float)
+                if not len(x) or not len(y):
+                    continue
+                w = stats.welch(x, y, level)
+                mean = abs(w.mean_a) if w.mean_a else np.nan
+                allowed = stats.interval_allowed(min(w.n_a, w.n_b))
+                rows.append({
+                    "aa_group": group_name, **dict(zip(_KEYS, cell, strict=True)),
+                    "a": str(a["environment"].iloc[0]), "b": str(b["environment"].iloc[0]), "metric": metric,
+                    "n_a": w.n_a, "n_b": w.n_b, "mean_a": w.mean_a, "mean_b": w.mean_b, "diff": w.diff,
+                    "change_pct": w.diff / mean * 100, "p_value": w.p_value,
+                    "ci_low_pct": w.ci_low / mean * 100 if allowed else np.nan,
+                    "ci_high_pct": w.ci_high / mean * 100 if allowed else np.nan,
+                    "cv_a": float(np.std(x, ddof=1) / mean) if len(x) > 1 else np.nan,
+                    "cv_b": float(np.std(y, ddof=1) / mean) if len(y) > 1 else np.nan,
+                })
+    return pd.DataFrame(rows)
+
+
+def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
+                power: float = stats.DEFAULT_POWER) -> pd.DataFrame:
+    """Per metric, from the A/A pairs: the pooled CV of one run, the noise floor, the minimum detectable
+    effect at the campaign's runs per side, and the runs per side a 2% and a 5% effect need.
+
+    cv (pooled): √(Σ (n−1)·cv² / Σ (n−1)) over both members of every A/A cell. n: the median runs per side.
+    noise floor: the larger of the largest |A/A relative difference| observed and z(1−alpha/2)·cv·√(2/n), the
+    half-width of the 95% interval of a difference of two n-run means at that spread.
+    """
+    if pairs.empty:
+        return pd.DataFrame()
+    z = float(sps.norm.ppf(1 - alpha / 2))
+    rows = []
+    for metric, part in pairs.groupby("metric", sort=False):
+        dof = np.concatenate([part["n_a"].to_numpy(float) - 1, part["n_b"].to_numpy(float) - 1])
+        cvs = np.concatenate([part["cv_a"].to_numpy(float), part["cv_b"].to_numpy(float)])
+        ok = (dof >= 1) & np.isfinite(cvs)
+        cv = float(np.sqrt((dof[ok] * cvs[ok] ** 2).sum() / dof[ok].sum())) if ok.any() else np.nan
+        n = float(np.median(np.concatenate([part["n_a"].to_numpy(float), part["n_b"].to_numpy(float)])))
+        observed = float(np.nanmax(np.abs(part["change_pct"].to_numpy(float)))) / 100 \
+            if part["change_pct"].notna().any() else np.nan
+        half = z * cv * math.sqrt(2 / n) if not math.isnan(cv) and n >= 1 else np.nan
+        floor = np.nanmax([observed, half]) if not (math.isnan(observed) and math.isnan(half)) else np.nan
+        need = {f"required_n_{round(e * 100)}pct": stats.required_n(cv, e, alpha, power) if not math.isnan(cv)
+                else None for e in TARGET_EFFECTS}
+        rows.append({"metric": metric, "pairs": len(part), "n": n, "cv": cv, "observed_pct": observed * 100,
+                     "half_width_pct": half * 100, "floor": floor, "floor_pct": floor * 100,
+                     "mde_pct": (stats.mde(cv, n, alpha, power) or np.nan) * 100 if not math.isnan(cv) else np.nan,
+                     **need})
+    return pd.DataFrame(rows)
+
+
+def memory_study(runs: pd.DataFrame, kv_runs: pd.DataFrame, alpha: float, threshold: float,
+                 level: float = stats.DEFAULT_LEVEL) -> MemoryStudy:
+    parts = run_parts(runs, kv_runs)
+    pairs = aa_pairs(runs, level)
+    return MemoryStudy(parts=parts, decomposition=decomposition(parts), gaps=kv_gaps(parts, level),
+                       effects=factor_effects(runs, alpha, threshold, level), aa_pairs=pairs,
+                       noise=noise_floor(pairs, alpha))
+
+
+# --- verdict lines -----------------------------------------------------------------------------------------
+
+def _gib(value: float) -> str:
+    return f"{abs(value):.3g} GiB" if abs(value) < 100 else f"{abs(value):.0f} GiB"
+
+
+def _signed(value: float, unit: str = " GiB") -> str:
+    """+1.23 GiB / −1.23 GiB (the report's minus sign); 0 GiB for what rounds to nothing."""
+    if abs(value) < 0.0005:
+        return f"0{unit}"
+    return ("+" if value > 0 else "−") + f"{abs(value):.3g}{unit}"
+
+
+def gap_sentence(row: pd.Series) -> str:
+    """"container has 12.3 GiB less KV cache than native (…); of the gap, Y GiB is page cache, …"."""
+    more = row["loss_gib"] < 0
+    ci = ""
+    if not math.isnan(row["ci_low_gib"]):
+        ci = f", 95% CI {_signed(row['ci_low_gib'], '')} to {_signed(row['ci_high_gib'])}"
+    head = (f"{row['environment']} has {_gib(row['loss_gib'])} {'more' if more else 'less'} KV cache than "
+            f"{row['native']} ({row['kv_native_gib']:.3g} → {row['kv_env_gib']:.3g} GiB, n = "
+            f"{int(row['n_native'])}/{int(row['n_env'])}{ci})")
+    sign = -1 if more else 1
+
+    def share(value: float) -> str:
+        return _signed(value * sign)
+
+    return (f"{head}; of the gap, {share(row['page_cache_share_gib'])} is page cache, "
+            f"{share(row['cgroup_share_gib'])} cgroup-accounted, {share(row['unexplained_share_gib'])} unexplained "
+            f"(of which the KV formula's residual {share(row['residual_share_gib'])})")
+
+
+def memory_lines(analysis: Analysis) -> list[VerdictLine]:
+    """"memory" lines: the largest KV gap per model with its decomposition, the factor with the largest
+    effect; "noise" lines: the A/A noise floor per metric with the MDE and the iterations needed."""
+    from sparkfleet.report.verdicts import Verdict, VerdictLine, _pct, words
+
+    study: MemoryStudy | None = getattr(analysis, "memory", None)
+    if study is None:
+        return []
+    lines: list[VerdictLine] = []
+    gaps = study.gaps
+    if not gaps.empty:
+        for model, part in gaps.groupby("model", sort=True):
+            real = part[~part["environment"].str.endswith(".aa")]
+            worst = (real if not real.empty else part).sort_values("loss_gib", key=abs, ascending=False).iloc[0]
+            subject = f"{model} / {worst['workload']}"
+            text = f"Where the memory went, {subject}: {gap_sentence(worst)}."
+            others = len(part) - 1
+            if others:
+                text += f" {others} more comparison(s) in the decomposition table."
+            loss = worst["loss_gib"]
+            parts = {"page cache": worst["page_cache_share_gib"], "cgroup-accounted": worst["cgroup_share_gib"],
+                     "unexplained": worst["unexplained_share_gib"]}
+            main = max(parts, key=lambda k: abs(parts[k]))
+            headline = (f"{subject}: {worst['environment']} has {_gib(loss)} {'less' if loss > 0 else 'more'} KV "
+                        f"cache than {worst['native']}, mostly {main} ({_gib(parts[main])}).")
+            lines.append(VerdictLine("memory", subject, "different" if abs(loss) > 0 else "same", "memory gap",
+                                     text, (), headline))
+    effects = study.effects
+    if not effects.empty:
+        kv = effects[effects["metric"] == "kv_cache_gib"]
+        for model, part in kv.groupby("model", sort=True):
+            ranked = part.sort_values("diff", key=abs, ascending=False)
+            clauses = []
+            verdicts = []
+            for r in ranked.itertuples():
+                ci = (f", 95% CI {_signed(r.ci_low, '')} to {_signed(r.ci_high)}" if not math.isnan(r.ci_low)
+                      else f", no CI: n too small ({r.n_a}/{r.n_b})" if r.reason == "n-too-small" else "")
+                clauses.append(f"{r.words}: {_signed(r.diff)} KV cache ({_pct(r.change_pct)}{ci}; {r.outcome})")
+                verdicts.append(Verdict("memory", str(model), "kv_cache_gib", f"{r.factor}={r.level_a}",
+                                        f"{r.factor}={r.level_b}", str(r.outcome), str(r.reason), clauses[-1],
+                                        n_a=int(r.n_a), n_b=int(r.n_b), mean_a=float(r.mean_a),
+                                        mean_b=float(r.mean_b), diff=float(r.diff),
+                                        change_pct=None if math.isnan(r.change_pct) else float(r.change_pct),
+                                        p_value=None if math.isnan(r.p_value) else float(r.p_value),
+                                        required_n=None if pd.isna(r.required_n) else int(r.required_n)))
+            top = ranked.iloc[0]
+            text = (f"{model}: the factor with the largest effect on the KV cache is {top['factor']} "
+                    f"({'; '.join(clauses[:1])}); then " + "; ".join(clauses[1:]) + "."
+                    if len(clauses) > 1 else f"{model}: factor effect on the KV cache: {clauses[0]}.")
+            headline = (f"{model}: the largest KV-cache effect is {top['factor']} ({top['words']}: "
+                        f"{_signed(top['diff'])}).")
+            lines.append(VerdictLine("memory", str(model), str(top["outcome"]), "largest factor", text,
+                                     tuple(verdicts), headline))
+    noise = study.noise
+    if not noise.empty:
+        shown = noise[noise["metric"].isin([*EFFECT_METRICS, "output_tok_s", "gflops", "total_tok_s"])]
+        shown = shown if not shown.empty else noise
+        clauses = []
+        for r in shown.itertuples():
+            need = ", ".join(f"{getattr(r, f'required_n_{round(e * 100)}pct') or '–'} for {e * 100:g}%"
+                             for e in TARGET_EFFECTS)
+            clauses.append(f"{words(r.metric)} ±{r.floor_pct:.2g}% (CV {r.cv * 100:.2g}%, MDE {r.mde_pct:.2g}% at "
+                           f"{r.n:g} runs per side; iterations needed: {need})")
+        pairs = int(study.aa_pairs[["aa_group", *_KEYS]].drop_duplicates().shape[0])
+        text = (f"A/A noise floor from {pairs} A/A cell(s): " + "; ".join(clauses) + ". A difference between "
+                "environments smaller than the floor is labelled \"under the noise floor\".")
+        kv_row = noise[noise["metric"] == "kv_cache_gib"]
+        first = kv_row.iloc[0] if not kv_row.empty else noise.iloc[0]
+        headline = (f"Noise floor (A/A): {words(first['metric'])} ±{first['floor_pct']:.2g}%, minimum detectable "
+                    f"effect {first['mde_pct']:.2g}% at {first['n']:g} iterations.")
+        lines.append(VerdictLine("noise", "A/A", "same", "noise floor", text, (), headline))
+    return lines
+
+
+def under_floor(change_pct: float | None, metric: str, floors: dict[str, float]) -> bool | None:
+    """Whether a relative difference (%) lies under the metric's A/A noise floor (None: no floor)."""
+    floor = floors.get(metric)
+    if floor is None or change_pct is None or math.isnan(change_pct):
+        return None
+    return abs(change_pct) / 100 < floor

@@ -1,0 +1,205 @@
+"""The memory study in the report (issue 15): a known decomposition of the device total, the factor with the
+largest KV-cache effect, the A/A noise floor with its MDE and the iterations needed, and the "under the noise
+floor" label, on synthetic records that carry the record's memory section."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparkfleet import stats
+from sparkfleet.cli import main
+from sparkfleet.load import load_runs
+from sparkfleet.report.memory import aa_pairs, noise_floor
+from sparkfleet_host import record as contract
+
+TOTAL = 119.64
+ENGINE = 20.0  # the engine's own peak
+EXTRA = 8.0  # what the container's cgroup charges beyond the engine and its page cache
+LIMIT = 96.0
+FILE = 2.0  # the container's own file pages
+CACHE = {False: 10.0, True: 1.0}  # host page cache with drop_caches false / true
+TMP_KV = 0.06
+
+
+def _meminfo(cached: float, used: float) -> dict:
+    return {"mem_total_gib": TOTAL, "mem_free_gib": TOTAL - used, "mem_available_gib": TOTAL - used + cached,
+            "buffers_gib": 0.0, "cached_gib": cached, "shmem_gib": 0.1, "used_gib": used - cached,
+            "not_free_gib": used}
+
+
+def _record(environment: str, kind: str, fraction: float, drop: bool, iteration: int, order: int,
+            rng: np.random.Generator, aa: tuple[str, str] | None = None, noise: float = 0.0) -> dict:
+    cache = CACHE[drop]
+    workload = f"study.kv{fraction:g}.{'drop' if drop else 'keep'}"
+    cgroup = limit = None
+    flags = None
+    if environment == "container-memlimit":
+        current = ENGINE + FILE + 0.5
+        peak = TOTAL - LIMIT + current
+        limit = LIMIT
+        flags = ["--ipc=host", "--memory=96g"]
+    elif kind == "container":
+        current = ENGINE + EXTRA + FILE
+        peak = ENGINE + cache + EXTRA
+        flags = ["--ipc=host"]
+    else:
+        current, peak = None, ENGINE + cache
+    peak += rng.normal(0, noise)
+    kv = fraction * (TOTAL - peak) + TMP_KV
+    if current is not None:
+        cgroup = {"current_gib": current, "peak_gib": current, "limit_gib": limit, "file_gib": FILE,
+                  "anon_gib": current - FILE, "shmem_gib": 0.0}
+    memory = {
+        "version": 1, "kv_fraction": fraction, "drop_caches": {"requested": drop, "done": drop},
+        "container_memory_flags": flags,
+        "start": {"meminfo": _meminfo(cache, ENGINE * 0.1 + cache), "cuda": {"source": None, "gpus": [],
+                                                                            "free_gib": None}},
+        "peak": {"t_s": 5.0, "meminfo": _meminfo(cache, peak), "cgroup": cgroup, "cuda_free_gib": None},
+        "cgroup": None if cgroup is None else {"paths": ["/sys/fs/cgroup/x"], "limit_gib": limit,
+                                               "peak_gib": current, "current_gib_max": current, "first": cgroup},
+        "max_cached_gib": cache, "min_mem_available_gib": 50.0, "min_cuda_free_gib": None, "samples": 10,
+        "errors": [],
+        "environment": {"name": environment, "kind": kind, "variant": None,
+                        **({"aa_group": aa[0], "aa_member": aa[1]} if aa else {})},
+    }
+    rec = contract.new_record("memstudy", "spark-01", "deepseek", environment, workload, iteration,
+                              environment_kind=kind, engine="trtllm", warmup=False, order_index=order,
+                              workload_params={"engine": "trtllm", "base": "study",
+                                               "factors": {"kv_fraction": fraction, "drop_caches": drop}},
+                              model_loaded="deepseek", exit_code=0)
+    rec.status = "ok"
+    rec.metrics = {"output_tok_s": 100.0 * (1 + rng.normal(0, 0.01)), "peak_memory_gib": peak,
+                   "kv_cache_gib": kv, "device_total_gib": TOTAL, "kv_fraction": fraction}
+    rec.metric_sources = {m: "log" for m in ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction")}
+    rec.memory = memory
+    return rec.to_dict()
+
+
+ENVIRONMENTS = (("native", "native", ("native", "a")), ("native.aa", "native", ("native", "b")),
+                ("container", "container", None), ("container-memlimit", "container", None))
+
+
+def build_memory_campaign(root: Path, iterations: int = 3, noise: float = 0.0) -> Path:
+    rng = np.random.default_rng(1)
+    order = 0
+    for iteration in range(iterations):
+        for fraction in (0.9, 0.5):
+            for drop in (False, True):
+                for environment, kind, aa in ENVIRONMENTS:
+                    rec = _record(environment, kind, fraction, drop, iteration, order, rng, aa, noise)
+                    contract.write_json_atomic(root / "spark-01" / "runs" / rec["run_id"] / "record.json", rec)
+                    order += 1
+    return root
+
+
+def report_json(results: Path) -> dict:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["report", str(results), "--json"]) == 0
+    return json.loads(buffer.getvalue())
+
+
+def test_loader_flattens_the_memory_section_and_factor_levels(tmp_path: Path) -> None:
+    runs = load_runs(build_memory_campaign(tmp_path / "r", iterations=1)).runs
+    row = runs[(runs["environment"] == "container-memlimit") & (runs["workload"] == "study.kv0.9.keep")].iloc[0]
+    assert row["mem_start_cached_gib"] == CACHE[False] and row["mem_peak_total_gib"] == TOTAL
+    assert row["mem_peak_cgroup_current_gib"] == ENGINE + FILE + 0.5 and row["mem_cgroup_limit_gib"] == LIMIT
+    assert row["mem_container_flags"] == "--ipc=host --memory=96g" and math.isnan(row["cuda_free_start_gib"])
+    assert row["factor_kv_fraction"] == 0.9 and not row["factor_drop_caches"]
+    twin = runs[runs["environment"] == "native.aa"].iloc[0]
+    assert (twin["aa_group"], twin["aa_member"]) == ("native", "b")
+    assert pd.isna(runs[runs["environment"] == "container"].iloc[0]["aa_group"])
+
+
+def test_decomposition_gap_and_factor_on_a_known_campaign(tmp_path: Path) -> None:
+    out = report_json(build_memory_campaign(tmp_path / "r"))
+    dec = {(r["environment"], r["workload"]): r for r in out["memory"]["decomposition"]}
+    for fraction in (0.9, 0.5):
+        for drop in (False, True):
+            workload = f"study.kv{fraction:g}.{'drop' if drop else 'keep'}"
+            native, container = dec[("native", workload)], dec[("container", workload)]
+            limited = dec[("container-memlimit", workload)]
+            for row in (native, container, limited):  # the parts sum to the device total
+                parts = sum(row[p] for p in ("model_gib", "page_cache_gib", "cgroup_gib", "unexplained_gib",
+                                             "kv_gib", "reserve_gib"))
+                assert parts == pytest.approx(TOTAL, abs=1e-6)
+                assert row["kv_residual_gib"] == pytest.approx(TMP_KV, abs=1e-6)
+                assert row["unexplained_gib"] == pytest.approx(0, abs=1e-6)
+            assert native["model_gib"] == pytest.approx(ENGINE) and native["page_cache_gib"] == CACHE[drop]
+            assert native["cgroup_gib"] == 0
+            assert container["cgroup_gib"] == pytest.approx(EXTRA) and container["model_gib"] == pytest.approx(ENGINE)
+            assert limited["page_cache_gib"] == FILE and limited["limit_gib"] == LIMIT
+            assert limited["cgroup_gib"] == pytest.approx(TOTAL - LIMIT + 0.5)
+    gaps = {(r["environment"], r["workload"]): r for r in out["memory"]["kv_gaps"]}
+    gap = gaps[("container", "study.kv0.9.keep")]
+    assert gap["loss_gib"] == pytest.approx(0.9 * EXTRA)  # the KV cache lost to the cgroup's charge
+    assert gap["cgroup_share_gib"] == pytest.approx(0.9 * EXTRA) and gap["page_cache_share_gib"] == pytest.approx(0)
+    assert gap["unexplained_share_gib"] == pytest.approx(0, abs=1e-6)
+    memory = [line for line in out["verdicts"] if line["question"] == "memory"]
+    where = next(line for line in memory if line["label"] == "memory gap")
+    assert "container-memlimit has" in where["text"] and "of the gap" in where["text"]
+    assert "cgroup-accounted" in where["headline"]
+    factor = next(line for line in memory if line["label"] == "largest factor")
+    # 0.9 vs 0.5 of ~90 GiB headroom moves more KV cache than the limit (13 GiB more peak) or a dropped cache
+    assert "largest effect on the KV cache is kv_fraction" in factor["text"]
+    assert "memory-limited container vs container" in factor["text"]
+    effects = {(r["factor"], r["metric"]): r for r in out["memory"]["factor_effects"]}
+    assert effects[("kv_fraction", "kv_cache_gib")]["diff"] < 0
+    assert effects[("drop_caches", "kv_cache_gib")]["diff"] > 0  # dropping the cache gives KV back
+    assert abs(effects[("kv_fraction", "kv_cache_gib")]["diff"]) == max(
+        abs(r["diff"]) for (f, m), r in effects.items() if m == "kv_cache_gib")
+    assert effects[("memory_limit", "peak_memory_gib")]["diff"] == pytest.approx(
+        (TOTAL - LIMIT + ENGINE + FILE + 0.5) - (ENGINE + EXTRA + np.mean(list(CACHE.values()))))
+    assert all(v["ci_low"] is not None for v in effects.values())  # 12+ runs a side: intervals
+
+
+def test_noise_floor_mde_and_required_iterations_from_a_known_cv() -> None:
+    cv, n = 0.02, 3
+    pairs = pd.DataFrame([{"aa_group": "native", "host": "h", "model": "m", "workload": w, "a": "native",
+                           "b": "native.aa", "metric": "output_tok_s", "n_a": n, "n_b": n, "mean_a": 100.0,
+                           "mean_b": 100.5, "diff": 0.5, "change_pct": 0.5, "p_value": 0.5, "ci_low_pct": -3.0,
+                           "ci_high_pct": 4.0, "cv_a": cv, "cv_b": cv} for w in ("a", "b")])
+    row = noise_floor(pairs).iloc[0]
+    z = 1.959963984540054
+    assert row["cv"] == pytest.approx(cv)
+    assert row["floor"] == pytest.approx(z * cv * math.sqrt(2 / n))  # above the observed 0.5%
+    assert row["mde_pct"] == pytest.approx((z + 0.8416212335729143) * cv * math.sqrt(2 / n) * 100)
+    assert row["required_n_2pct"] == 16 and row["required_n_5pct"] == 3  # Lehr: 16 (cv/effect)^2, ceil
+    # the MDE inverts required_n
+    assert stats.mde(0.05, 16) == pytest.approx(0.05 * math.sqrt(15.698 / 16), rel=1e-3)  # n = 15.698 (cv/e)^2
+    for c, effect in ((0.01, 0.02), (0.03, 0.05), (0.1, 0.02)):
+        assert stats.mde(c, stats.required_n(c, effect)) <= effect + 1e-12
+    assert stats.mde(float("nan"), 3) is None and stats.mde(0.1, 0) is None
+
+
+def test_aa_noise_floor_labels_small_differences(tmp_path: Path) -> None:
+    results = build_memory_campaign(tmp_path / "r", iterations=4, noise=0.3)
+    out = report_json(results)
+    runs = load_runs(results).runs
+    pairs = aa_pairs(runs)
+    assert set(pairs["b"]) == {"native.aa"} and set(pairs["a"]) == {"native"} and len(pairs["workload"].unique()) == 4
+    floors = {r["metric"]: r for r in out["memory"]["noise_floor"]}
+    kv = floors["kv_cache_gib"]
+    assert kv["cv"] > 0 and kv["n"] == 4 and kv["floor"] >= kv["observed_pct"] / 100 - 1e-12
+    assert kv["required_n_2pct"] >= kv["required_n_5pct"] >= 1
+    noise = next(line for line in out["verdicts"] if line["question"] == "noise")
+    assert "A/A noise floor" in noise["text"] and "iterations needed" in noise["text"]
+    env = [m for line in out["verdicts"] if line["question"] == "environment" for m in line["metrics"]]
+    twin = [m for m in env if m["b"] == "native.aa" and m["metric"] == "kv_cache_gib"]
+    assert twin and all(m["noise_floor_pct"] is not None for m in twin)
+    assert any(m["under_noise_floor"] for m in twin)
+    assert all("under the noise floor" in m["text"] for m in twin if m["under_noise_floor"])
+    big = [m for m in env if m["b"] == "container-memlimit" and m["metric"] == "kv_cache_gib"]
+    assert big and not any(m["under_noise_floor"] for m in big)
+    html = (results / "report" / "index.html").read_text()
+    assert 'id="section-where-the-memory-went"' in html and 'id="section-a-a-noise-floor"' in html
+    assert "under the noise floor" in html and 'id="fig-memory_decomposition"' in html
+    assert (results / "report" / "aa_noise.csv").is_file()
