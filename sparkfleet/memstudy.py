@@ -142,6 +142,10 @@ def _level_name(name: str, level: Any) -> str:
 
 def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[str]) -> list[dict[str, Any]]:
     """Every workload crossed with the factors' levels (kv_fraction only for trtllm workloads)."""
+    for i, workload in enumerate(workloads):
+        if workload.get("kv_fraction") is not None and workload.get("engine") != "trtllm":
+            problems.append(f"campaign.workloads[{i}].kv_fraction: only a trtllm workload has a KV cache "
+                            f"(engine {workload.get('engine')!r})")
     if not isinstance(factors, dict) or not factors or settings.field_problem(FACTORS_FIELD, factors):
         return workloads
     out = []

@@ -126,3 +126,8 @@ def test_memory_study_preset():
 def test_workload_names_do_not_depend_on_the_order_of_the_factors():
     a = resolve({**BASE, "factors": {"drop_caches": [True], "kv_fraction": [0.5]}})
     assert [w["name"] for w in a["workloads"]] == ["T1.kv0.5.drop"]
+
+
+def test_kv_fraction_on_a_workload_without_a_kv_cache_is_refused():
+    with pytest.raises(CampaignError, match=r"campaign.workloads\[0\].kv_fraction: only a trtllm workload"):
+        resolve({**BASE, "workloads": [{"name": "mm", "preset": "matmul", "kv_fraction": 0.5}]})
