@@ -324,7 +324,8 @@ def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Sect
         if not study.gaps.empty:
             blocks.append(Paragraph("The KV-cache gap against native, attributed: a part that grew by Δ GiB takes "
                                     "fraction × Δ out of the KV cache (the budget formula)."))
-            blocks.append(Bullets([gap_sentence(r) for _, r in study.gaps.iterrows()], "gaps"))
+            blocks.append(Bullets([f"{r['model']} / {r['workload']} on {r['host']}: {gap_sentence(r)}"
+                                   for _, r in study.gaps.iterrows()], "gaps"))
         eff = study.effects
         if not eff.empty:
             blocks.append(Paragraph(

@@ -318,7 +318,7 @@ def memory_decomposition(table: pd.DataFrame) -> bytes | None:
     data = table.head(MAX_CELLS)
     keys = [k for k in ("host", "model", "workload") if data[k].nunique() > 1] or ["workload"]
     labels = [" / ".join([*(str(r[k]) for k in keys), str(r["environment"])]) for _, r in data.iterrows()]
-    fig, ax = _subplots(figsize=(9, 0.42 * len(data) + 1.8))
+    fig, ax = _subplots(figsize=(9, 0.42 * len(data) + 2.2))
     y = np.arange(len(data))
     left_pos = np.zeros(len(data))
     left_neg = np.zeros(len(data))
@@ -337,6 +337,6 @@ def memory_decomposition(table: pd.DataFrame) -> bytes | None:
     ax.set_xlabel("GiB (sums to the engine's device total)")
     ax.set_title("Where the memory went: device total per environment" + _shown(len(table), len(data), "rows"),
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower right", ncols=3)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="outside lower center", ncols=len(PARTS))
     ax.grid(axis="x", alpha=0.3)
     return _png(fig)
