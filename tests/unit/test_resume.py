@@ -57,6 +57,12 @@ def test_a_moved_results_directory_alone_is_no_change():
     assert resume.changes(old, new) == [] and resume.same_measurement(_config(old), _config(new))
 
 
+def test_a_field_that_only_one_version_resolves_is_no_change_at_its_empty_default():
+    old = _campaign()
+    assert resume.changes(old, {**old, "factors": None, "aa": False}) == []
+    assert resume.changes(old, {**old, "aa": True}) == ["aa: (absent) -> true"]
+
+
 def test_reordered_entries_are_a_change():
     old = _campaign(workloads=["T1", "T2"])
     assert resume.changes(old, _campaign(workloads=["T2", "T1"])) == ["workloads: order ['T1', 'T2'] -> ['T2', 'T1']"]

@@ -28,6 +28,8 @@ ON_CHANGE = ("refuse", "new")
 NOT_MEASURED = ("config_hash", "results_dir", "description")
 
 _MISSING = object()
+#: Values of a field that is as good as absent (a field added by a later version, not in use).
+_EMPTY = (None, False, "", [], {})
 
 
 def _show(value: Any) -> str:
@@ -69,6 +71,8 @@ def changes(old: Any, new: Any, path: str = "") -> List[str]:
         return out
     if old == new and type(old) is type(new):
         return []
+    if _MISSING in (old, new) and (new if old is _MISSING else old) in _EMPTY:
+        return []  # a field one sparkfleet version resolves and another lacks, at its empty default: same runs
     return ["%s: %s -> %s" % (path or "campaign", _show(old), _show(new))]
 
 
