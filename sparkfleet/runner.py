@@ -24,7 +24,7 @@ from sparkfleet.collection import dev_link
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir, read_text, read_yaml
 from sparkfleet.progress import JsonlTail
-from sparkfleet_host.settings import type_name
+from sparkfleet_host.settings import setting_problems, type_name
 
 REPO = Path(__file__).resolve().parents[1]
 CALLBACK = "sparkfleet.bench.progress"
@@ -88,6 +88,9 @@ def _check_extra_vars_file(path: Path) -> None:
         raise UsageError(f"{path}: extra vars must be a mapping, got {type_name(data)}")
     if WRAPPER_KEY in data:
         resolve(data[WRAPPER_KEY], source=str(path))
+    errors, _ = setting_problems(str(path), data)  # the sparkfleet_* settings in it, as validate.yml checks them
+    if errors:
+        raise UsageError("; ".join(errors))
 
 
 def parse_env(items: list[str]) -> dict[str, str]:

@@ -201,3 +201,15 @@ def test_a_log_cut_mid_character_is_still_text(tmp_path, capsys):
     log.write_bytes("temperature 45 °C\n".encode() + "°".encode()[:1])
     assert main(["parse", str(log)]) == 1  # read, and not recognised: not a file error
     assert "kind: unknown" in capsys.readouterr().out
+
+
+def test_bad_settings_in_an_extra_vars_file_stop_run_before_ansible(tmp_path, capsys):
+    extra = tmp_path / "vars.yml"
+    extra.write_text("sparkfleet_telemetry_interval_s: .nan\nsparkfleet_work_dir: relative\n")
+    inventory = tmp_path / "inv.ini"
+    inventory.write_text(INVENTORY)
+    code = main(["run", "-i", str(inventory), "-e", f"@{extra}", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{extra}: sparkfleet_telemetry_interval_s: must be a finite number, got nan" in err
+    assert f"{extra}: sparkfleet_work_dir: must be an absolute path" in err
