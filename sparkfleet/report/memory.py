@@ -142,43 +142,47 @@ def decomposition(parts: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = [*_KEYS, "environment", "environment_kind"]
     columns = ["device_total_gib", "peak_gib", "fraction", *PARTS, "kv_residual_gib", "limit_gib"]
-    table = parts.groupby(keys, sort=True, dropna=False)[columns].mean()
+    table = parts.groupby(keys, sort=True, dropna=False)[columns].mean().round(4)  # the records' precision
     table.insert(0, "n", parts.groupby(keys, sort=True, dropna=False).size())
     return table.reset_index()
 
 
 def kv_gaps(parts: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
     """Each environment's KV cache against the cell's native reference, the gap attributed to the parts:
-    a part that grew by Δ takes fraction × Δ out of the KV cache (the budget formula)."""
+    a part that grew by Δ takes fraction × Δ out of the KV cache (the budget formula). Vectorised over cells."""
     if parts.empty:
         return pd.DataFrame()
-    rows = []
+    keys = [*_KEYS, "environment"]
+    grouped = parts.groupby(keys, sort=True)
+    side = grouped["kv_gib"].agg(n="count", mean="mean", var="var").join(
+        grouped[["page_cache_gib", "cgroup_gib", "kv_residual_gib", "fraction"]].mean()).reset_index()
     reference = parts[_is_reference(parts)]
-    for keys, group in parts.groupby(_KEYS, sort=True):
-        base = reference[(reference[_KEYS] == pd.Series(keys, index=_KEYS)).all(axis=1)]
-        if base.empty:
-            continue
-        native = str(compare.native_environment(base["environment"]))
-        a = group[group["environment"] == native]
-        for environment, b in group.groupby("environment", sort=True):
-            if environment == native:
-                continue
-            w = stats.welch(a["kv_gib"].to_numpy(), b["kv_gib"].to_numpy(), level)
-            allowed = stats.interval_allowed(min(w.n_a, w.n_b))
-            fraction = float(pd.concat([a["fraction"], b["fraction"]]).mean())
-            page = fraction * (b["page_cache_gib"].mean() - a["page_cache_gib"].mean())
-            cgroup = fraction * (b["cgroup_gib"].mean() - a["cgroup_gib"].mean())
-            loss = -w.diff  # KV cache the environment lacks (negative: it has more)
-            rows.append({
-                **dict(zip(_KEYS, keys, strict=True)), "native": native, "environment": environment,
-                "n_native": w.n_a, "n_env": w.n_b, "kv_native_gib": w.mean_a, "kv_env_gib": w.mean_b,
-                "kv_diff_gib": w.diff, "ci_low_gib": w.ci_low if allowed else np.nan,
-                "ci_high_gib": w.ci_high if allowed else np.nan, "p_value": w.p_value, "fraction": fraction,
-                "loss_gib": loss, "page_cache_share_gib": page, "cgroup_share_gib": cgroup,
-                "unexplained_share_gib": loss - page - cgroup,
-                "residual_share_gib": -(b["kv_residual_gib"].mean() - a["kv_residual_gib"].mean()),
-            })
-    return pd.DataFrame(rows)
+    if reference.empty:
+        return pd.DataFrame()
+    native = reference.groupby(_KEYS, sort=True)["environment"].agg(compare.native_environment) \
+        .rename("native").reset_index()
+    side = side.merge(native, on=_KEYS)
+    a = side[side["environment"] == side["native"]].drop(columns=["environment"])
+    b = side[side["environment"] != side["native"]]
+    pairs = b.merge(a, on=[*_KEYS, "native"], suffixes=("_b", "_a"))
+    if pairs.empty:
+        return pd.DataFrame()
+    w = stats.welch_from_moments(pairs["n_a"], pairs["mean_a"], pairs["var_a"], pairs["n_b"], pairs["mean_b"],
+                                 pairs["var_b"], level)
+    allowed = stats.interval_allowed(np.minimum(pairs["n_a"].to_numpy(float), pairs["n_b"].to_numpy(float)))
+    weights = pairs["n_a"] + pairs["n_b"]
+    fraction = (pairs["fraction_a"] * pairs["n_a"] + pairs["fraction_b"] * pairs["n_b"]) / weights
+    page = fraction * (pairs["page_cache_gib_b"] - pairs["page_cache_gib_a"])
+    cgroup = fraction * (pairs["cgroup_gib_b"] - pairs["cgroup_gib_a"])
+    loss = -w["diff"]  # KV cache the environment lacks (negative: it has more)
+    out = pairs[[*_KEYS, "native", "environment"]].assign(
+        n_native=pairs["n_a"].to_numpy(), n_env=pairs["n_b"].to_numpy(), kv_native_gib=pairs["mean_a"].to_numpy(),
+        kv_env_gib=pairs["mean_b"].to_numpy(), kv_diff_gib=w["diff"],
+        ci_low_gib=np.where(allowed, w["ci_low"], np.nan), ci_high_gib=np.where(allowed, w["ci_high"], np.nan),
+        p_value=w["p_value"], fraction=fraction.to_numpy(), loss_gib=loss, page_cache_share_gib=page.to_numpy(),
+        cgroup_share_gib=cgroup.to_numpy(), unexplained_share_gib=loss - page.to_numpy() - cgroup.to_numpy(),
+        residual_share_gib=-(pairs["kv_residual_gib_b"] - pairs["kv_residual_gib_a"]).to_numpy())
+    return out.reset_index(drop=True)
 
 
 # --- factors -----------------------------------------------------------------------------------------------
@@ -251,39 +255,39 @@ def factor_effects(runs: pd.DataFrame, alpha: float, threshold: float,
 # --- A/A noise floor ---------------------------------------------------------------------------------------
 
 def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
-    """Every A/A twin (member b, c, ...) against member a of its pair, per cell and metric."""
+    """Every A/A twin (member b, c, ...) against member a of its pair, per cell and metric (vectorised)."""
     measured = stats.measured_runs(runs)
     if "aa_group" not in measured or measured["aa_group"].isna().all():
         return pd.DataFrame()
-    measured = measured[measured["aa_group"].notna()]
+    measured = measured[measured["aa_group"].notna()].assign(aa_member=lambda f: f["aa_member"].astype(str))
     metrics = [m for m in AA_METRICS if m in measured and measured[m].notna().any()]
-    rows = []
-    for (group_name, *cell), part in measured.groupby(["aa_group", *_KEYS], sort=True):
-        members = part.groupby(part["aa_member"].astype(str))
-        if "a" not in members.groups:
-            continue
-        a = members.get_group("a")
-        for member, b in members:
-            if member == "a":
-                continue
-            for metric in metrics:
-                x, y = a[metric].dropna().to_numpy(dtype=float), b[metric].dropna().to_numpy(dtype=float)
-                if not len(x) or not len(y):
-                    continue
-                w = stats.welch(x, y, level)
-                mean = abs(w.mean_a) if w.mean_a else np.nan
-                allowed = stats.interval_allowed(min(w.n_a, w.n_b))
-                rows.append({
-                    "aa_group": group_name, **dict(zip(_KEYS, cell, strict=True)),
-                    "a": str(a["environment"].iloc[0]), "b": str(b["environment"].iloc[0]), "metric": metric,
-                    "n_a": w.n_a, "n_b": w.n_b, "mean_a": w.mean_a, "mean_b": w.mean_b, "diff": w.diff,
-                    "change_pct": w.diff / mean * 100, "p_value": w.p_value,
-                    "ci_low_pct": w.ci_low / mean * 100 if allowed else np.nan,
-                    "ci_high_pct": w.ci_high / mean * 100 if allowed else np.nan,
-                    "cv_a": float(np.std(x, ddof=1) / mean) if len(x) > 1 else np.nan,
-                    "cv_b": float(np.std(y, ddof=1) / mean) if len(y) > 1 else np.nan,
-                })
-    return pd.DataFrame(rows)
+    if not metrics:
+        return pd.DataFrame()
+    keys = ["aa_group", *_KEYS, "aa_member", "environment"]
+    long = measured.melt(id_vars=keys, value_vars=metrics, var_name="metric", value_name="value").dropna(
+        subset=["value"])
+    side = stats.moments(long, [*keys, "metric"])
+    a = side[side["aa_member"] == "a"].drop(columns=["aa_member"])
+    b = side[side["aa_member"] != "a"].drop(columns=["aa_member"])
+    pairs = b.merge(a, on=["aa_group", *_KEYS, "metric"], suffixes=("_b", "_a"))
+    if pairs.empty:
+        return pd.DataFrame()
+    w = stats.welch_from_moments(pairs["n_a"], pairs["mean_a"], pairs["var_a"], pairs["n_b"], pairs["mean_b"],
+                                 pairs["var_b"], level)
+    allowed = stats.interval_allowed(np.minimum(pairs["n_a"].to_numpy(float), pairs["n_b"].to_numpy(float)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.abs(pairs["mean_a"].to_numpy(float))
+        scale = np.where(scale > 0, scale, np.nan)
+        out = pairs[["aa_group", *_KEYS]].assign(
+            a=pairs["environment_a"].astype(str), b=pairs["environment_b"].astype(str), metric=pairs["metric"],
+            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"], diff=w["diff"],
+            change_pct=w["diff"] / scale * 100, p_value=w["p_value"],
+            ci_low_pct=np.where(allowed, w["ci_low"] / scale * 100, np.nan),
+            ci_high_pct=np.where(allowed, w["ci_high"] / scale * 100, np.nan),
+            cv_a=np.sqrt(pairs["var_a"].to_numpy(float)) / scale, cv_b=np.sqrt(pairs["var_b"].to_numpy(float)) / scale)
+    order = {m: i for i, m in enumerate(metrics)}
+    out = out.sort_values(["aa_group", *_KEYS, "b", "metric"], key=lambda c: c.map(order) if c.name == "metric" else c)
+    return out.reset_index(drop=True)
 
 
 def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
@@ -313,9 +317,13 @@ def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
                 else None for e in TARGET_EFFECTS}
         rows.append({"metric": metric, "pairs": len(part), "n": n, "cv": cv, "observed_pct": observed * 100,
                      "half_width_pct": half * 100, "floor": floor, "floor_pct": floor * 100,
-                     "mde_pct": (stats.mde(cv, n, alpha, power) or np.nan) * 100 if not math.isnan(cv) else np.nan,
+                     "mde_pct": _pct_or_nan(stats.mde(cv, n, alpha, power)) if not math.isnan(cv) else np.nan,
                      **need})
     return pd.DataFrame(rows)
+
+
+def _pct_or_nan(value: float | None) -> float:
+    return np.nan if value is None else value * 100
 
 
 def memory_study(runs: pd.DataFrame, kv_runs: pd.DataFrame, alpha: float, threshold: float,
