@@ -28,6 +28,21 @@ TABLE_END = "<!-- settings-table:end -->"
 HEADER = "---\n# GENERATED from sparkfleet_host/settings.py (SETTINGS): python -m sparkfleet.settings_doc --write\n"
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block sequences indented under their key (yamllint's default, which ansible-lint applies)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False):
+        return super().increase_indent(flow, False)
+
+
+def _dump(data, **kwargs) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, **kwargs)
+
+
+#: The settings role's variables are the collection's sparkfleet_* settings, not settings_* ones.
+_NOQA = "  # noqa: var-naming[no-role-prefix]"
+
+
 def _templated(f: Field) -> bool:
     return isinstance(f.default, str) and "{{" in f.default
 
@@ -38,8 +53,12 @@ def defaults_yaml() -> str:
              "# The other roles depend on this one and read sparkfleet_* without defaults of their own."]
     for f in SETTINGS:
         lines.append(f"# {f.doc}" + (f" ({f.range_text()})" if f.range_text() else ""))
-        dumped = yaml.safe_dump({f.name: f.default}, default_flow_style=True, width=200, sort_keys=False)
-        lines.append(dumped.strip().removeprefix("{").removesuffix("}"))
+        flow = _dump({f.name: f.default}, default_flow_style=True, width=10 ** 6).strip()[1:-1]
+        if len(flow) + len(_NOQA) <= 150:
+            lines.append(flow + _NOQA)
+        else:  # block style, within yamllint's line length
+            block = _dump({f.name: f.default}, default_flow_style=False, width=100).rstrip("\n").split("\n")
+            lines += [block[0] + _NOQA, *block[1:]]
     return "\n".join(lines) + "\n"
 
 
@@ -65,7 +84,7 @@ def argument_specs() -> dict:
 
 
 def argument_specs_yaml() -> str:
-    return HEADER + yaml.safe_dump(argument_specs(), sort_keys=False, width=110, default_flow_style=False)
+    return HEADER + _dump(argument_specs(), width=110, default_flow_style=False)
 
 
 def _cell(value) -> str:
