@@ -217,26 +217,29 @@ def non_finite(value: Any) -> Optional[str]:
     """'must be a finite number' for a NaN or an infinity anywhere inside ``value`` (lists, mappings)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number, got %r" % value
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-    for item in items:
-        problem = non_finite(item)
-        if problem:
-            return problem.replace("must be a finite number", "must hold only finite numbers", 1)
-    return None
+    problem = find_non_finite(value, "")
+    return problem and "must hold only finite numbers, got %s" % problem.rsplit(", got ", 1)[1]
 
 
-def find_non_finite(value: Any, where: str) -> Optional[str]:
-    """``where.path: must be a finite number, got nan`` for the first NaN or infinity inside ``value``."""
+def find_non_finite(value: Any, where: str, _seen: Optional[set] = None) -> Optional[str]:
+    """``where.path: must be a finite number, got nan`` for the first NaN or infinity inside ``value``.
+
+    Each list or mapping is walked once, however often YAML anchors repeat it (a "billion laughs" document
+    is a few hundred objects referenced 10^9 times)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "%s: must be a finite number, got %r" % (where, value)
+    if not isinstance(value, (dict, list, tuple)):
+        return None
+    seen = set() if _seen is None else _seen
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
     if isinstance(value, dict):
         items = [("%s.%s" % (where, k), v) for k, v in value.items()]
-    elif isinstance(value, (list, tuple)):
-        items = [("%s[%d]" % (where, i), v) for i, v in enumerate(value)]
     else:
-        return None
+        items = [("%s[%d]" % (where, i), v) for i, v in enumerate(value)]
     for path, item in items:
-        problem = find_non_finite(item, path)
+        problem = find_non_finite(item, path, seen)
         if problem:
             return problem
     return None
