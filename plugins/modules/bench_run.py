@@ -228,11 +228,15 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (
     CAMPAIGN_FIELDS,
     RETRY_STATUSES,
+    SETTINGS_BY_NAME,
+    WORKLOAD_FIELDS,
     Cooldown,
+    check_mapping,
     field_problem,
 )
 
 _TIMEOUT_FIELD = next(f for f in CAMPAIGN_FIELDS if f.name == "timeout_s")
+_TELEMETRY_FIELD = SETTINGS_BY_NAME["sparkfleet_telemetry_interval_s"]
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAIL_BYTES = 4000
 # Space set aside before each run so that a run that fills the disk can still be recorded as failed.
@@ -327,6 +331,11 @@ class Run:
         self.model = self.plan["model"]
         self.environment = self.plan["environment"]
         self.workload = self.plan["workload"]
+        problems = []  # the campaign's rules for a workload (types, physical ranges, no NaN): the same definition
+        check_mapping(self.workload if isinstance(self.workload, dict) else {}, WORKLOAD_FIELDS,
+                      "runs[%s].workload" % plan.get("run_id"), problems, unknown=False, required=False)
+        if problems or not isinstance(self.workload, dict):
+            module.fail_json(msg="; ".join(problems) or "runs: workload must be a mapping, got %r" % (self.workload,))
         expected = run_id(p["campaign"], p["host"], self.model["name"], self.environment["name"],
                           self.workload["name"], int(self.plan["iteration"]))
         if expected != self.plan["run_id"]:
@@ -694,8 +703,11 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params["timeout_s"] <= 0 or params["telemetry_interval_s"] <= 0:
-        module.fail_json(msg="timeout_s and telemetry_interval_s must be positive")
+    # The campaign's and the inventory's rules (settings): a NaN or an infinity is refused like a zero.
+    for name, field in (("timeout_s", _TIMEOUT_FIELD), ("telemetry_interval_s", _TELEMETRY_FIELD)):
+        problem = field_problem(field, params[name])
+        if problem:
+            module.fail_json(msg="%s: %s" % (name, problem))
     try:  # the campaign's rules (settings), checked before any run starts: never a ValueError mid-matrix
         params["cooldown"] = Cooldown.from_mapping(params["cooldown"], "cooldown").to_dict()
     except ValueError as exc:

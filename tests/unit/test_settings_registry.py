@@ -242,3 +242,27 @@ def test_the_docker_env_role_resolves_variants_with_the_plans_rule(tmp_path):
     assert out["all"] == want
     env_ = {"name": "c", "kind": "container", "docker_flags": None, "variant": None}
     assert out["run"] == settings.resolve_docker_flags(env_, {"sparkfleet_docker_variant": "no-shm-size"})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"workload": {"name": "mm", "engine": "matmul", "size": -5}}, "workload.size: must be between 1 and 65536"),
+    ({"workload": {"name": "mm", "engine": "matmul", "iterations": float("nan")}}, "workload.iterations: must be"),
+    ({"timeout_s": float("inf")}, "timeout_s: must be a finite number"),
+    ({"cooldown": {"threshold_c": -300}}, "cooldown.threshold_c: must not be negative"),
+])
+def test_bench_run_checks_each_planned_run_with_the_campaigns_rules(tmp_path, change, message):
+    """The run executor's rules are the campaign's: a plan that did not come through validate is refused the
+    same way, before any run starts."""
+    run = {"run_id": record.run_id("c1", "h1", "m", "bare", "mm", 1), "order_index": 0, "model": {"name": "m"},
+           "environment": {"name": "bare", "kind": "bare"}, "workload": {"name": "mm", "engine": "matmul"},
+           "iteration": 1, "warmup": False, **change}
+    out = run_module(load_module("bench_run"), {"runs": [run], "campaign": "c1", "host": "h1",
+                                                "results_root": str(tmp_path / "results")})
+    assert out.get("failed") and message in out["msg"], out
+    assert not (tmp_path / "results" / "c1" / "h1" / "ledger.jsonl").exists()
+
+
+def test_bench_run_refuses_a_nan_timeout_option(tmp_path):
+    out = run_module(load_module("bench_run"), {"runs": [], "campaign": "c1", "host": "h1", "timeout_s": "nan",
+                                                "results_root": str(tmp_path / "results")})
+    assert out.get("failed") and "timeout_s: must be a finite number" in out["msg"], out
