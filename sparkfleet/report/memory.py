@@ -297,7 +297,8 @@ def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
 
     cv (pooled): √(Σ (n−1)·cv² / Σ (n−1)) over both members of every A/A cell. n: the median runs per side.
     noise floor: the larger of the largest |A/A relative difference| observed and z(1−alpha/2)·cv·√(2/n), the
-    half-width of the 95% interval of a difference of two n-run means at that spread.
+    half-width of the 95% interval of a difference of two n-run means at that spread. Runs needed: never fewer
+    than stats.MIN_N_INTERVAL, the fewest a verdict draws an interval from.
     """
     if pairs.empty:
         return pd.DataFrame()
@@ -313,8 +314,9 @@ def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
             if part["change_pct"].notna().any() else np.nan
         half = z * cv * math.sqrt(2 / n) if not math.isnan(cv) and n >= 1 else np.nan
         floor = np.nanmax([observed, half]) if not (math.isnan(observed) and math.isnan(half)) else np.nan
-        need = {f"required_n_{round(e * 100)}pct": stats.required_n(cv, e, alpha, power) if not math.isnan(cv)
-                else None for e in TARGET_EFFECTS}
+        # never fewer than the runs a verdict needs for an interval (the small-n rule), as classify says
+        need = {f"required_n_{round(e * 100)}pct": max(stats.required_n(cv, e, alpha, power), stats.MIN_N_INTERVAL)
+                if not math.isnan(cv) else None for e in TARGET_EFFECTS}
         rows.append({"metric": metric, "pairs": len(part), "n": n, "cv": cv, "observed_pct": observed * 100,
                      "half_width_pct": half * 100, "floor": floor, "floor_pct": floor * 100,
                      "mde_pct": _pct_or_nan(stats.mde(cv, n, alpha, power)) if not math.isnan(cv) else np.nan,

@@ -173,6 +173,8 @@ def test_noise_floor_mde_and_required_iterations_from_a_known_cv() -> None:
     assert row["floor"] == pytest.approx(z * cv * math.sqrt(2 / n))  # above the observed 0.5%
     assert row["mde_pct"] == pytest.approx((z + 0.8416212335729143) * cv * math.sqrt(2 / n) * 100)
     assert row["required_n_2pct"] == 16 and row["required_n_5pct"] == 3  # Lehr: 16 (cv/effect)^2, ceil
+    quiet = noise_floor(pairs.assign(cv_a=0.001, cv_b=0.001)).iloc[0]
+    assert quiet["required_n_2pct"] == quiet["required_n_5pct"] == stats.MIN_N_INTERVAL  # the small-n rule's floor
     # the MDE inverts required_n
     assert stats.mde(0.05, 16) == pytest.approx(0.05 * math.sqrt(15.698 / 16), rel=1e-3)  # n = 15.698 (cv/e)^2
     for c, effect in ((0.01, 0.02), (0.03, 0.05), (0.1, 0.02)):
