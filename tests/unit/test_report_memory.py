@@ -205,3 +205,27 @@ def test_aa_noise_floor_labels_small_differences(tmp_path: Path) -> None:
     assert 'id="section-where-the-memory-went"' in html and 'id="section-a-a-noise-floor"' in html
     assert "under the noise floor" in html and 'id="fig-memory_decomposition"' in html
     assert (results / "report" / "aa_noise.csv").is_file()
+
+
+def test_memory_sections_render_in_chromium(tmp_path: Path) -> None:
+    """The decomposition and the A/A noise floor as the browser lays them out (no fleet needed; the e2e memory
+    study checks the same on a real campaign)."""
+    from test_report_browser import CHROMIUM, distinct_colours, dump_dom, screenshot
+
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed")
+    results = build_memory_campaign(tmp_path / "r", iterations=3, noise=0.3)
+    assert main(["report", str(results)]) == 0
+    page = results / "report" / "index.html"
+    dom = dump_dom(page, tmp_path / "profile-dom")
+    verdicts = dom[dom.index('<section class="verdicts"'):dom.index("</section>")]
+    assert "memory gap" in verdicts and "noise floor" in verdicts and "largest factor" in verdicts
+    for section in ("where-the-memory-went", "a-a-noise-floor"):
+        assert f'id="section-{section}"' in dom
+    html = page.read_text()
+    start = html.index('<figure id="fig-memory_decomposition"')
+    alone = tmp_path / "figure.html"
+    alone.write_text(f"<!DOCTYPE html><html><body style='margin:0'>{html[start:html.index('</figure>', start)]}"
+                     "</figure></body></html>")
+    pixels = screenshot(alone, tmp_path / "figure.png", tmp_path / "profile-shot", "900,1200")
+    assert distinct_colours(pixels) > 100  # the stacked bars drawn, not a blank or broken image
