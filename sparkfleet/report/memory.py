@@ -394,7 +394,9 @@ def memory_lines(analysis: Analysis) -> list[VerdictLine]:
             main = max(parts, key=lambda k: abs(parts[k]))
             headline = (f"{subject}: {worst['environment']} has {_gib(loss)} {'less' if loss > 0 else 'more'} KV "
                         f"cache than {worst['native']}, mostly {main} ({_gib(parts[main])}).")
-            lines.append(VerdictLine("memory", subject, "different" if abs(loss) > 0 else "same", "memory gap",
+            # the gap is a finding where its interval exists (the small-n rule) and Welch says it is real
+            real_gap = not math.isnan(worst["ci_low_gib"]) and worst["p_value"] < analysis.options.alpha
+            lines.append(VerdictLine("memory", subject, "different" if real_gap else "undetermined", "memory gap",
                                      text, (), headline))
     effects = study.effects
     if not effects.empty:
