@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import read_text
 from sparkfleet_host.settings import SETTINGS_BY_NAME
 
 DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (sparkfleet_host.settings)
@@ -115,6 +116,8 @@ def load_targets(inventory: str) -> list[Target]:
     """Every host of an inventory file (any format Ansible reads), with its connection variables."""
     if not Path(inventory).exists():
         raise UsageError(f"inventory {inventory}: no such file or directory")
+    if not Path(inventory).is_dir():
+        read_text(inventory, "inventory")  # a FIFO, no permission, not UTF-8, too large: one line naming it
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager

@@ -29,6 +29,10 @@ class FileProblem(UsageError):
         super().__init__(f"{path}: {problem}")
 
 
+def _a(what: str) -> str:
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
@@ -44,7 +48,7 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
     except PermissionError:
         raise FileProblem(name, f"permission denied ({what})") from None
     except IsADirectoryError:
-        raise FileProblem(name, f"is a directory, not a {what}") from None
+        raise FileProblem(name, f"is a directory, not {_a(what)}") from None
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
             raise FileProblem(name, "no such file (a path component is not a directory)") from None
@@ -52,11 +56,11 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise FileProblem(name, f"is a directory, not a {what}")
+            raise FileProblem(name, f"is a directory, not {_a(what)}")
         if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(name, f"is not a regular file ({_kind(st.st_mode)}), not a {what}")
+            raise FileProblem(name, f"is not a regular file ({_kind(st.st_mode)}), not {_a(what)}")
         if st.st_size > max_bytes:
-            raise FileProblem(name, f"too large for a {what} ({_mib(st.st_size)}, at most {_mib(max_bytes)})")
+            raise FileProblem(name, f"too large for {_a(what)} ({_mib(st.st_size)}, at most {_mib(max_bytes)})")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -64,13 +68,37 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
                 break
             total += len(chunk)
             if total > max_bytes:  # grew while being read
-                raise FileProblem(name, f"too large for a {what} (more than {_mib(max_bytes)})")
+                raise FileProblem(name, f"too large for {_a(what)} (more than {_mib(max_bytes)})")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:
         raise FileProblem(name, f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def check_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` as a readable regular file, not read (an archive may be large); FileProblem otherwise."""
+    name = str(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise FileProblem(name, "no such file") from None
+    except PermissionError:
+        raise FileProblem(name, f"permission denied ({what})") from None
+    except IsADirectoryError:
+        raise FileProblem(name, f"is a directory, not {_a(what)}") from None
+    except OSError as exc:
+        raise FileProblem(name, f"cannot open: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise FileProblem(name, f"is a directory, not {_a(what)}")
+    if not stat.S_ISREG(mode):
+        raise FileProblem(name, f"is not a regular file ({_kind(mode)}), not {_a(what)}")
+    return Path(name)
 
 
 def _kind(mode: int) -> str:
@@ -99,7 +127,7 @@ def decode_text(data: bytes, path: str | os.PathLike, what: str = "file", cut_ta
             return data[: exc.start].decode("utf-8-sig")
         line = data[: exc.start].count(b"\n") + 1
         raise FileProblem(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}); "
-                          f"a {what} must be UTF-8") from None
+                          f"{_a(what)} must be UTF-8") from None
 
 
 def read_yaml(path: str | os.PathLike, what: str = "YAML file", max_bytes: int = MAX_TEXT_BYTES) -> Any:
@@ -141,7 +169,7 @@ def check_dir(path: str | os.PathLike, what: str = "results directory") -> Path:
     except OSError as exc:
         raise FileProblem(p, f"cannot open: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise FileProblem(p, f"is a file, not a {what}")
+        raise FileProblem(p, f"is a file, not {_a(what)}")
     if not os.access(p, os.R_OK | os.X_OK):
         raise FileProblem(p, f"permission denied ({what})")
     return p

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from sparkfleet.errors import UsageError
+from sparkfleet.files import FileProblem, check_file
 
 
 def _safe_member(member: tarfile.TarInfo, host: str) -> str | None:
@@ -40,10 +41,15 @@ def unpack_host_archive(archive: str | os.PathLike[str], campaign_dir: str | os.
     """
     if not host or "/" in host or host in (".", ".."):
         raise UsageError(f"bad host name {host!r}")
+    check_file(archive, "results archive")  # missing, a directory, a FIFO, no permission: one line naming it
     target = Path(campaign_dir) / host
     target.mkdir(parents=True, exist_ok=True)
     written = 0
-    with tarfile.open(archive, "r:*") as tar, tempfile.TemporaryDirectory(dir=target, prefix=".unpack-") as tmp:
+    try:
+        tar = tarfile.open(archive, "r:*")  # noqa: SIM115 (closed by the with below)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FileProblem(archive, f"not a tar archive ({str(exc).splitlines()[0].rstrip(':')})") from None
+    with tar, tempfile.TemporaryDirectory(dir=target, prefix=".unpack-") as tmp:
         members = []
         for member in tar.getmembers():  # check every member before writing any
             rel = _safe_member(member, host)

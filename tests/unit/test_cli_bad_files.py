@@ -213,3 +213,18 @@ def test_bad_settings_in_an_extra_vars_file_stop_run_before_ansible(tmp_path, ca
     assert code == 2 and err.count("\n") == 1, err
     assert f"{extra}: sparkfleet_telemetry_interval_s: must be a finite number, got nan" in err
     assert f"{extra}: sparkfleet_work_dir: must be an absolute path" in err
+
+
+@pytest.mark.parametrize("command", ["unpack", "doctor"])
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "no-permission", "not-utf8"])
+def test_unpack_and_doctor_name_an_unreadable_file_too(tmp_path, capsys, deny, command, kind):
+    if command == "doctor" and kind == "directory":
+        pytest.skip("an inventory directory is a valid inventory")
+    path = _make(tmp_path, kind, "input", INVENTORY.encode(), b"", 0)
+    if kind == "no-permission":
+        deny.add(str(path))
+    argv = (["unpack", str(path), "--campaign-dir", str(tmp_path / "out"), "--host", "h"] if command == "unpack"
+            else ["doctor", "-i", str(path)])
+    line = _one_line_error(capsys, main(argv), path)
+    expected = "not a tar archive" if command == "unpack" and kind == "not-utf8" else EXPECT[kind]
+    assert expected in line, line
