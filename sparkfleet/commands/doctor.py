@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 
+from sparkfleet.argtypes import finite_float
+
 
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="check every host of an inventory: SSH, sudo, Docker, GPU, disk, clock skew")
     p.add_argument("-i", "--inventory", required=True, metavar="INVENTORY", help="Ansible inventory (e.g. sparks.ini)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+    p.add_argument("--timeout", type=finite_float, default=10.0, metavar="S",
                    help="seconds for connecting and for each check (default 10)")
-    p.add_argument("--min-free-gib", type=float, default=10.0, metavar="GIB",
+    p.add_argument("--min-free-gib", type=finite_float, default=10.0, metavar="GIB",
                    help="least free disk under the work dir (default 10 GiB)")
-    p.add_argument("--max-skew", type=float, default=1.0, metavar="S",
+    p.add_argument("--max-skew", type=finite_float, default=1.0, metavar="S",
                    help="largest clock skew against this machine (default 1 s)")
     p.add_argument("--json", action="store_true", help="print the per-host results as JSON")
     p.set_defaults(func=run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sparkfleet.argtypes import finite_float
 from sparkfleet.errors import UsageError
 from sparkfleet.thresholds import DEFAULT_TOLERANCE
 from sparkfleet_host.record import write_json_atomic
@@ -13,7 +14,7 @@ from sparkfleet_host.record import write_json_atomic
 def register(sub) -> None:
     p = sub.add_parser("fleet", help="cross-host reproducibility: outlier hosts and the state that differed")
     p.add_argument("results", metavar="RESULTS", help="a campaign's results directory (results/<campaign>)")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE * 100,
+    p.add_argument("--tolerance", type=finite_float, default=DEFAULT_TOLERANCE * 100,
                    help="percent from the fleet median before a host is named (default %(default)g)")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.set_defaults(func=run)

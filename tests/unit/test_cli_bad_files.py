@@ -228,3 +228,12 @@ def test_unpack_and_doctor_name_an_unreadable_file_too(tmp_path, capsys, deny, c
     line = _one_line_error(capsys, main(argv), path)
     expected = "not a tar archive" if command == "unpack" and kind == "not-utf8" else EXPECT[kind]
     assert expected in line, line
+
+
+@pytest.mark.parametrize("argv", [["fleet", "RESULTS", "--tolerance", "nan"],
+                                  ["doctor", "-i", "INV", "--timeout", "inf"],
+                                  ["doctor", "-i", "INV", "--max-skew=-inf"]])
+def test_numeric_options_refuse_nan_and_infinity(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "is not a finite number" in capsys.readouterr().err
