@@ -167,3 +167,17 @@ def test_host_results_from_before_the_kept_configuration_are_judged_by_their_rec
 
     same = run_module(load_module("bench_run"), _args(tmp_path, old))  # the same campaign adopts them
     assert same["counts"] == {"skipped": 2} and (host_dir / resume.CONFIG_FILE).exists()
+
+
+def test_equal_values_of_other_classes_are_no_change_but_true_is_not_one():
+    """Ansible hands filters str/dict subclasses (data tags): equal values are the same setting."""
+
+    class TaggedStr(str):
+        pass
+
+    old = _campaign()
+    new = json.loads(json.dumps(old))
+    new["name"] = TaggedStr(new["name"])
+    new["workloads"][0]["name"] = TaggedStr("w")
+    assert resume.changes(old, new) == []
+    assert resume.changes({"a": 1}, {"a": True}) == ["a: 1 -> true"]

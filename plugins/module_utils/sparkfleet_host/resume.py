@@ -69,7 +69,9 @@ def changes(old: Any, new: Any, path: str = "") -> List[str]:
         if not out and [i["name"] for i in old] != [i["name"] for i in new]:
             out.append("%s: order %s -> %s" % (path, [i["name"] for i in old], [i["name"] for i in new]))
         return out
-    if old == new and type(old) is type(new):
+    # Equal values are the same setting whatever their class (Ansible hands filters str/dict subclasses
+    # that carry data tags); only true/false vs 1/0 differ in meaning.
+    if old == new and isinstance(old, bool) == isinstance(new, bool):
         return []
     if _MISSING in (old, new) and (new if old is _MISSING else old) in _EMPTY:
         return []  # a field one sparkfleet version resolves and another lacks, at its empty default: same runs
