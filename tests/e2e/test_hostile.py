@@ -61,7 +61,7 @@ def test_hostile_names_paths_and_args_reach_the_workload_literally(
         "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         "workloads": [
             {"name": "trt", "preset": "T1", "requests": 2,
-             "extra_args": ["--extra_llm_api_options", _payload(str(results_root), "arg")],
+             "extra_args": ["--engine_dir", _payload(str(results_root), "arg")],  # opaque to the pytorch backend
              "env": {**FAST, "SPARKFLEET_HOSTILE": _payload(str(results_root), "env")}},
             {"name": "mm", "engine": "matmul", "size": 32, "iterations": 2, "warmup": 1,
              "env": {"SPARKFLEET_HOSTILE": _payload(str(results_root), "env2")}},
@@ -110,7 +110,7 @@ def test_hostile_names_paths_and_args_reach_the_workload_literally(
         cmd = rec["command"]  # the argv bench_run launched: the hostile strings are single elements
         assert MODEL in cmd
         if rec["workload"] == "trt":
-            assert cmd[-2:] == ["--extra_llm_api_options", _payload(str(results_root), "arg")]
+            assert cmd[-2:] == ["--engine_dir", _payload(str(results_root), "arg")]
             assert str(model_dir) in cmd
     for entry in Path(results_root, name, host.name, "runs").iterdir():
         assert entry.is_dir() and not entry.is_symlink() and RUN_ID.match(entry.name), entry
