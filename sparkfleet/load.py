@@ -11,9 +11,11 @@ bad file never stops a report, and never disappears without a word.
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing as mp
 import os
+import stat
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -173,8 +175,13 @@ def read_record(path: str) -> dict[str, Any] | LoadProblem | None:
 def _read_bytes(path: str) -> bytes:
     """The whole file in three system calls (open, read, read to the end), where a buffered file object
     takes about twice as many, plus its own overhead: 100k records make that a second of CPU time."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named record.json must not hang the report
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if st.st_size > MAX_RECORD_BYTES:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than a record's {MAX_RECORD_BYTES}", path)
         chunks = []
         while chunk := os.read(fd, _READ_SIZE):
             chunks.append(chunk)
@@ -188,6 +195,8 @@ def _read_bytes(path: str) -> bytes:
 
 
 _READ_SIZE = 1 << 16
+#: A record is a few KiB (raw samples included); anything this large is not one.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def contract_problems(data: Any) -> list[str]:

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from sparkfleet.argtypes import finite_float
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
@@ -22,8 +23,8 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="compare a campaign against a baseline; exit 1 on a regression")
     p.add_argument("baseline", metavar="BASELINE", help="baseline results directory")
     p.add_argument("current", metavar="CURRENT", help="current results directory")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.05)")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+    p.add_argument("--alpha", type=finite_float, default=DEFAULT_ALPHA, help="significance level (default 0.05)")
+    p.add_argument("--threshold", type=finite_float, default=DEFAULT_THRESHOLD,
                    help="smallest relative change reported, as a fraction (default 0.05 = 5%%)")
     p.add_argument("--match", choices=MATCH_MODES, default="auto",
                    help="match cells per host, pooled over hosts, or auto (per host when hosts are shared)")

@@ -223,3 +223,16 @@ def test_two_runs_a_side_are_undetermined_not_a_regression() -> None:
     row = compare_campaigns(base, cur).iloc[0]
     assert row["p_value"] < 0.05 and np.isnan(row["ci_low"])  # no interval from two runs a side
     assert row["verdict"] == "undetermined" and row["required_n"] >= 3
+
+
+@pytest.mark.parametrize("option", [["--threshold", "nan"], ["--threshold", "inf"], ["--alpha", "nan"],
+                                    ["--alpha", "1.5"]])
+def test_compare_refuses_a_threshold_or_alpha_that_is_not_a_finite_number_in_range(tmp_path, capsys, option):
+    from sparkfleet.cli import main  # noqa: PLC0415
+
+    try:
+        code = main(["compare", str(tmp_path), str(tmp_path), *option])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == 2
+    assert option[0] in capsys.readouterr().err

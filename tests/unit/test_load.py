@@ -91,6 +91,24 @@ def test_bad_records_are_reported_by_path_and_skipped(tmp_path: Path) -> None:
     assert good not in reasons
 
 
+def test_a_fifo_or_a_huge_file_named_record_json_is_a_problem_not_a_hang(tmp_path: Path) -> None:
+    import os  # noqa: PLC0415
+
+    good = write(tmp_path, make_record())
+    fifo = tmp_path / "runs" / "fifo-run" / "record.json"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)  # nobody ever writes to it: opening it blocking would wait forever
+    huge = tmp_path / "runs" / "huge-run" / "record.json"
+    huge.parent.mkdir(parents=True)
+    with huge.open("wb") as fh:
+        fh.truncate(17 * 1024 * 1024)  # sparse: larger than any record
+    result = load_runs(tmp_path)
+    assert list(result.runs["run_id"]) == [make_record()["run_id"]]
+    reasons = {p.path: p.reason for p in result.problems}
+    assert "not a regular file" in reasons[fifo] and "more than a record's" in reasons[huge]
+    assert good not in reasons
+
+
 def test_missing_directory_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_runs(tmp_path / "nope")
