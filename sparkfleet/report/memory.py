@@ -437,10 +437,14 @@ def memory_lines(analysis: Analysis) -> list[VerdictLine]:
         pairs = int(study.aa_pairs[["aa_group", *_KEYS]].drop_duplicates().shape[0])
         text = (f"A/A noise floor from {pairs} A/A cell(s): " + "; ".join(clauses) + ". A difference between "
                 "environments smaller than the floor is labelled \"under the noise floor\".")
-        kv_row = noise[noise["metric"] == "kv_cache_gib"]
-        first = kv_row.iloc[0] if not kv_row.empty else noise.iloc[0]
-        headline = (f"Noise floor (A/A): {words(first['metric'])} ±{first['floor_pct']:.2g}%, minimum detectable "
-                    f"effect {first['mde_pct']:.2g}% at {first['n']:g} iterations.")
+        # The headline names the metrics the question is about (KV cache, then throughput), leaving out those
+        # that did not vary at all (an engine whose KV cache is not preallocated reports the same bytes).
+        order = {m: i for i, m in enumerate(("kv_cache_gib", "output_tok_s", "gflops"))}
+        lead = noise[noise["metric"].isin(order) & (noise["floor_pct"] > 0)]
+        lead = lead.sort_values("metric", key=lambda c: c.map(order)) if not lead.empty else noise.iloc[:1]
+        headline = "Noise floor (A/A): " + "; ".join(
+            f"{words(r.metric)} ±{r.floor_pct:.2g}%, minimum detectable effect {r.mde_pct:.2g}% at {r.n:g} iterations"
+            for r in lead.itertuples()) + "."
         lines.append(VerdictLine("noise", "A/A", "same", "noise floor", text, (), headline))
     return lines
 
