@@ -37,10 +37,9 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
 
-def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_LOG_BYTES) -> bytes:
-    """The file's bytes; UsageError ``PATH: problem`` when it is missing, not a regular file, unreadable or
-    larger than ``max_bytes``."""
-    name = str(path)
+def _open_regular(name: str, what: str) -> tuple[int, os.stat_result]:
+    """An open descriptor and the stat of ``name`` as a regular file; FileProblem naming why not. The caller
+    closes the descriptor."""
     try:
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
     except FileNotFoundError:
@@ -59,6 +58,18 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
             raise FileProblem(name, f"is a directory, not {_a(what)}")
         if not stat.S_ISREG(st.st_mode):
             raise FileProblem(name, f"is not a regular file ({_kind(st.st_mode)}), not {_a(what)}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_LOG_BYTES) -> bytes:
+    """The file's bytes; UsageError ``PATH: problem`` when it is missing, not a regular file, unreadable or
+    larger than ``max_bytes``."""
+    name = str(path)
+    fd, st = _open_regular(name, what)
+    try:
         if st.st_size > max_bytes:
             raise FileProblem(name, f"too large for {_a(what)} ({_mib(st.st_size)}, at most {_mib(max_bytes)})")
         chunks, total = [], 0
@@ -80,24 +91,8 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
 def check_file(path: str | os.PathLike, what: str = "file") -> Path:
     """``path`` as a readable regular file, not read (an archive may be large); FileProblem otherwise."""
     name = str(path)
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise FileProblem(name, "no such file") from None
-    except PermissionError:
-        raise FileProblem(name, f"permission denied ({what})") from None
-    except IsADirectoryError:
-        raise FileProblem(name, f"is a directory, not {_a(what)}") from None
-    except OSError as exc:
-        raise FileProblem(name, f"cannot open: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-    finally:
-        os.close(fd)
-    if stat.S_ISDIR(mode):
-        raise FileProblem(name, f"is a directory, not {_a(what)}")
-    if not stat.S_ISREG(mode):
-        raise FileProblem(name, f"is not a regular file ({_kind(mode)}), not {_a(what)}")
+    fd, _ = _open_regular(name, what)
+    os.close(fd)
     return Path(name)
 
 

@@ -49,6 +49,7 @@ from .gpu import (
     open_sensor,
     parse_query_csv,
 )
+from .memstate import cgroup_dir_of_pid
 
 CSV_COLUMNS = (
     "t_s",
@@ -120,28 +121,14 @@ def cgroup_memory_file(path: str) -> str:
 def cgroup_memory_file_for_pid(
     pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
 ) -> Optional[str]:
-    """Memory usage file of the cgroup that process ``pid`` is in (e.g. a container's init process), or None.
-
-    cgroup v2: ``0::/system.slice/docker-<id>.scope`` -> ``<root>/system.slice/docker-<id>.scope/memory.current``;
-    cgroup v1: the ``memory`` controller's line -> ``<root>/memory/<path>/memory.usage_in_bytes``.
-    """
-    try:
-        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="ascii") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
+    """Memory usage file of the cgroup that process ``pid`` is in (e.g. a container's init process), or None:
+    ``memory.usage_in_bytes`` of cgroup v1's ``memory`` controller, else v2's ``memory.current``; the directory
+    is :func:`memstate.cgroup_dir_of_pid`'s."""
+    directory = cgroup_dir_of_pid(pid, proc_root, cgroup_root)
+    if directory is None:
         return None
-    for line in lines:
-        _, controllers, rel = (line.split(":", 2) + ["", ""])[:3]
-        if "memory" in controllers.split(","):
-            candidate = os.path.join(cgroup_root, "memory", rel.lstrip("/"), "memory.usage_in_bytes")
-            if os.path.exists(candidate):
-                return candidate
-    for line in lines:
-        if line.startswith("0::"):
-            candidate = os.path.join(cgroup_root, line[3:].lstrip("/"), "memory.current")
-            if os.path.exists(candidate):
-                return candidate
-    return None
+    v1 = os.path.join(directory, "memory.usage_in_bytes")
+    return v1 if os.path.exists(v1) else os.path.join(directory, "memory.current")
 
 
 def proc_cpu_seconds(pid: int) -> Optional[float]:
