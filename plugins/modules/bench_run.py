@@ -10,9 +10,10 @@ DOCUMENTATION = r"""
 ---
 module: bench_run
 short_description: Execute a host's planned benchmark runs of a sparkfleet campaign and write their run records
+version_added: 0.1.0
 description:
   - Executes the planned runs (model x environment x workload x iteration) given in O(runs), in that order,
-    on the host, the way the run-record contract in DESIGN.md describes. One call runs a host's whole plan,
+    on the host, writing one run record each as docs/RECORD.md describes. One call runs a host's whole plan,
     so that Ansible pays its per-task cost once per host rather than once per run; the matrix role starts
     it with C(async) and follows it with M(sparkfleet.bench.bench_follow), so that an hours-long matrix does not hang on one
     SSH session and a controller that dies does not stop the measurements.
@@ -116,6 +117,27 @@ options:
         C(campaign_config_hash) their records carry."
       - Omitted, nothing is checked or kept.
     type: dict
+attributes:
+  check_mode:
+    support: full
+    description: Checks every input (and the kept campaign configuration) and reports each run as C(planned); runs nothing, writes nothing.
+  diff_mode:
+    support: none
+    description: Not supported.
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts (C(/proc), process groups, cgroups); C(chroot) for native runs and C(docker) for container runs need root.
+notes:
+  - Run it with C(async) and C(poll=0) and follow it with M(sparkfleet.bench.bench_follow); in the foreground a
+    long matrix ties up one SSH session for its whole length.
+  - The plan entries come from the filter C(sparkfleet.bench.campaign_plan), which resolves each run's launch
+    spec (container flags, timeout, cooldown) once on the controller; hand-written entries are checked with the
+    same rules before the first run.
+seealso:
+  - module: sparkfleet.bench.bench_follow
+  - module: sparkfleet.bench.bench_stop
+  - module: sparkfleet.bench.thermal_wait
 author:
   - sparkfleet contributors (@sparkfleet)
 """
@@ -128,12 +150,22 @@ EXAMPLES = r"""
     host: "{{ inventory_hostname }}"
     results_root: /var/lib/sparkfleet/results
     native: {rootfs: "{{ native_rootfs_path }}", image_env: "{{ native_rootfs_image_env }}"}
-    container: {image: "{{ native_rootfs_image_ref }}", flags: {container: [--ipc=host]}}
-    cooldown: "{{ sparkfleet_resolved_campaign.cooldown }}"
-    timeout_s: 3600
+    container: {image: "{{ native_rootfs_digest }}"}
+    campaign_config:
+      config_hash: "{{ sparkfleet_resolved_campaign.config_hash }}"
+      resolved: "{{ sparkfleet_resolved_campaign }}"
   async: 86400
   poll: 0
   register: matrix_job
+
+- name: Plan only (check mode runs in the foreground)
+  sparkfleet.bench.bench_run:
+    runs: "{{ sparkfleet_plan }}"
+    campaign: "{{ sparkfleet_resolved_campaign.name }}"
+    host: "{{ inventory_hostname }}"
+    results_root: /var/lib/sparkfleet/results
+  check_mode: true
+  register: matrix_plan
 
 - name: Follow it until it ends (one retry line per finished run)
   sparkfleet.bench.bench_follow:
@@ -173,6 +205,10 @@ runs:
     sparkfleet_event:
       description: Progress event for the sparkfleet.bench.progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
       type: dict
+  sample:
+    - {run_id: llama-1b.native.T1.i001.3c2d9e41aa, status: ok, reason: "",
+       record_path: /var/lib/sparkfleet/results/gpu/spark1/runs/llama-1b.native.T1.i001.3c2d9e41aa/record.json,
+       metrics: {output_tok_s: 74.4}, cooldown: {waited_s: 5.5, start_temp_c: 30.0, reason: cool_and_settled}}
 counts:
   description: Number of runs per status.
   returned: always
