@@ -103,7 +103,7 @@ def test_apply_verify_idempotent_and_undo(fleet, ansible_env, repo, tmp_path):
   tasks:
     - name: Undo
       ansible.builtin.include_role:
-        name: gpu_state
+        name: sparkfleet.bench.gpu_state
         tasks_from: undo
 """)
     restored = _ansible([*base, str(undo)], ansible_env, repo)
@@ -135,7 +135,7 @@ def test_undo_in_always_after_a_failure(fleet, ansible_env, repo, tmp_path):
       block:
         - name: Apply
           ansible.builtin.include_role:
-            name: gpu_state
+            name: sparkfleet.bench.gpu_state
         - name: Record what the tuned state looked like
           ansible.builtin.copy:
             dest: "{{ sparkfleet_work_dir }}/tuned.json"
@@ -147,7 +147,7 @@ def test_undo_in_always_after_a_failure(fleet, ansible_env, repo, tmp_path):
       always:
         - name: Undo
           ansible.builtin.include_role:
-            name: gpu_state
+            name: sparkfleet.bench.gpu_state
             tasks_from: undo
 """)
     run = _ansible(["ansible-playbook", "-i", fleet.inventory, "-e", f"@{extra}", str(play)], ansible_env, repo)

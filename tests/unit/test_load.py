@@ -150,8 +150,8 @@ def test_every_broken_record_is_named_and_rejected(mutations: list[tuple]) -> No
 
 
 def test_version_1_records_load_through_their_migration(tmp_path: Path) -> None:
-    """The committed GPU example (format version 1) loads whole, as does a v1 record beside a current one."""
-    example = Path(__file__).resolve().parents[2] / "examples/gpu/results/gpu"
+    """The GPU example as committed in format version 1 loads whole, as does a v1 record beside a current one."""
+    example = Path(__file__).resolve().parents[2] / "tests/fixtures/records-v1/gpu"
     result = load_runs(example)
     assert result.problems == [] and len(result.runs) == 16
     assert (result.runs["status"] == "ok").all() and result.runs["gflops"].notna().sum() == 4

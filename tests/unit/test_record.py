@@ -87,7 +87,8 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path):
 # ------------------------------------------------------------------ one definition, its schema, its versions
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_EXAMPLE = REPO / "examples/gpu/results/gpu"
+#: The GPU example as committed on 2026-11-21 (format version 1), kept as a fixture for the migration.
+GPU_V1 = REPO / "tests/fixtures/records-v1/gpu"
 
 
 def test_the_committed_json_schema_is_generated_from_the_python_definition():
@@ -146,7 +147,7 @@ def test_every_migration_step_is_defined():
 
 
 def test_the_committed_version_1_gpu_records_still_validate():
-    paths = sorted(GPU_EXAMPLE.glob("*/runs/*/record.json"))
+    paths = sorted(GPU_V1.glob("*/runs/*/record.json"))
     assert len(paths) == 16
     for path in paths:
         data = json.loads(path.read_text())

@@ -62,15 +62,17 @@ def dump_dom(page: Path, profile: Path) -> str:
 
 
 def test_verdict_block_is_the_first_content(tmp_path: Path) -> None:
-    """On the committed GPU example, as the browser lays it out: the first thing after the title is the
-    verdict block, and it fills the first screen (1280x900) with its lines and the start of its figure."""
+    """On the GPU example as committed on 2026-11-21 (tests/fixtures/records-v1), as the browser lays it out: the
+    first thing after the title is the verdict block, and it fills the first screen (1280x900) with its lines
+    and the start of its figure."""
     import re
     import shutil
 
     from _shared import REPO
 
     results = tmp_path / "gpu"
-    shutil.copytree(REPO / "examples" / "gpu" / "results" / "gpu", results, ignore=shutil.ignore_patterns("report"))
+    fixture = REPO / "tests" / "fixtures" / "records-v1" / "gpu"
+    shutil.copytree(fixture, results, ignore=shutil.ignore_patterns("report"))
     assert main(["report", str(results)]) == 0
     page = results / "report" / "index.html"
     dom = dump_dom(page, tmp_path / "profile-dom")

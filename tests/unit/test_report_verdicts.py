@@ -18,6 +18,9 @@ from test_compare import write_campaign
 from sparkfleet import stats
 from sparkfleet.cli import main
 
+#: The GPU example as committed on 2026-11-21 (H200, bare vs native, T1/T4/T6 + matmul, 2 runs a side), kept as
+#: a fixture: its small n is what these tests are about. The current example (with its A/A pair) is below.
+GPU_V1 = REPO / "tests" / "fixtures" / "records-v1" / "gpu"
 GPU_EXAMPLE = REPO / "examples" / "gpu" / "results" / "gpu"
 MODELS = ("deepseek", "qwen72b", "gpt120b")
 
@@ -106,8 +109,25 @@ def test_terminal_summary_starts_with_the_verdicts(study: tuple[Path, dict],
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     results = tmp_path_factory.mktemp("gpu") / "gpu"
-    shutil.copytree(GPU_EXAMPLE, results, ignore=shutil.ignore_patterns("report"))
+    shutil.copytree(GPU_V1, results, ignore=shutil.ignore_patterns("report"))
     return results, report_json(results)
+
+
+def test_the_committed_gpu_example_states_the_a_a_noise_floor_of_a_real_gpu(tmp_path: Path) -> None:
+    """examples/gpu (H200, bare A/A pair, 3 runs a side): matmul throughput is steady, decode throughput is not,
+    and the committed report says so in its verdict block, as the records say it."""
+    results = tmp_path / "gpu"
+    shutil.copytree(GPU_EXAMPLE, results, ignore=shutil.ignore_patterns("report"))
+    out = report_json(results)
+    (noise,) = [line for line in out["verdicts"] if line["question"] == "noise"]
+    floors = {row["metric"]: row for row in out["memory"]["noise_floor"]}
+    assert floors["gflops"]["floor_pct"] < 1 < 5 < floors["output_tok_s"]["floor_pct"]
+    assert floors["gflops"]["n"] == floors["output_tok_s"]["n"] == 3
+    assert noise["headline"].startswith("Noise floor (A/A): output throughput ±")
+    committed = (GPU_EXAMPLE / "report" / "summary.md").read_text()
+    assert noise["headline"] in committed  # the committed report is the one these records make
+    matmul = [line for line in out["verdicts"] if line["headline"].startswith("llama-1b / matmul: bare and native")]
+    assert matmul and matmul[0]["label"] == "same" and "under the noise floor" in matmul[0]["text"]
 
 
 def test_gpu_example_is_undetermined_with_two_runs_and_says_how_many_are_needed(gpu: tuple[Path, dict]) -> None:
