@@ -2,7 +2,7 @@
 # Set up this checkout on a fresh Debian/Ubuntu machine and run the main job or the tests.
 #
 #   sudo ./bootstrap.sh bench [ansible-playbook args...]   # bench.yml on the default (localhost) inventory
-#   sudo ./bootstrap.sh test  [pytest args...]             # lint, syntax checks, unit + end-to-end tests
+#   sudo ./bootstrap.sh test  [pytest args...]             # lint, syntax and sanity checks, unit + end-to-end tests
 #
 # Idempotent: packages and virtualenvs already in place are reused. Without root, the apt step is
 # skipped (with a note) and the tests that need root are skipped with their reason.
@@ -100,23 +100,31 @@ step "ansible-playbook --syntax-check" bash -c \
 step "ansible-lint (production profile, as configured in .ansible-lint)" .venv/bin/ansible-lint -q
 step "ansible-test sanity validate-modules (the built collection)" tests/sanity/run.sh .venv
 [ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
-# --dist loadfile: a file's tests share one worker (and its fake fleets); the e2e tests mostly wait.
-step "pytest (ansible-core $(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)'))" \
-  .venv/bin/pytest -q -ra -n "${SPARKFLEET_TEST_WORKERS:-3}" --dist loadfile "$@"
+ansible_version=$(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)')
+workers=${SPARKFLEET_TEST_WORKERS:-3}
 
-# The repo alone: a clone with nothing beside it (no ../shared) passes the unit tests, none skipped for data.
-clone_alone() {
+# The unit tests run in a copy of the repo alone in an empty directory - what a clone has (tracked files and
+# untracked ones git does not ignore), nothing beside it (no ../shared) - and none may skip for missing data.
+unit_tests_alone() {
   local tmp status=0
   tmp=$(mktemp -d)
-  git clone -q . "$tmp/sparkfleet"
+  mkdir "$tmp/sparkfleet"
+  git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tmp/sparkfleet"
   (cd "$tmp/sparkfleet" && PYTHONPATH="$PWD:$PWD/plugins/module_utils" "$OLDPWD/.venv/bin/python" -m pytest -q \
-    -p no:cacheprovider -n 2 -rs tests/unit) >"$tmp/log" 2>&1 || status=$?
-  tail -n 15 "$tmp/log"
+    -p no:cacheprovider -ra -n "$workers" tests/unit) >"$tmp/log" 2>&1 || status=$?
+  tail -n "$([ $status -eq 0 ] && echo 15 || echo 80)" "$tmp/log"
   if grep -iE "SKIPPED.*(not found|missing|shared|data)" "$tmp/log"; then echo "skipped for missing data" >&2; status=1; fi
   rm -rf "$tmp"
   return $status
 }
-step "unit tests in a clone of the committed tree, alone in an empty directory" clone_alone
+
+if [ $# -eq 0 ]; then
+  step "unit tests (ansible-core $ansible_version), in a copy of the repo alone in an empty directory" unit_tests_alone
+  # --dist loadfile: a file's tests share one worker (and its fake fleets); the e2e tests mostly wait.
+  step "end-to-end tests (ansible-core $ansible_version)" .venv/bin/pytest -q -ra -n "$workers" --dist loadfile tests/e2e
+else
+  step "pytest $* (ansible-core $ansible_version)" .venv/bin/pytest -q -ra -n "$workers" --dist loadfile "$@"
+fi
 
 newest=$(newest_python)
 if [ -n "$newest" ]; then

@@ -57,7 +57,10 @@ WORKLOAD_NUMBERS = [f for f in defs.WORKLOAD_FIELDS if f.kind in ("int", "float"
 def workloads(draw, name):
     preset = draw(st.sampled_from(sorted(defs.WORKLOAD_PRESETS)))
     w = {"name": name, "preset": preset}
-    for f in draw(st.lists(st.sampled_from(WORKLOAD_NUMBERS), max_size=3, unique_by=lambda f: f.name)):
+    # A KV fraction only where the engine preallocates a KV cache (a cross-field rule the ranges do not say).
+    numbers = [f for f in WORKLOAD_NUMBERS
+               if f.name != "kv_fraction" or defs.WORKLOAD_PRESETS[preset].get("engine") == "trtllm"]
+    for f in draw(st.lists(st.sampled_from(numbers), max_size=3, unique_by=lambda f: f.name)):
         w[f.name] = draw(in_range(f))
     if draw(st.booleans()):
         w["env"] = {"OMP_NUM_THREADS": draw(st.integers(1, 64))}
