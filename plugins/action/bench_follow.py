@@ -9,9 +9,9 @@ import shlex
 import time
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args as validated_args
 
 MARK = "@@sparkfleet-follow@@"
 # Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
@@ -112,16 +112,18 @@ ARGUMENT_SPEC = {
 }
 
 
+def ran_in_foreground(job) -> bool:
+    """A bench_run result that is already the job's end (check mode runs the task without async)."""
+    return isinstance(job, dict) and not job.get("results_file") and isinstance(job.get("runs"), list)
+
+
 def checked_args(args: dict) -> dict:
     """The task's arguments typed and defaulted by ARGUMENT_SPEC; AnsibleActionFail naming each bad one."""
     job = args.get("job")
-    if not isinstance(job, dict) or not job.get("results_file"):
+    if not isinstance(job, dict) or not (job.get("results_file") or ran_in_foreground(job)):
         raise AnsibleActionFail("job: give the registered result of the async bench_run task "
                                 "(it needs results_file; was the task run with async and poll: 0?)")
-    validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(dict(args))
-    if validated.error_messages:
-        raise AnsibleActionFail("; ".join(validated.error_messages))
-    params = validated.validated_parameters
+    params = validated_args(ARGUMENT_SPEC, args)
     for key in ("ledger", "jobs_dir"):
         if not params[key]:
             raise AnsibleActionFail(f"{key} is required")
@@ -147,6 +149,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = checked_args(self._task.args)
         job = args["job"]
+        if ran_in_foreground(job):
+            result.update({k: v for k, v in job.items() if not k.startswith("_ansible") and k != "invocation"})
+            result.update(finished=True, changed=bool(job.get("changed")))
+            return result
         poll, report_after, lost_after = args["poll_interval_s"], args["report_after_s"], args["lost_after_s"]
         total = args.get("total")
         cmd = follow_command(job["results_file"], args["ledger"], args["jobs_dir"])

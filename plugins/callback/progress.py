@@ -21,7 +21,8 @@ description:
   - "C(playbook_start): C(playbook) (file name)."
   - "C(play_start): C(name) (the play's name)."
   - "C(planned): C(host), C(total) (number of planned runs), C(campaign) (when known), C(next_cell). Emitted
-    when a task result's C(ansible_facts) holds C(sparkfleet_plan), the list of planned runs (each with
+    when a task result's C(ansible_facts) holds C(sparkfleet_plan), a host's plan from
+    M(sparkfleet.bench.campaign_plan) whose C(runs) (or the list itself) are the planned runs (each with
     C(run_id), C(order_index), C(model.name), C(environment.name), C(workload.name), C(iteration), C(warmup)).
     C(campaign) comes from a plan entry's C(campaign) key or from an earlier C(sparkfleet_resolved_campaign.name)
     fact of that host."
@@ -167,6 +168,8 @@ class CallbackModule(CallbackBase):
             if isinstance(resolved, dict) and resolved.get("name"):
                 self._campaign[host] = str(resolved["name"])
             plan = facts.get("sparkfleet_plan")
+            if isinstance(plan, dict):  # a host's plan from campaign_plan: its runs, async limit, ...
+                plan = plan.get("runs")
             if isinstance(plan, list):
                 self._planned(host, plan)
         event = result.get("sparkfleet_event")

@@ -19,8 +19,11 @@ description:
   - Returns when a run finishes, so that the task's C(until) loop hands progress to callbacks one finished run
     at a time; after O(report_after_s) without a finished run; or when the job ends. Use it with
     C(until=result.finished), a large C(retries) and C(delay=0) (the action waits between polls itself).
-  - When the job ends, its result becomes this task's result (RV(runs), RV(counts), RV(sparkfleet_events)); the
-    task fails if the job failed, and the async job file is removed, as C(async_status) cleanup would.
+  - When the job ends, its result becomes this task's result (RV(runs), RV(counts), RV(summary),
+    RV(sparkfleet_events)); the task fails if the job failed, and the async job file is removed, as
+    C(async_status) cleanup would.
+  - Given the result of a M(sparkfleet.bench.bench_run) task that ran in the foreground (in check mode, where
+    Ansible runs no task with C(async)), returns that result as it is, finished.
   - If the job file says the job still runs but no registered bench_run process has lived for
     O(lost_after_s) (the host rebooted, the job was killed), the task fails saying so. The ledger keeps what
     was finished; running the playbook again resumes the campaign.
@@ -69,8 +72,9 @@ options:
     default: 15.0
 attributes:
   check_mode:
-    support: none
-    description: The job it follows does not run in check mode; follow only real runs.
+    support: full
+    description: In check mode the bench_run task ran in the foreground and only planned; its result is
+      returned as it is.
   diff_mode:
     support: none
     description: Nothing is changed on the host, so there is no diff.
@@ -92,11 +96,11 @@ author:
 EXAMPLES = r"""
 - name: Start the host's matrix in the background (one call for the whole plan)
   sparkfleet.bench.bench_run:
-    runs: "{{ sparkfleet_plan }}"
+    runs: "{{ sparkfleet_plan.runs }}"
     campaign: "{{ sparkfleet_resolved_campaign.name }}"
     host: "{{ inventory_hostname }}"
     results_root: /var/lib/sparkfleet/results
-  async: 86400
+  async: "{{ sparkfleet_plan.async_s }}"
   poll: 0
   register: matrix_job
 
@@ -105,15 +109,17 @@ EXAMPLES = r"""
     job: "{{ matrix_job }}"
     ledger: "/var/lib/sparkfleet/results/{{ sparkfleet_resolved_campaign.name }}/{{ inventory_hostname }}/ledger.jsonl"
     jobs_dir: /var/lib/sparkfleet/results/.sparkfleet/jobs
-    total: "{{ sparkfleet_plan | length }}"
+    total: "{{ sparkfleet_plan.total }}"
+    poll_interval_s: "{{ sparkfleet_plan.follow.poll_interval_s }}"
+    report_after_s: "{{ sparkfleet_plan.follow.report_after_s }}"
   register: matrix_follow
   until: matrix_follow.finished
-  retries: 100000
+  retries: "{{ sparkfleet_plan.follow.retries }}"
   delay: 0
 
 - name: Show how the runs went
   ansible.builtin.debug:
-    msg: "{{ matrix_follow.counts }}"
+    msg: "{{ inventory_hostname }}: {{ matrix_follow.summary }}"
 """
 
 RETURN = r"""
@@ -158,6 +164,11 @@ counts:
   returned: when the job finished
   type: dict
   sample: {ok: 5, failed: 1}
+summary:
+  description: The job's one-line summary, as M(sparkfleet.bench.bench_run) returns it.
+  returned: when the job finished
+  type: str
+  sample: "6 runs \u2014 ok 5, failed 1"
 msg:
   description: Why the task failed (the job's own message, or that the job is lost).
   returned: when failed

@@ -214,6 +214,11 @@ counts:
   returned: always
   type: dict
   sample: {"ok": 5, "failed": 1}
+summary:
+  description: One line - the number of runs, then the runs per status, in the order the statuses first occur.
+  returned: always
+  type: str
+  sample: "6 runs \u2014 ok 5, failed 1"
 sparkfleet_events:
   description: The runs' progress events (the sparkfleet.bench.progress callback reads this list).
   returned: always
@@ -712,7 +717,9 @@ def _summary(results: list) -> dict:
     counts = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    return {"runs": results, "counts": counts, "changed": any(r["changed"] for r in results),
+    line = "%d runs \u2014 %s" % (len(results), ", ".join("%s %d" % kv for kv in counts.items()))
+    return {"runs": results, "counts": counts, "summary": line.rstrip(" \u2014"),
+            "changed": any(r["changed"] for r in results),
             "sparkfleet_events": [r["sparkfleet_event"] for r in results]}
 
 

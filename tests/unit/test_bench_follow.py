@@ -229,3 +229,14 @@ def test_progress_line_names_host_count_status_time_and_cell():
              "iteration": 2}
     assert follow.progress_line("spark1", event, 3, 6) == "spark1: run 3/6 ok in 10.6 s (llama/native/T1 #2)"
     assert follow.progress_line("spark1", {"status": "failed"}, 1, None) == "spark1: run 1/? failed (?/?/? #None)"
+
+
+def test_a_foreground_result_from_check_mode_is_returned_as_it_is_without_touching_the_host(tmp_path, no_base_run):
+    host = _Host(tmp_path)
+    planned = {"changed": True, "runs": [{"run_id": "a", "status": "planned"}], "counts": {"planned": 1},
+               "summary": "1 runs \u2014 planned 1", "sparkfleet_events": [], "invocation": {"module_args": {}}}
+    out = _action(host, job=planned).run(task_vars={})
+    assert out["finished"] is True and out["summary"] == "1 runs \u2014 planned 1" and "invocation" not in out
+    assert host.commands == 0
+    with pytest.raises(AnsibleActionFail, match="give the registered result of the async bench_run task"):
+        _action(host, job={"changed": False}).run(task_vars={})

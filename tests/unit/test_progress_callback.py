@@ -332,7 +332,9 @@ def test_bench_follow_event_lists_are_written_once_each_also_on_retries(tmp_path
     cb = _load_callback(events_file)
     plan = [{"run_id": f"r{i}", "order_index": i, "model": {"name": "m"}, "environment": {"name": "native"},
              "workload": {"name": f"w{i}"}, "iteration": 1} for i in range(3)]
-    cb.v2_runner_on_ok(_Result("h", {"ansible_facts": {"sparkfleet_plan": plan}}))
+    # the host's plan as campaign_plan hands it out: its runs, with the async limit and the follower beside them
+    cb.v2_runner_on_ok(_Result("h", {"ansible_facts": {"sparkfleet_plan": {"runs": plan, "total": 3,
+                                                                           "async_s": 100}}}))
 
     def ev(i, status="ok", ts=None):
         return {"type": "run", "run_id": f"r{i}", "order_index": i, "status": status, "duration_s": 10.0,

@@ -3,26 +3,18 @@ changed, or runs under a new campaign id (``-e sparkfleet_campaign_on_change=new
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
-from _ansible_modules import PLUGINS, STANDINS, host_util, load_module, run_module
-from ansible.errors import AnsibleFilterError
+from _ansible_modules import STANDINS, host_util, load_module, run_module
 
 from sparkfleet.campaign import resolve
+from sparkfleet.planning import HostCheck, PlanningError, decide_resume, kept_reader
 
 resume = host_util("resume")
 record = host_util("record")
-
-
-def _filter():
-    spec = importlib.util.spec_from_file_location("sparkfleet_filter_resume", PLUGINS / "filter" / "resume.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.campaign_resume
 
 
 def _campaign(**over):
@@ -77,8 +69,13 @@ def _kept(results: Path, campaign) -> None:
         {"campaign": campaign["name"], "config_hash": campaign["config_hash"], "resolved": campaign}))
 
 
+def campaign_resume(campaign, results_dir: str, on_change: str = "refuse", hosts_keep=None):
+    """The validate stage's decision (campaign_plan): the campaign that runs; hosts_keep: host -> kept config."""
+    checks = [HostCheck(h, campaign, {}, kept={campaign["name"]: kept}) for h, kept in (hosts_keep or {}).items()]
+    return decide_resume(campaign, checks, kept_reader(results_dir), results_dir, on_change)[0]
+
+
 def test_controller_resumes_a_new_or_unchanged_campaign(tmp_path):
-    campaign_resume = _filter()
     campaign = _campaign()
     assert campaign_resume(campaign, str(tmp_path)) == campaign  # never run
     _kept(tmp_path, campaign)
@@ -86,10 +83,9 @@ def test_controller_resumes_a_new_or_unchanged_campaign(tmp_path):
 
 
 def test_controller_refuses_a_changed_campaign_naming_what_changed(tmp_path):
-    campaign_resume = _filter()
     _kept(tmp_path, _campaign())
     changed = _campaign(iterations=3, cooldown={"threshold_c": 50})
-    with pytest.raises(AnsibleFilterError) as err:
+    with pytest.raises(PlanningError) as err:
         campaign_resume(changed, str(tmp_path))
     message = str(err.value)
     assert "campaign 'c1' was started with another configuration" in message
@@ -98,7 +94,6 @@ def test_controller_refuses_a_changed_campaign_naming_what_changed(tmp_path):
 
 
 def test_controller_runs_a_changed_campaign_under_a_new_id_when_asked(tmp_path):
-    campaign_resume = _filter()
     _kept(tmp_path, _campaign())
     changed = _campaign(iterations=3)
     renamed = campaign_resume(changed, str(tmp_path), "new")
@@ -106,7 +101,7 @@ def test_controller_runs_a_changed_campaign_under_a_new_id_when_asked(tmp_path):
     assert renamed["config_hash"] == _campaign(iterations=3, name=renamed["name"])["config_hash"]
     _kept(tmp_path, renamed)  # its own results start; the same changed campaign again resumes them
     assert campaign_resume(_campaign(iterations=3), str(tmp_path), "new") == renamed
-    with pytest.raises(AnsibleFilterError, match="is not one of refuse, new"):
+    with pytest.raises(PlanningError, match="is not one of refuse, new"):
         campaign_resume(changed, str(tmp_path), "mix")
 
 
@@ -134,7 +129,7 @@ def standins(monkeypatch):
 
 def test_host_keeps_its_configuration_and_refuses_a_changed_one(tmp_path, standins):
     first = run_module(load_module("bench_run"), _args(tmp_path, _campaign()))
-    assert first["counts"] == {"ok": 2}, first
+    assert first["counts"] == {"ok": 2} and first["summary"] == "2 runs \u2014 ok 2", first
     host_dir = tmp_path / "results/c1/h1"
     kept = json.loads((host_dir / resume.CONFIG_FILE).read_text())
     assert kept["config_hash"] == _campaign()["config_hash"] and kept["resolved"]["iterations"] == 2

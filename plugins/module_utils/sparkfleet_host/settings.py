@@ -595,8 +595,7 @@ SETTINGS = (
 SETTINGS_BY_NAME = {f.name: f for f in SETTINGS}
 #: Set by the playbooks themselves, or campaign documents checked as campaigns.
 SET_BY_PLAYBOOKS = ("sparkfleet_campaign", "sparkfleet_reference_campaign", "sparkfleet_resolved_campaign",
-                    "sparkfleet_plan", "sparkfleet_controller_results", "sparkfleet_has_native",
-                    "sparkfleet_has_container")
+                    "sparkfleet_plan", "sparkfleet_controller_results")
 
 
 def setting_problems(host: str, variables: Mapping[str, Any]) -> Tuple[List[str], List[str]]:

@@ -1,0 +1,45 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Plan the fleet's runs once, on the controller, from every host's campaign_check result."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.release import __version__ as ANSIBLE_VERSION
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args, sparkfleet
+
+#: The options documented in plugins/modules/campaign_plan.py (a test checks that the two agree).
+ARGUMENT_SPEC = {
+    "checks": {"type": "str", "required": True},
+    "results_dir": {"type": "path"},
+    "on_change": {"type": "str", "default": "refuse", "choices": ["refuse", "new"]},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        planning = sparkfleet("planning")
+        if not self._task.run_once:
+            raise AnsibleActionFail("plans the whole fleet at once: run it with run_once: true")
+        args = checked_args(ARGUMENT_SPEC, self._task.args)
+        hostvars = task_vars["hostvars"]
+        hosts = [str(h) for h in task_vars.get("ansible_play_hosts") or []]
+        try:
+            checks = [planning.HostCheck.from_dict(planning.plain(hostvars[h].get(args["checks"])), h) for h in hosts]
+            fleet = planning.plan_fleet(checks, args["results_dir"], os.getcwd(), args["on_change"],
+                                        check_mode=bool(self._task.check_mode))
+            path, changed = planning.write_campaign_file(fleet, {"ansible": ANSIBLE_VERSION, "python": sys.executable},
+                                                         check_mode=bool(self._task.check_mode))
+        except planning.CampaignError as exc:
+            raise AnsibleActionFail(str(exc)) from None
+        result.update(fleet.to_dict(), campaign_file=path, changed=changed)
+        return result

@@ -1,0 +1,299 @@
+"""The validate stage in Python: from a campaign and the inventory to each host's typed plan, once.
+
+Two steps, because one needs every host's answer to the other (plugins/action/campaign_check.py and
+campaign_plan.py run them; ``sparkfleet validate`` runs the first without hosts):
+
+1. :func:`check_host` (per host): the campaign this host gets (given, or the default for its groups),
+   resolved and validated; the host's ``sparkfleet_*`` variables checked. The action adds what only the host
+   can say: which model paths are missing and which campaign configurations it already keeps.
+2. :func:`plan_fleet` (once): every host must get the same campaign; the resume decision is taken for the
+   fleet from the controller's ``campaign.json`` *and* each host's kept configuration (a controller whose
+   results were deleted cannot let a changed campaign through); then each host's :class:`HostPlan` — its
+   runs with their full launch spec, the async limit and how the follower polls — and the ``campaign.json``
+   document that records all of it.
+
+The playbooks only pass these results on: no Jinja recomputes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sparkfleet import hostvars
+from sparkfleet.campaign import CampaignError, config_hash, plan, resolve
+from sparkfleet_host import resume, settings
+
+#: Which default campaign a host gets without one: kind -> (group_vars file for the ``sparks`` group or None,
+#: for every other host, the variable it defines).
+DEFAULT_CAMPAIGNS = {
+    "campaign": ("sparks/campaign.yml", "all/campaign.yml", "sparkfleet_campaign"),
+    "reference": (None, "all/reproducibility.yml", "sparkfleet_reference_campaign"),
+}
+#: The controller's record of a campaign: resolved matrix, config hash, every host's planned runs.
+CAMPAIGN_FILE = "campaign.json"
+#: Slack on top of the runs' own time budget in the async limit, per run and per job.
+ASYNC_SLACK_PER_RUN_S = 120
+ASYNC_SLACK_S = 600
+
+
+def plain(value: Any) -> Any:
+    """A value Ansible templated, as plain JSON data (Ansible hands out lazy and tagged containers).
+    TypeError for what JSON cannot hold (e.g. an unquoted YAML date)."""
+    return json.loads(json.dumps(value))
+
+
+class PlanningError(CampaignError):
+    """A campaign the fleet cannot run as given; the message names the host and what to do."""
+
+
+def default_campaign(group_names, kind: str, root: str) -> dict[str, Any]:
+    """The campaign a host gets when none is given, read from the collection's own inventory/group_vars
+    (under ``root``), so that an inventory kept elsewhere, which does not see them, gets the same defaults:
+    kind ``campaign``: the study's matrix for the ``sparks`` group, the sanity campaign otherwise; kind
+    ``reference``: the reproducibility check's."""
+    if kind not in DEFAULT_CAMPAIGNS:
+        raise PlanningError([f"default: must be one of {', '.join(DEFAULT_CAMPAIGNS)}, not {kind!r}"], "campaign")
+    sparks_file, other_file, key = DEFAULT_CAMPAIGNS[kind]
+    name = sparks_file if sparks_file and "sparks" in (group_names or ()) else other_file
+    with open(os.path.join(root, "inventory", "group_vars", name), encoding="utf-8") as fh:
+        return yaml.safe_load(fh)[key]
+
+
+@dataclass
+class HostCheck:
+    """What step 1 learnt about one host. ``kept``: campaign name -> the configuration the host keeps beside
+    its results of that campaign (None: none kept)."""
+
+    host: str
+    campaign: dict[str, Any]
+    settings: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    kept: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "campaign": self.campaign, "settings": self.settings,
+                "warnings": self.warnings, "kept": self.kept}
+
+    @classmethod
+    def from_dict(cls, data: Any, host: str) -> HostCheck:
+        if not isinstance(data, dict) or not isinstance(data.get("campaign"), dict):
+            raise PlanningError([f"{host}: has no campaign_check result (did the host skip or fail that task?)"],
+                                "campaign")
+        return cls(host, data["campaign"], dict(data.get("settings") or {}), list(data.get("warnings") or []),
+                   dict(data.get("kept") or {}))
+
+
+def check_host(host: str, campaign: Any, variables: dict[str, Any]) -> HostCheck:
+    """Step 1 on the controller: the resolved campaign and the host's checked ``sparkfleet_*`` variables.
+    Raises CampaignError naming every bad campaign field, or every bad variable with its host."""
+    resolved = resolve(campaign, source="sparkfleet_campaign")
+    errors, warnings = hostvars.problems(host, variables)
+    if errors:
+        raise PlanningError(errors, "bad inventory variables")
+    return HostCheck(host, resolved, plan_settings(variables), warnings)
+
+
+def plan_settings(variables: dict[str, Any]) -> dict[str, Any]:
+    """The host's settings a plan depends on, with their registry defaults."""
+    names = ("sparkfleet_docker_flags", "sparkfleet_docker_variants", "sparkfleet_docker_variant",
+             "sparkfleet_work_dir", "sparkfleet_poll_interval_s", "sparkfleet_report_after_s")
+    return {name: settings.setting(variables, name) for name in names}
+
+
+def kept_names(campaign: dict[str, Any]) -> list[str]:
+    """The campaign ids whose kept configuration decides a resume: the campaign's own, and the id it would
+    get with ``sparkfleet_campaign_on_change=new``."""
+    return [campaign["name"], resume.new_campaign_name(campaign["name"], campaign["config_hash"])]
+
+
+def host_results_dir(check_settings: dict[str, Any], campaign: str, host: str) -> str:
+    """Where a host keeps a campaign's results (the matrix role's ``<work_dir>/results/<campaign>/<host>``)."""
+    return os.path.join(check_settings.get("sparkfleet_work_dir") or settings.SETTINGS_BY_NAME[
+        "sparkfleet_work_dir"].default, "results", campaign, host)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """One host's part of the plan, as the matrix role passes it on."""
+
+    host: str
+    runs: list[dict[str, Any]]
+    async_s: int
+    follow: dict[str, Any]
+    needs_native: bool
+    needs_container: bool
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "runs": self.runs, "total": len(self.runs), "async_s": self.async_s,
+                "follow": self.follow, "needs_native": self.needs_native,
+                "needs_container": self.needs_container, "summary": self.summary}
+
+
+def async_limit_s(campaign: dict[str, Any], n_runs: int) -> int:
+    """Ansible's async limit for a host's job: twice (a job left by a killed controller may run first) each
+    run's timeout and longest cooldown, plus slack."""
+    cooldown = campaign["cooldown"]
+    per_run = float(campaign["timeout_s"]) + (float(cooldown["max_wait_s"]) if cooldown["enabled"] else 0.0)
+    return int(2 * (n_runs * (per_run + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S))
+
+
+def follow_retries(n_runs: int, async_s: int, report_after_s: float) -> int:
+    """Enough until-retries of bench_follow for the whole job: one return per finished run (twice, for a
+    resumed job's skipped runs), one per report interval while nothing finishes, and slack."""
+    return n_runs * 2 + int(async_s / max(float(report_after_s), 0.1)) + 10
+
+
+@dataclass
+class FleetPlan:
+    campaign: dict[str, Any]
+    results_dir: str
+    hosts: dict[str, HostPlan]
+    renamed_from: str | None = None
+
+    def document(self, controller: dict[str, Any]) -> dict[str, Any]:
+        """campaign.json: resolved matrix, config hash, order seed, every host's planned runs, the controller."""
+        c = self.campaign
+        return {"campaign": c["name"], "config_hash": c["config_hash"], "order": c["order"], "seed": c["seed"],
+                "resolved": c,
+                "hosts": {h: {"planned": len(p.runs), "run_ids": [r["run_id"] for r in p.runs]}
+                          for h, p in self.hosts.items()},
+                "controller": controller}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"campaign": self.campaign, "results_dir": self.results_dir, "renamed_from": self.renamed_from,
+                "hosts": {h: p.to_dict() for h, p in self.hosts.items()}}
+
+
+def controller_results_dir(campaign: dict[str, Any], results_dir: str | None, cwd: str) -> str:
+    """``sparkfleet_results_dir``, else the campaign's results_dir; a relative one is relative to ``cwd``."""
+    chosen = results_dir or campaign["results_dir"]
+    return chosen if os.path.isabs(chosen) else os.path.join(cwd, chosen)
+
+
+def _same_campaign(checks: list[HostCheck]) -> dict[str, Any]:
+    by_hash: dict[str, list[str]] = {}
+    for check in checks:
+        by_hash.setdefault(check.campaign["config_hash"], []).append(check.host)
+    if len(by_hash) > 1:
+        groups = "; ".join(f"{', '.join(hosts)}: campaign {_name(checks, hosts[0])} ({digest})"
+                           for digest, hosts in by_hash.items())
+        raise PlanningError([f"the hosts were given different campaigns ({groups}); one bench.yml run measures "
+                             "one campaign: give every host the same sparkfleet_campaign (e.g. with -e @file)"],
+                            "sparkfleet_campaign")
+    return checks[0].campaign
+
+
+def _name(checks: list[HostCheck], host: str) -> str:
+    return next(c.campaign["name"] for c in checks if c.host == host)
+
+
+def _refusal(campaign: dict[str, Any], checks: list[HostCheck], controller_kept: dict[str, Any] | None,
+             controller_where: str) -> str | None:
+    """Why ``campaign`` must not resume the results kept under its name, or None. The controller's copy is
+    asked first, then each host's (a host keeps its own: the controller's may be gone)."""
+    now = {"config_hash": campaign["config_hash"], "resolved": campaign}
+    if controller_kept is not None and not resume.same_measurement(controller_kept, now):
+        return resume.refusal(campaign["name"], controller_where, controller_kept, now)
+    for check in checks:
+        kept = check.kept.get(campaign["name"])
+        if isinstance(kept, dict) and not resume.same_measurement(kept, now):
+            return f"{check.host}: " + resume.refusal(campaign["name"], "on this host", kept, now)
+    return None
+
+
+def decide_resume(campaign: dict[str, Any], checks: list[HostCheck], read_controller_kept, results_dir: str,
+                  on_change: str) -> tuple[dict[str, Any], str | None]:
+    """(the campaign to run, the name it was renamed from or None). Unchanged, or new: the campaign itself.
+    Changed: refused naming what changed, or with ``on_change == "new"`` renamed ``<name>-<hash8>`` (which
+    is refused in turn if that id holds yet another configuration). ``read_controller_kept(name)``: the
+    controller's kept campaign.json of ``name`` or None."""
+    if on_change not in resume.ON_CHANGE:
+        raise PlanningError([f"{on_change!r} is not one of {', '.join(resume.ON_CHANGE)}"],
+                            "sparkfleet_campaign_on_change")
+
+    def where(name: str) -> str:
+        return os.path.join(results_dir, name, "campaign.json")
+
+    problem = _refusal(campaign, checks, read_controller_kept(campaign["name"]), where(campaign["name"]))
+    if problem is None:
+        return campaign, None
+    if on_change != "new":
+        raise PlanningError([problem], "sparkfleet_campaign")
+    renamed = {**campaign, "name": resume.new_campaign_name(campaign["name"], campaign["config_hash"])}
+    renamed["config_hash"] = config_hash(renamed)
+    again = _refusal(renamed, checks, read_controller_kept(renamed["name"]), where(renamed["name"]))
+    if again is not None:
+        raise PlanningError([again], "sparkfleet_campaign")
+    return renamed, campaign["name"]
+
+
+def kept_reader(results_dir: str):
+    """name -> the controller's campaign.json of that campaign under ``results_dir`` (None: none, or one
+    without a configuration to compare, such as an imported study's)."""
+    def read(name: str) -> dict[str, Any] | None:
+        path = os.path.join(results_dir, name, CAMPAIGN_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise PlanningError([f"cannot read the campaign kept there ({exc}); move it aside"], path) from None
+        return data if isinstance(data, dict) and "config_hash" in data else None
+    return read
+
+
+def write_campaign_file(fleet: FleetPlan, controller: dict[str, Any], check_mode: bool = False) -> tuple[str, bool]:
+    """(path, changed): ``campaign.json`` written atomically unless it already holds exactly this document."""
+    path = os.path.join(fleet.results_dir, fleet.campaign["name"], CAMPAIGN_FILE)
+    text = json.dumps(fleet.document(controller), indent=4, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text:
+                return path, False
+    except OSError:
+        pass
+    if check_mode:
+        return path, True
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".campaign.", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path, True
+
+
+def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_change: str = "refuse",
+               check_mode: bool = False) -> FleetPlan:
+    """Step 2, once for the fleet: one campaign, one resume decision, each host's plan."""
+    if not checks:
+        raise PlanningError(["no host to plan for"], "campaign")
+    campaign = _same_campaign(checks)
+    out_dir = controller_results_dir(campaign, results_dir, cwd)
+    campaign, renamed_from = decide_resume(campaign, checks, kept_reader(out_dir), out_dir, on_change)
+    kinds = {e["kind"] for e in campaign["environments"]}
+    hosts = {}
+    for check in checks:
+        runs = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
+        async_s = 0 if check_mode else async_limit_s(campaign, len(runs))  # check mode runs in the foreground
+        report_after_s = check.settings["sparkfleet_report_after_s"]
+        follow = {"poll_interval_s": check.settings["sparkfleet_poll_interval_s"], "report_after_s": report_after_s,
+                  "retries": follow_retries(len(runs), async_limit_s(campaign, len(runs)), report_after_s)}
+        summary = (f"campaign {campaign['name']} ({campaign['config_hash']}): {len(runs)} runs planned on "
+                   f"{check.host}, order {campaign['order']}"
+                   + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else ""))
+        hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
+                                     summary)
+    return FleetPlan(campaign, out_dir, hosts, renamed_from)

@@ -1,0 +1,202 @@
+"""The validate stage's Python (sparkfleet.planning): a host's check, then one plan for the fleet."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from _ansible_modules import PLUGINS
+from ansible.errors import AnsibleActionFail
+
+from sparkfleet import planning
+from sparkfleet.campaign import plan, resolve
+from sparkfleet_host import resume
+
+REPO = Path(__file__).resolve().parents[2]
+RAW = {"name": "c1", "models": ["m"], "environments": ["native"], "workloads": ["T1"]}
+
+
+def _campaign(**over):
+    data = {"name": "c1", "models": ["m"], "environments": [{"name": "bare", "kind": "bare"}, "container"],
+            "workloads": [{"name": "w", "preset": "T1", "requests": 2}], "iterations": 2,
+            "cooldown": {"max_wait_s": 100}, "timeout_s": 50}
+    data.update(over)
+    return resolve(data)
+
+
+def _check(host, campaign=None, kept=None, **variables):
+    """A host's check result for an already resolved campaign."""
+    return planning.HostCheck(host, campaign or _campaign(), planning.plan_settings(variables), kept=kept or {})
+
+
+def _config(campaign):
+    return {"config_hash": campaign["config_hash"], "resolved": campaign}
+
+
+# ----------------------------------------------------------------------------------------- step 1
+
+
+def test_a_host_check_resolves_the_campaign_and_fills_the_settings_a_plan_needs():
+    check = planning.check_host("h1", RAW, {"sparkfleet_report_after_s": 5})
+    assert check.campaign["config_hash"] and check.campaign["iterations"] == 10  # the default
+    assert check.settings["sparkfleet_report_after_s"] == 5
+    assert check.settings["sparkfleet_work_dir"] == "/var/lib/sparkfleet"  # the registry default
+    assert check.settings["sparkfleet_docker_variant"] == "study"
+
+
+def test_a_host_check_names_every_bad_variable_with_its_host_and_warns_about_unknown_ones():
+    with pytest.raises(planning.PlanningError) as err:
+        planning.check_host("h1", RAW, {"sparkfleet_telemetry_interval_s": 0, "sparkfleet_work_dir": "rel"})
+    message = str(err.value)
+    assert message.startswith("bad inventory variables: 2 problems")
+    assert "h1: sparkfleet_telemetry_interval_s: must be positive, got 0" in message
+    assert "h1: sparkfleet_work_dir:" in message
+    check = planning.check_host("h1", RAW, {"sparkfleet_telemetry_intervall_s": None})
+    assert check.warnings == ["h1: sparkfleet_telemetry_intervall_s: not a sparkfleet setting (a typo?); ignored"]
+
+
+def test_a_bad_campaign_is_refused_in_the_host_check_naming_its_fields():
+    with pytest.raises(planning.CampaignError, match="campaign.workloads\\[0\\].preset: unknown preset 'T9'"):
+        planning.check_host("h1", {"name": "x", "models": ["m"], "environments": ["native"], "workloads": ["T9"]},
+                            {})
+
+
+def test_the_default_campaign_depends_on_the_groups_and_the_kind():
+    assert planning.default_campaign(["local"], "campaign", str(REPO))["name"] == "sanity"
+    assert planning.default_campaign(["sparks"], "campaign", str(REPO))["name"] != "sanity"
+    assert planning.default_campaign([], "reference", str(REPO))["name"]
+    with pytest.raises(planning.PlanningError, match="default: must be one of campaign, reference"):
+        planning.default_campaign([], "other", str(REPO))
+
+
+# ----------------------------------------------------------------------------------------- step 2
+
+
+def test_the_fleet_plan_gives_each_host_its_runs_async_limit_and_follower(tmp_path):
+    checks = [_check("h1"), _check("h2", sparkfleet_report_after_s=10, sparkfleet_poll_interval_s=0.5)]
+    fleet = planning.plan_fleet(checks, str(tmp_path), "/elsewhere")
+    assert fleet.results_dir == str(tmp_path) and fleet.renamed_from is None
+    for host in ("h1", "h2"):
+        hp = fleet.hosts[host]
+        assert hp.runs == [r.to_dict() for r in plan(fleet.campaign, host, {})]
+        assert len(hp.runs) == 4 and hp.needs_native is False and hp.needs_container is True
+        # 2 x (4 runs x (timeout 50 + max cooldown 100 + 120 slack) + 600 slack)
+        assert hp.async_s == 2 * (4 * (50 + 100 + 120) + 600) == 3360
+        assert hp.summary == f"campaign c1 ({fleet.campaign['config_hash']}): 4 runs planned on {host}, " \
+                             "order interleaved"
+    assert fleet.hosts["h1"].follow == {"poll_interval_s": 2.0, "report_after_s": 60.0,
+                                        "retries": 4 * 2 + 3360 // 60 + 10}
+    assert fleet.hosts["h2"].follow == {"poll_interval_s": 0.5, "report_after_s": 10, "retries": 4 * 2 + 336 + 10}
+
+
+def test_a_disabled_cooldown_and_check_mode_shorten_the_async_limit(tmp_path):
+    campaign = _campaign(cooldown={"enabled": False})
+    fleet = planning.plan_fleet([_check("h1", campaign)], str(tmp_path), "/")
+    assert fleet.hosts["h1"].async_s == 2 * (4 * (50 + 120) + 600)
+    checked = planning.plan_fleet([_check("h1", campaign)], str(tmp_path), "/", check_mode=True)
+    assert checked.hosts["h1"].async_s == 0  # Ansible runs a check-mode task in the foreground
+    assert checked.hosts["h1"].follow["retries"] == fleet.hosts["h1"].follow["retries"]
+
+
+def test_a_relative_results_dir_is_relative_to_the_directory_ansible_runs_in():
+    campaign = _campaign(results_dir="out")
+    assert planning.plan_fleet([_check("h1", campaign)], None, "/work").results_dir == "/work/out"
+    assert planning.plan_fleet([_check("h1", campaign)], "/abs", "/work").results_dir == "/abs"
+
+
+def test_hosts_given_different_campaigns_are_refused_naming_them(tmp_path):
+    checks = [_check("h1"), _check("h2", _campaign(iterations=5)), _check("h3")]
+    with pytest.raises(planning.PlanningError) as err:
+        planning.plan_fleet(checks, str(tmp_path), "/")
+    assert "the hosts were given different campaigns (h1, h3: campaign c1" in str(err.value)
+    assert "h2: campaign c1" in str(err.value)
+
+
+def test_a_change_kept_only_on_a_host_is_refused_though_the_controller_kept_nothing(tmp_path):
+    """The controller's campaign.json is gone (another checkout, a wiped results directory): the host that
+    keeps the old configuration still decides the resume, for the whole fleet."""
+    old, new = _campaign(), _campaign(iterations=3)
+    checks = [_check("h1", new), _check("h2", new, kept={"c1": _config(old)})]
+    with pytest.raises(planning.PlanningError) as err:
+        planning.plan_fleet(checks, str(tmp_path), "/")
+    assert "h2: campaign 'c1' was started with another configuration (on this host" in str(err.value)
+    assert "iterations: 2 -> 3" in str(err.value)
+
+    fleet = planning.plan_fleet(checks, str(tmp_path), "/", on_change="new")
+    renamed = resume.new_campaign_name("c1", new["config_hash"])
+    assert fleet.campaign["name"] == renamed and fleet.renamed_from == "c1"
+    for host in ("h1", "h2"):  # every host runs the same new id, not only the one that kept the old config
+        assert fleet.hosts[host].runs == [r.to_dict() for r in plan(fleet.campaign, host, {})]
+        assert "renamed from c1" in fleet.hosts[host].summary
+
+
+def test_a_new_id_that_holds_yet_another_configuration_is_refused_too(tmp_path):
+    old, new = _campaign(), _campaign(iterations=3)
+    renamed = resume.new_campaign_name("c1", new["config_hash"])
+    other = {**_campaign(iterations=4), "name": renamed}
+    checks = [_check("h1", new, kept={"c1": _config(old), renamed: _config(other)})]
+    with pytest.raises(planning.PlanningError, match=f"h1: campaign '{renamed}' was started with another"):
+        planning.plan_fleet(checks, str(tmp_path), "/", on_change="new")
+    with pytest.raises(planning.PlanningError, match="'mix' is not one of refuse, new"):
+        planning.plan_fleet(checks, str(tmp_path), "/", on_change="mix")
+
+
+def test_an_unchanged_campaign_resumes_whatever_the_controller_and_hosts_keep(tmp_path):
+    campaign = _campaign()
+    (tmp_path / "c1").mkdir()
+    (tmp_path / "c1" / "campaign.json").write_text(json.dumps(_config(campaign)))
+    moved = _campaign(results_dir="/elsewhere")  # where results go is no change
+    fleet = planning.plan_fleet([_check("h1", moved, kept={"c1": _config(campaign)})], str(tmp_path), "/")
+    assert fleet.campaign["name"] == "c1" and fleet.renamed_from is None
+
+
+def test_an_unreadable_controller_copy_is_named(tmp_path):
+    (tmp_path / "c1").mkdir()
+    (tmp_path / "c1" / "campaign.json").write_text("{half")
+    with pytest.raises(planning.PlanningError, match="campaign.json: cannot read the campaign kept there"):
+        planning.plan_fleet([_check("h1")], str(tmp_path), "/")
+
+
+def test_campaign_json_records_every_host_and_is_rewritten_only_when_it_changes(tmp_path):
+    fleet = planning.plan_fleet([_check("h1"), _check("h2")], str(tmp_path), "/")
+    path, changed = planning.write_campaign_file(fleet, {"ansible": "x"}, check_mode=True)
+    assert changed and not Path(path).exists()  # check mode writes nothing
+    path, changed = planning.write_campaign_file(fleet, {"ansible": "x"})
+    doc = json.loads(Path(path).read_text())
+    assert changed and path == str(tmp_path / "c1" / "campaign.json")
+    assert doc["config_hash"] == fleet.campaign["config_hash"] and doc["resolved"] == fleet.campaign
+    assert doc["hosts"]["h2"] == {"planned": 4, "run_ids": [r["run_id"] for r in fleet.hosts["h2"].runs]}
+    assert planning.write_campaign_file(fleet, {"ansible": "x"}) == (path, False)
+    assert list((tmp_path / "c1").iterdir()) == [Path(path)]  # no temporary file left behind
+
+
+# ------------------------------------------------------------------- the action's one host command
+
+
+def _action():
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("sparkfleet_action_campaign_check",
+                                                  PLUGINS / "action" / "campaign_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_host_command_reports_missing_paths_and_kept_configurations(tmp_path):
+    action = _action()
+    (tmp_path / "model").mkdir()
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"config_hash": "abc", "resolved": {"name": "c1"}}))
+    (tmp_path / "bad.json").write_text("{half")
+    paths = [str(tmp_path / "model"), str(tmp_path / "it's gone; $(true)")]
+    files = [str(kept), str(tmp_path / "none.json"), str(tmp_path / "bad.json")]
+    out = subprocess.run(["sh", "-c", action.probe_command(paths, files)], capture_output=True, text=True)
+    assert out.returncode == 0
+    missing, configs = action.parse_probe(out.stdout, paths, files)
+    assert missing == [paths[1]]
+    assert configs == [{"config_hash": "abc", "resolved": {"name": "c1"}}, None, None]
+    with pytest.raises(AnsibleActionFail, match="could not read the host's answer"):
+        action.parse_probe("garbage", paths, files)
