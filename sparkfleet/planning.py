@@ -1,7 +1,7 @@
 """The validate stage in Python: from a campaign and the inventory to each host's typed plan, once.
 
-Two steps, because one needs every host's answer to the other (plugins/action/campaign_check.py and
-campaign_plan.py run them; ``sparkfleet validate`` runs the first without hosts):
+Two steps, because the second needs every host's answer to the first (plugins/action/campaign_check.py and
+campaign_plan.py run them, in playbooks/validate.yml):
 
 1. :func:`check_host` (per host): the campaign this host gets (given, or the default for its groups),
    resolved and validated; the host's ``sparkfleet_*`` variables checked. The action adds what only the host
