@@ -216,7 +216,7 @@ def compare_environments(
 
 @dataclass(frozen=True)
 class KvFit:
-    """How well ``kv = fraction x (total - peak)`` explains the runs."""
+    """How well ``kv = fraction x (total - peak + tmp_kv)`` explains the runs."""
 
     runs: int
     assumed_fraction: float
@@ -226,6 +226,7 @@ class KvFit:
     residual_max: float
     residual_mean: float
     fitted_residual_max_abs: float
+    runs_with_tmp_kv: int = 0  # runs whose record carries tmp_kv_gib; the others' budget leaves it out
 
 
 #: Engines whose KV cache grows with the sequence instead of being preallocated from the free memory.
@@ -235,12 +236,16 @@ GROWING_KV_ENGINES = ("hf-generate", "matmul")
 def kv_decomposition(
     runs: pd.DataFrame, assumed_fraction: float = DEFAULT_KV_FRACTION
 ) -> tuple[pd.DataFrame, KvFit | None]:
-    """Each run's KV cache against the budget ``fraction x (device_total - peak)``.
+    """Each run's KV cache against the budget ``fraction x (device_total - peak + tmp_kv)``.
 
     The fraction is the record's ``kv_fraction`` where present, otherwise ``assumed_fraction`` (TensorRT-
-    LLM's default 0.9). A least-squares fit through the origin says whether the assumption holds.
-    Residual = measured KV - expected KV; DESIGN: TensorRT-LLM adds a small tmp_kv term, so residuals are
-    small and positive (the study's are 0.05-0.07 GiB).
+    LLM's default 0.9). ``tmp_kv`` is the record's ``tmp_kv_gib`` (the temporary KV cache TensorRT-LLM made
+    while profiling); a record without it (older records, engines whose log does not print it) leaves the term
+    out, and its residual is larger by about ``fraction x tmp_kv`` (``tmp_kv_source`` says which).
+    A least-squares fit through the origin says whether the assumed fraction holds.
+    Residual = measured KV - expected KV: small where the formula holds (allocation granularity, the log's
+    2-decimal rounding); the record's ``kv_budget_residual_gib`` (the engine's own line against the formula)
+    is kept beside it as ``line_residual_gib``.
     """
     measured = measured_runs(runs)
     needed = ["peak_memory_gib", "kv_cache_gib", "device_total_gib"]
@@ -254,17 +259,22 @@ def kv_decomposition(
     recorded = usable["kv_fraction"].notna() if "kv_fraction" in usable else pd.Series(False, usable.index)
     fraction = usable["kv_fraction"].where(recorded, assumed_fraction) if "kv_fraction" in usable else \
         pd.Series(assumed_fraction, usable.index)
+    tmp_kv = _float_column(usable, "tmp_kv_gib")
     headroom = usable["device_total_gib"] - usable["peak_memory_gib"]
-    expected = fraction * headroom
+    budget = headroom + tmp_kv.fillna(0.0)
+    expected = fraction * budget
     table = usable[[*CELL_KEYS, "run_id", "order_index", "peak_memory_gib", "device_total_gib",
                     "kv_cache_gib"]].assign(
         fraction=fraction,
         fraction_source=np.where(recorded, "recorded", "assumed"),
         headroom_gib=headroom,
+        tmp_kv_gib=tmp_kv,
+        tmp_kv_source=np.where(tmp_kv.notna(), "recorded", "not recorded"),
         kv_expected_gib=expected,
         residual_gib=usable["kv_cache_gib"] - expected,
+        line_residual_gib=_float_column(usable, "kv_budget_residual_gib"),
     )
-    h, kv = headroom.to_numpy(dtype=float), usable["kv_cache_gib"].to_numpy(dtype=float)
+    h, kv = budget.to_numpy(dtype=float), usable["kv_cache_gib"].to_numpy(dtype=float)
     fitted = float((h @ kv) / (h @ h)) if (h @ h) > 0 else math.nan
     fit = KvFit(
         runs=len(table),
@@ -275,8 +285,16 @@ def kv_decomposition(
         residual_max=float(table["residual_gib"].max()),
         residual_mean=float(table["residual_gib"].mean()),
         fitted_residual_max_abs=float(np.abs(kv - fitted * h).max()),
+        runs_with_tmp_kv=int(tmp_kv.notna().sum()),
     )
     return table.sort_values([*CELL_KEYS, "order_index"]).reset_index(drop=True), fit
+
+
+def _float_column(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A metric column as floats; all NaN where the frame lacks it (records older than the metric)."""
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype="float64")
+    return frame[column].astype("float64")
 
 
 def kv_shift(env_comparison: pd.DataFrame, decomposition: pd.DataFrame) -> pd.DataFrame:

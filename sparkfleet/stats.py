@@ -17,7 +17,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from sparkfleet.thresholds import DEFAULT_ALPHA
-from sparkfleet_host.record import METRICS, STATUSES
+from sparkfleet_host.record import KV_BUDGET_METRICS, METRICS, STATUSES
 
 CELL_KEYS = ("host", "model", "environment", "workload")
 DEFAULT_CV_GATE = 0.05
@@ -126,9 +126,10 @@ def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def metric_columns(runs: pd.DataFrame) -> list[str]:
-    """Contract metrics that have at least one value among the measured runs, in contract order."""
+    """Contract metrics that have at least one value among the measured runs, in contract order; the KV
+    budget figures (tmp_kv, the budget line's residual) are the memory decomposition's, not results."""
     measured = measured_runs(runs)
-    return [m for m in METRICS if m in measured and measured[m].notna().any()]
+    return [m for m in METRICS if m not in KV_BUDGET_METRICS and m in measured and measured[m].notna().any()]
 
 
 def status_counts(runs: pd.DataFrame, keys: tuple[str, ...] = CELL_KEYS) -> pd.DataFrame:

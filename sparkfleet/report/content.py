@@ -295,7 +295,7 @@ def _floor_label(change_pct: float, metric: str, floors: dict[str, float]) -> st
 def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
     """"Where the memory went" (decomposition, KV gaps, factor effects) and "A/A noise floor"; nothing for
     campaigns without memory sections or A/A pairs."""
-    from sparkfleet.report.memory import PART_WORDS, PARTS, TARGET_EFFECTS, gap_sentence
+    from sparkfleet.report.memory import PART_WORDS, PARTS, TARGET_EFFECTS, gap_sentence, runs_without_tmp_kv
 
     study = analysis.memory
     out = []
@@ -307,8 +307,9 @@ def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Sect
             "memory.current beyond its file pages and the engine's own peak, plus what lies outside its memory "
             "limit); the engine's own peak (model: the median peak − page cache of the native runs of the same "
             "cell); unexplained (the rest of the peak; negative: more attributed than the peak). KV residual: "
-            "kv − fraction × (device_total − peak), the formula's fit (≈ fraction × tmp_kv). docs/MEMORY.md "
-            "defines each part.")]
+            "kv − fraction × (device_total − peak + tmp_kv), the formula's fit, with each record's tmp_kv_gib (the "
+            "temporary KV cache TensorRT-LLM made while profiling)."
+            + tmp_kv_note(runs_without_tmp_kv(study.parts), len(study.parts)) + " docs/MEMORY.md defines each part.")]
         dec = study.decomposition
         if not dec.empty:
             blocks.append(table(pd.DataFrame({
@@ -317,6 +318,8 @@ def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Sect
                 "device total": dec["device_total_gib"].map(fmt), "peak": dec["peak_gib"].map(fmt),
                 **{PART_WORDS[p]: dec[p].map(fmt) for p in PARTS},
                 "KV residual": dec["kv_residual_gib"].map(lambda v: f"{v:+.3f}"),
+                "tmp_kv": [_tmp_kv_cell(v, k, n) for v, k, n in
+                           zip(dec["tmp_kv_gib"], dec["n_without_tmp_kv"], dec["n"], strict=True)],
                 "limit": dec["limit_gib"].map(fmt),
             }), "Device total in parts (GiB, mean per cell)", "memory_decomposition.csv"))
         if "memory_decomposition" in figures:
@@ -394,6 +397,22 @@ def _difference_ci(row) -> str:
     return f"{text} ({note} for the environment's mean: outside the physical range)" if note else text
 
 
+def tmp_kv_note(missing: int, runs: int) -> str:
+    """The sentence a KV residual needs when some records lack tmp_kv_gib ("" when none does)."""
+    if not missing:
+        return ""
+    which = "No run's record carries" if missing == runs else f"{missing} of {runs} runs' records lack"
+    return (f" {which} tmp_kv_gib (records written before sparkfleet kept it, or an engine whose log does not "
+            "print it): their KV residual leaves tmp_kv out, so it is larger by about fraction × tmp_kv.")
+
+
+def _tmp_kv_cell(mean: float, missing: int, runs: int) -> str:
+    """A cell's tmp_kv: its mean, "not recorded", or the mean with how many runs lack it."""
+    if missing >= runs:
+        return "not recorded"
+    return fmt(mean) + (f" ({missing} of {runs} runs without)" if missing else "")
+
+
 def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
     fit = analysis.kv_fit
     if fit is None:
@@ -408,12 +427,12 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
     verdict = ", so the budget formula explains every run" if fits else \
         f"; some residuals exceed {KV_RESIDUAL_LIMIT_GIB} GiB, so the formula does not explain every run"
     text = (f"TensorRT-LLM sizes the KV cache as kv = fraction × (device_total − peak + tmp_kv). Using "
-            f"{fraction_text}, the residual kv − fraction × (total − peak) lies between "
-            f"{fit.residual_min:+.3f} and {fit.residual_max:+.3f} GiB over {fit.runs} runs (mean "
-            f"{fit.residual_mean:+.3f} GiB, the small tmp_kv term). A least-squares fit of the fraction gives "
-            f"{fit.fitted_fraction:.4f} (largest residual {fit.fitted_residual_max_abs:.3f} GiB){verdict}. "
-            f"Whatever raises the device-wide peak (page cache, a container's accounting) "
-            f"takes fraction × that amount out of the KV cache.")
+            f"{fraction_text}, and each record's tmp_kv_gib, the residual kv − fraction × (total − peak + tmp_kv) "
+            f"lies between {fit.residual_min:+.3f} and {fit.residual_max:+.3f} GiB over {fit.runs} runs (mean "
+            f"{fit.residual_mean:+.3f} GiB).{tmp_kv_note(fit.runs - fit.runs_with_tmp_kv, fit.runs)} A least-squares "
+            f"fit of the fraction gives {fit.fitted_fraction:.4f} (largest residual "
+            f"{fit.fitted_residual_max_abs:.3f} GiB){verdict}. Whatever raises the device-wide peak (page cache, a "
+            f"container's accounting) takes fraction × that amount out of the KV cache.")
     blocks: list = [Paragraph(text)]
     shift = analysis.kv_shift
     if not shift.empty:
@@ -432,6 +451,8 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
             **{k: kv[k] for k in CELL_KEYS}, "run": kv["run_id"], "order": kv["order_index"].map(fmt),
             "peak": kv["peak_memory_gib"].map(fmt), "total": kv["device_total_gib"].map(fmt),
             "fraction": kv["fraction"].map(fmt) + " (" + kv["fraction_source"] + ")",
+            "tmp_kv": [fmt(v) if s == "recorded" else s for v, s in zip(kv["tmp_kv_gib"], kv["tmp_kv_source"],
+                                                                        strict=True)],
             "KV measured": kv["kv_cache_gib"].map(fmt), "KV expected": kv["kv_expected_gib"].map(fmt),
             "residual (GiB)": kv["residual_gib"].map(lambda v: f"{v:+.3f}"),
         }), "Each run's residual", "kv_residuals.csv"))

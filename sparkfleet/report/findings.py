@@ -198,7 +198,9 @@ def kv_budget_misfits(analysis: Analysis) -> list[Finding]:
             f"KV budget does not fit {label}: {len(rows)} run(s), measured {rows['kv_cache_gib'].min():.2f}–"
             f"{rows['kv_cache_gib'].max():.2f} GiB against {rows['kv_expected_gib'].min():.2f}–"
             f"{rows['kv_expected_gib'].max():.2f} GiB expected (fraction {rows['fraction'].iloc[0]:g}, "
-            f"{rows['fraction_source'].iloc[0]})",
+            f"{rows['fraction_source'].iloc[0]})"
+            + ("; tmp_kv is not recorded, so the expected figure leaves it out"
+               if (rows.get("tmp_kv_source") == "not recorded").any() else ""),
             tuple(f"run {r['run_id']}: measured {r['kv_cache_gib']:.2f} GiB, expected {r['kv_expected_gib']:.2f} GiB "
                   f"(fraction {r['fraction']:g}, {r['fraction_source']})" for _, r in rows.head(200).iterrows()),
             label))

@@ -121,7 +121,8 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     model = engine.where(~limited, np.minimum(engine, charged))
     cgroup = (charged - model).clip(lower=0).where(container, 0.0) + (total - limit).where(limited, 0.0)
     fraction = _num(m, "kv_fraction").fillna(compare.DEFAULT_KV_FRACTION)
-    residual = kv - fraction * (total - peak)
+    tmp_kv = _num(m, "tmp_kv_gib")  # NaN: the record does not carry it, and the residual leaves it out
+    residual = kv - fraction * (total - peak + tmp_kv.fillna(0.0))
     if not kv_runs.empty and "residual_gib" in kv_runs:
         recorded = kv_runs.set_index("run_id")["residual_gib"]
         residual = m["run_id"].map(recorded).astype(float).fillna(residual)
@@ -131,20 +132,32 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     out = out.assign(
         device_total_gib=total, peak_gib=peak, fraction=fraction, model_gib=model, page_cache_gib=page,
         cgroup_gib=cgroup, unexplained_gib=peak - page - model - cgroup, kv_gib=kv,
-        reserve_gib=total - peak - kv, kv_residual_gib=residual, limit_gib=limit.where(limited),
+        reserve_gib=total - peak - kv, kv_residual_gib=residual, tmp_kv_gib=tmp_kv,
+        line_residual_gib=_num(m, "kv_budget_residual_gib"), limit_gib=limit.where(limited),
         engine_reference=has_reference)
     return out.reset_index(drop=True)
 
 
 def decomposition(parts: pd.DataFrame) -> pd.DataFrame:
-    """Mean parts per (host, model, workload, environment)."""
+    """Mean parts per (host, model, workload, environment); ``tmp_kv_gib`` and ``line_residual_gib`` are means
+    over the runs whose records carry them, ``n_without_tmp_kv`` counts the runs whose KV residual leaves
+    tmp_kv out."""
     if parts.empty:
         return pd.DataFrame()
     keys = [*_KEYS, "environment", "environment_kind"]
-    columns = ["device_total_gib", "peak_gib", "fraction", *PARTS, "kv_residual_gib", "limit_gib"]
-    table = parts.groupby(keys, sort=True, dropna=False)[columns].mean().round(4)  # the records' precision
-    table.insert(0, "n", parts.groupby(keys, sort=True, dropna=False).size())
+    columns = ["device_total_gib", "peak_gib", "fraction", *PARTS, "kv_residual_gib", "tmp_kv_gib",
+               "line_residual_gib", "limit_gib"]
+    grouped = parts.groupby(keys, sort=True, dropna=False)
+    table = grouped[columns].mean().round(4)  # the records' precision
+    table.insert(0, "n", grouped.size())
+    table.insert(table.columns.get_loc("tmp_kv_gib") + 1, "n_without_tmp_kv",
+                 table["n"] - grouped["tmp_kv_gib"].count())
     return table.reset_index()
+
+
+def runs_without_tmp_kv(parts: pd.DataFrame) -> int:
+    """How many runs of the decomposition have a KV residual without the tmp_kv term (their records lack it)."""
+    return 0 if parts.empty or "tmp_kv_gib" not in parts else int(parts["tmp_kv_gib"].isna().sum())
 
 
 def kv_gaps(parts: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:

@@ -181,18 +181,22 @@ def campaign_timeline(runs: pd.DataFrame) -> bytes | None:
 
 
 def kv_budget(kv_runs: pd.DataFrame, fraction: float) -> bytes | None:
-    """Measured KV cache against the headroom (device_total - peak) with the budget line."""
+    """Measured KV cache against the headroom (device_total - peak, + tmp_kv where the record carries it)
+    with the budget line."""
     if kv_runs.empty:
         return None
     data = kv_runs.sample(MAX_POINTS, random_state=0) if len(kv_runs) > MAX_POINTS else kv_runs
+    tmp_kv = data["tmp_kv_gib"].fillna(0.0) if "tmp_kv_gib" in data else 0.0
+    data = data.assign(_budget=data["headroom_gib"] + tmp_kv)
+    term = " + tmp_kv" if "tmp_kv_gib" in data and data["tmp_kv_gib"].notna().any() else ""
     colors = _environment_colors(list(data["environment"].unique()))
     fig, ax = _subplots(figsize=(6, 4))
     for environment, part in data.groupby("environment"):
-        ax.plot(part["headroom_gib"], part["kv_cache_gib"], "o", ms=4, color=colors[environment],
+        ax.plot(part["_budget"], part["kv_cache_gib"], "o", ms=4, color=colors[environment],
                 label=str(environment))
-    x = np.linspace(0, float(data["headroom_gib"].max()) * 1.05, 50)
-    ax.plot(x, fraction * x, color="black", lw=1, label=f"kv = {fraction:g} × (total − peak)")
-    ax.set_xlabel("device_total − peak (GiB)")
+    x = np.linspace(0, float(data["_budget"].max()) * 1.05, 50)
+    ax.plot(x, fraction * x, color="black", lw=1, label=f"kv = {fraction:g} × (total − peak{term})")
+    ax.set_xlabel(f"device_total − peak{term} (GiB)")
     ax.set_ylabel("kv_cache (GiB)")
     ax.set_title("KV cache is what the peak leaves over")
     ax.legend(fontsize=7)

@@ -54,7 +54,8 @@ def payload(analysis: Analysis) -> dict[str, Any]:
             "kv_shift": records(analysis.kv_shift),
         },
         "kv_fit": dataclasses.asdict(analysis.kv_fit) if analysis.kv_fit else None,
-        "kv_residuals": records(analysis.kv_runs[["run_id", "fraction", "fraction_source", "residual_gib"]])
+        "kv_residuals": records(analysis.kv_runs[["run_id", "fraction", "fraction_source", "tmp_kv_gib",
+                                                  "tmp_kv_source", "residual_gib", "line_residual_gib"]])
         if not analysis.kv_runs.empty else [],
         "reproducibility": {
             "variance": records(analysis.host_variance),
@@ -101,8 +102,11 @@ def terminal_summary(analysis: Analysis, written: list[str]) -> str:
              f"{len(analysis.problems)} record(s) skipped"]
     if analysis.kv_fit:
         fit = analysis.kv_fit
+        no_tmp = fit.runs - fit.runs_with_tmp_kv
         lines.append(f"KV budget: residuals {fit.residual_min:+.3f}..{fit.residual_max:+.3f} GiB with fraction "
-                     f"{fit.assumed_fraction:g} where not recorded (fitted {fit.fitted_fraction:.4f})")
+                     f"{fit.assumed_fraction:g} where not recorded (fitted {fit.fitted_fraction:.4f})"
+                     + (f"; tmp_kv not recorded in {no_tmp} of {fit.runs} runs (left out of their residual)"
+                        if no_tmp else ""))
     kinds = pd.Series([f.kind for f in analysis.findings], dtype="string").value_counts()
     if len(kinds):
         lines.append("warnings: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))

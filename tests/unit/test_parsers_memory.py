@@ -6,7 +6,15 @@ import pytest
 from _shared import trtllm_fixture
 
 from sparkfleet_host.parsers import parse_file, parse_log, parse_memory_lines
-from sparkfleet_host.parsers.trtllm_memory import SRC_ALLOC, SRC_AVAILABLE, SRC_CPP_TOTAL, SRC_PEAK
+from sparkfleet_host.parsers.trtllm_memory import (
+    SRC_ALLOC,
+    SRC_AVAILABLE,
+    SRC_CPP_TOTAL,
+    SRC_PEAK,
+    SRC_RESIDUAL,
+    SRC_RESIDUAL_NO_TMP,
+    SRC_TMP_KV,
+)
 
 PREFIX = "[12/20/2025-04:21:51] [TRT-LLM] [I] "
 PEAK_HEAD = (
@@ -19,17 +27,22 @@ def test_gb10_excerpt_exact():
     result = parse_file(trtllm_fixture("gb10-1.1.0rc3-memory-excerpt.log"))
     assert result.kind == "trtllm-memory"
     assert result.engine_version == "1.1.0rc3"  # from the import banner
+    # 0.9 x (119.70 - 113.65 + 0.56) = 5.949: the line fits the KV budget (DESIGN.md) to its 2-decimal rounding
+    residual = result.metrics.pop("kv_budget_residual_gib")
+    assert abs(residual) <= 0.01 and residual == pytest.approx(0.001, abs=1e-4)
     assert result.metrics == {
         "peak_memory_gib": 113.65,
         "kv_cache_gib": 5.95,
         "device_total_gib": 119.70,
         "kv_fraction": 0.8999999761581421,
+        "tmp_kv_gib": 0.56,  # the budget's tmp_kv term, a record metric with its source
     }
+    assert result.sources["tmp_kv_gib"] == SRC_TMP_KV and result.sources["kv_budget_residual_gib"] == SRC_RESIDUAL
     assert result.sources["peak_memory_gib"] == SRC_PEAK
     # the allocation after the profiling line is the real KV cache; the 0.56 GiB one before it was temporary
     assert result.sources["kv_cache_gib"] == SRC_ALLOC
     assert result.extra["kv_max_tokens"] == 86720
-    assert result.extra["tmp_kv_gib"] == 0.56
+    assert "tmp_kv_gib" not in result.extra and "kv_budget_residual_gib" not in result.extra  # metrics now
     assert result.extra["available_kv_gib"] == 5.95
     assert result.extra["kv_size_per_token"] == 73728
     assert result.extra["weights_inside_torch_gib"] == 63.52
@@ -38,8 +51,6 @@ def test_gb10_excerpt_exact():
     assert result.extra["outside_torch_gib"] == 49.28
     assert result.extra["estimated_kv_gib"] == 5.95
     assert result.extra["max_batch_size"] == 64
-    # 0.9 x (119.70 - 113.65 + 0.56) = 5.949: the line fits the KV budget (DESIGN.md)
-    assert abs(result.extra["kv_budget_residual_gib"]) <= 0.01
     assert result.warnings == []
     # a memory excerpt has no report: the report's figures and the model are missing, memory ones are not
     assert "model" in result.missing and "output_tok_s" in result.missing
@@ -56,26 +67,30 @@ def test_gb10_excerpt_exact():
         ),
         (
             ", fraction is set 0.85, kv size is 35136. device total memory 139.81 GiB",
-            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81},
+            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81,
+             "kv_budget_residual_gib": 0.0125},  # 41.11 - 0.85 x (139.81 - 91.46), no tmp_kv in the line
         ),
         (
             ", fraction is set 0.85, kv size is 35136. device total memory 139.81 GiB, , tmp kv_mem 1.07 GiB",
-            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81},
+            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81,
+             "tmp_kv_gib": 1.07, "kv_budget_residual_gib": -0.897},  # ... - 0.85 x 1.07
         ),
         (
             ", fraction is set 0.85, kv size per token is 35136. device total memory 139.81 GiB, "
             "temporary kv cache memory during profiling 1.07 GiB",
-            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81},
+            {"peak_memory_gib": 91.46, "kv_cache_gib": 41.11, "kv_fraction": 0.85, "device_total_gib": 139.81,
+             "tmp_kv_gib": 1.07, "kv_budget_residual_gib": -0.897},
         ),
     ],
     ids=["oldest", "fraction-kvsize", "device-total", "tmp-kv-mem-1.1", "newest-1.2"],
 )
 def test_every_peak_line_variant(tail, expected):
     result = parse_memory_lines(PREFIX + PEAK_HEAD + tail + "\n")
-    assert result.metrics == expected
+    assert result.metrics == pytest.approx(expected)
     assert result.sources["kv_cache_gib"] == SRC_AVAILABLE  # no allocation line: the profiling's figure
-    if "tmp" in tail:
-        assert result.extra["tmp_kv_gib"] == 1.07
+    if "device total" in tail:
+        assert result.sources["kv_budget_residual_gib"] == (SRC_RESIDUAL if "tmp_kv_gib" in expected
+                                                             else SRC_RESIDUAL_NO_TMP)
     if "kv size" in tail:
         assert result.extra["kv_size_per_token"] == 35136
 
@@ -88,12 +103,14 @@ def test_label_spacing_and_case_do_not_matter():
         "profiling 0.5 GiB"
     )
     result = parse_memory_lines(line)
-    assert result.metrics == {
+    assert result.metrics == pytest.approx({
         "peak_memory_gib": 12.5,
         "kv_cache_gib": 3.25,
         "kv_fraction": 0.9,
         "device_total_gib": 20.0,
-    }
+        "tmp_kv_gib": 0.5,
+        "kv_budget_residual_gib": -3.95,  # 3.25 - 0.9 x (20 - 12.5 + 0.5): a made-up line, not a fitting one
+    })
 
 
 def test_several_profiling_lines_take_the_last_and_say_so():

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from _shared import trtllm_fixture
 
 from sparkfleet_host import record
+from sparkfleet_host.parsers import parse_file
 from sparkfleet_host.record import METRICS, run_id, slug, validate, write_json_atomic
 
 
@@ -45,6 +47,7 @@ def test_valid_record_has_no_problems():
         ({"status": "great"}, "status 'great' is not one of"),
         ({"metrics": {"tokens": 1.0}}, "unknown metric 'tokens'"),
         ({"metrics": {"kv_cache_gib": 3.0}, "metric_sources": {}}, "memory metric 'kv_cache_gib' has no entry"),
+        ({"metrics": {"tmp_kv_gib": 0.56}, "metric_sources": {}}, "memory metric 'tmp_kv_gib' has no entry"),
         ({"iteration": "3"}, "field 'iteration' has type str"),
         ({"run_id": "forged"}, "does not match its identity fields"),
         ({"schema_version": 99}, "schema_version 99"),
@@ -153,6 +156,22 @@ def test_the_committed_version_1_gpu_records_still_validate():
         data = json.loads(path.read_text())
         assert data["schema_version"] == 1
         assert validate(data) == [], path
+
+
+def test_the_kv_budget_metrics_are_optional_and_a_real_gb10_log_fills_them():
+    """The Peak memory line of a real DGX Spark log (tests/data) gives tmp_kv and the line's budget residual; a
+    record carries them as metrics with their sources, and a version-2 record without them stays valid."""
+    parsed = parse_file(trtllm_fixture("gb10-1.1.0rc3-memory-excerpt.log"))
+    rec = record.new_record("c", "spark1", "deepseek", "native", "study", 3, status="ok",
+                            metrics=dict(parsed.metrics), metric_sources=dict(parsed.sources))
+    data, problems = record.sealed(rec)
+    assert problems == [] and data["status"] == "ok"
+    assert data["metrics"]["tmp_kv_gib"] == 0.56 and abs(data["metrics"]["kv_budget_residual_gib"]) <= 0.01
+    assert all(data["metric_sources"][name] for name in record.KV_BUDGET_METRICS)
+    assert record.SCHEMA_VERSION == 2  # an optional metric name, no new format version
+    for name in record.KV_BUDGET_METRICS:
+        del data["metrics"][name], data["metric_sources"][name]
+    assert validate(data) == []
 
 
 def test_a_failed_run_names_its_reason():

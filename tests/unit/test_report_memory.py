@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _shared import trtllm_fixture
 
 from sparkfleet import stats
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs
 from sparkfleet.report.memory import aa_pairs, noise_floor
 from sparkfleet_host import record as contract
+from sparkfleet_host.parsers import parse_file
 
 TOTAL = 119.64
 ENGINE = 20.0  # the engine's own peak
@@ -229,3 +231,54 @@ def test_memory_sections_render_in_chromium(tmp_path: Path) -> None:
                      "</figure></body></html>")
     pixels = screenshot(alone, tmp_path / "figure.png", tmp_path / "profile-shot", "900,1200")
     assert distinct_colours(pixels) > 100  # the stacked bars drawn, not a blank or broken image
+
+
+def _gb10_campaign(root: Path, keep_budget_metrics: bool) -> Path:
+    """Three native runs whose figures are the real DGX Spark log's (tests/data, TensorRT-LLM 1.1.0rc3), as
+    bench_run records them (the parser's metrics and sources); without the KV budget metrics, as records written
+    before the record carried them."""
+    parsed = parse_file(trtllm_fixture("gb10-1.1.0rc3-memory-excerpt.log"))
+    rng = np.random.default_rng(3)
+    for iteration in range(3):
+        rec = _record("native", "native", 0.9, False, iteration, iteration, rng)
+        rec["metrics"] = {"output_tok_s": 100.0 + iteration, **parsed.metrics}
+        rec["metric_sources"] = dict(parsed.sources)
+        if not keep_budget_metrics:
+            for name in contract.KV_BUDGET_METRICS:
+                del rec["metrics"][name], rec["metric_sources"][name]
+        assert contract.validate(rec) == []
+        contract.write_json_atomic(root / "spark-01" / "runs" / rec["run_id"] / "record.json", rec)
+    return root
+
+
+def test_kv_residual_takes_the_records_tmp_kv_from_a_real_gb10_log(tmp_path: Path) -> None:
+    """The GB10 log: kv 5.95 GiB = 0.9 x (119.70 - 113.65 + 0.56 tmp_kv). With the record's tmp_kv_gib the
+    decomposition's KV residual is the log's rounding (0.001 GiB); without it, 0.9 x 0.56 = 0.505 GiB, which is
+    beyond the report's 0.5 GiB misfit limit, and the report says the records lack tmp_kv."""
+    new = _gb10_campaign(tmp_path / "new", keep_budget_metrics=True)
+    out = report_json(new)
+    (row,) = out["memory"]["decomposition"]
+    assert row["kv_residual_gib"] == pytest.approx(0.001, abs=2e-4)
+    assert row["tmp_kv_gib"] == 0.56 and row["n_without_tmp_kv"] == 0
+    assert row["line_residual_gib"] == pytest.approx(0.001, abs=1e-4)  # the engine's own line, as recorded
+    assert out["kv_fit"]["runs_with_tmp_kv"] == 3 and out["kv_fit"]["residual_max"] < 0.01
+    assert {r["tmp_kv_source"] for r in out["kv_residuals"]} == {"recorded"}
+    assert not [w for w in out["warnings"] if w["kind"] == "kv-budget"]
+    # figures of the budget, not results: no cell statistics, no comparisons of their own
+    assert not {c["metric"] for c in out["cells"]} & set(contract.KV_BUDGET_METRICS)
+    html = (new / "report" / "index.html").read_text()
+    assert "kv − fraction × (device_total − peak + tmp_kv)" in html and "lack tmp_kv_gib" not in html
+    assert "carries tmp_kv_gib" not in html
+
+    old = _gb10_campaign(tmp_path / "old", keep_budget_metrics=False)
+    out = report_json(old)
+    (row,) = out["memory"]["decomposition"]
+    assert row["kv_residual_gib"] == pytest.approx(0.9 * 0.56, abs=2e-3)  # tmp_kv left out: ≈ fraction × tmp_kv
+    assert row["tmp_kv_gib"] is None and row["n_without_tmp_kv"] == 3
+    assert out["kv_fit"]["runs_with_tmp_kv"] == 0
+    (misfit,) = [w for w in out["warnings"] if w["kind"] == "kv-budget"]
+    assert "tmp_kv is not recorded" in misfit["message"]
+    html = (old / "report" / "index.html").read_text()
+    # said in the decomposition's text and in the KV-budget section's, and marked in the table
+    assert html.count("No run&#x27;s record carries tmp_kv_gib") == 2
+    assert "<td>not recorded</td>" in html

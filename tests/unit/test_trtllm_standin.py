@@ -124,7 +124,8 @@ def test_throughput_round_trip_text_and_json(dataset, tmp_path):
     # memory lines as on a GB10, consistent with the KV budget
     assert text.metrics["device_total_gib"] == 119.70
     assert text.metrics["kv_fraction"] == 0.8999999761581421
-    assert abs(text.extra["kv_budget_residual_gib"]) <= 0.011
+    assert abs(text.metrics["kv_budget_residual_gib"]) <= 0.011
+    assert text.metrics["tmp_kv_gib"] == 1.0  # the stand-in's temporary KV cache, printed as the real line does
     # with --report_json given, its figures win
     merged = parse_log(proc.stdout, report_path.read_text())
     assert merged.metrics["req_s"] == perf["request_throughput_req_s"]

@@ -56,6 +56,9 @@ METRICS: Dict[str, str] = {
     "kv_cache_gib": "GiB",
     "device_total_gib": "GiB",
     "kv_fraction": "fraction",
+    # TensorRT-LLM's KV budget line (optional: older records and engines whose log does not print it lack them)
+    "tmp_kv_gib": "GiB",  # temporary KV cache during memory profiling, the budget formula's tmp_kv term
+    "kv_budget_residual_gib": "GiB",  # available KV - fraction x (device_total - peak + tmp_kv), as logged
     # matmul sanity workload
     "gflops": "GFLOP/s",
     "matmul_s_mean": "s",
@@ -69,8 +72,12 @@ SAMPLES: Dict[str, str] = {
     "output_tokens": "tokens",  # hf-generate: tokens each call generated
 }
 
+#: Figures of the engine's KV budget, not results: kept for the report's memory decomposition (its KV residual),
+#: never compared between runs, environments or hosts.
+KV_BUDGET_METRICS = ("tmp_kv_gib", "kv_budget_residual_gib")
+
 #: Memory metrics must say where their figure came from (log line, report json, telemetry, ...).
-MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction")
+MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction", *KV_BUDGET_METRICS)
 
 ENVIRONMENT_KINDS = ("native", "container", "bare")
 

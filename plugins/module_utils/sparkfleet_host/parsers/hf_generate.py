@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from ..record import METRICS
+from ..record import KV_BUDGET_METRICS, METRICS
 from .result import ParseResult, compact, last_block, to_number
 
 ENGINE = "hf-generate"
@@ -55,8 +55,9 @@ HF_GENERATE_EXPECTED = (
     "engine_version",
 )
 #: Block keys that are record metrics, read as they are: the contract's names, less what this engine
-#: does not measure (the matmul figures, and kv_fraction, which only TensorRT-LLM has).
-METRIC_KEYS = tuple(name for name in METRICS if name not in ("kv_fraction", "gflops", "matmul_s_mean"))
+#: does not measure (the matmul figures, and kv_fraction and the KV budget figures, which only TensorRT-LLM has).
+METRIC_KEYS = tuple(name for name in METRICS
+                    if name not in ("kv_fraction", "gflops", "matmul_s_mean", *KV_BUDGET_METRICS))
 _INT_FIELDS = (
     "batch",
     "input_len",

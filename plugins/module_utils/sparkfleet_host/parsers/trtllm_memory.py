@@ -14,6 +14,10 @@ line whose tail grew over releases::
 so every piece is matched on its own. The C++ runtime then logs what it really allocated
 (``[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N).``); the TensorRT-engine path
 logs ``Memory usage when calculating max tokens in paged kv cache: total: T GiB, available: A GiB``.
+
+Besides the four memory metrics, the Peak memory line gives two record metrics of the budget itself:
+``tmp_kv_gib`` (the tmp_kv term, where the line prints it) and ``kv_budget_residual_gib`` (how far the line's
+available KV lies from ``fraction x (device_total - peak + tmp_kv)``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ SRC_PEAK = "log: Peak memory during memory usage profiling"
 SRC_AVAILABLE = "log: available KV cache memory when calculating max tokens"
 SRC_FRACTION = "log: Peak memory line, fraction is set"
 SRC_TOTAL = "log: Peak memory line, device total memory"
+SRC_TMP_KV = "log: Peak memory line, tmp kv_mem / temporary kv cache memory during profiling"
+SRC_RESIDUAL = "log: Peak memory line, available - fraction x (device total - peak + tmp kv)"
+SRC_RESIDUAL_NO_TMP = "log: Peak memory line, available - fraction x (device total - peak); the line has no tmp kv"
 SRC_ALLOC = "log: [MemUsageChange] Allocated ... for max tokens in paged KV cache"
 SRC_ESTIMATED = "log: Estimated max memory in KV cache"
 SRC_CPP_TOTAL = "log: Memory usage when calculating max tokens in paged kv cache"
@@ -189,9 +196,9 @@ def _record_profile(profile: ProfilingLine, result: ParseResult) -> None:
     result.set_metric("peak_memory_gib", profile.peak, SRC_PEAK)
     result.set_metric("device_total_gib", profile.total, SRC_TOTAL)
     result.set_metric("kv_fraction", profile.fraction, SRC_FRACTION)
+    result.set_metric("tmp_kv_gib", profile.tmp_kv, SRC_TMP_KV)
     for key, value in (
         ("available_kv_gib", profile.available),
-        ("tmp_kv_gib", profile.tmp_kv),
         ("kv_size_per_token", profile.kv_size_per_token),
     ):
         if value is not None:
@@ -199,7 +206,8 @@ def _record_profile(profile: ProfilingLine, result: ParseResult) -> None:
     if None not in (profile.fraction, profile.total, profile.peak, profile.available):
         # How well the line fits the KV budget (DESIGN.md); 2-decimal rounding leaves ~0.01 GiB.
         budget = profile.fraction * (profile.total - profile.peak + (profile.tmp_kv or 0.0))
-        result.extra["kv_budget_residual_gib"] = round(profile.available - budget, 4)
+        result.set_metric("kv_budget_residual_gib", round(profile.available - budget, 4),
+                          SRC_RESIDUAL if profile.tmp_kv is not None else SRC_RESIDUAL_NO_TMP)
 
 
 def _final_allocations(profile: ProfilingLine | None, found: _Found) -> list[Allocation]:
