@@ -27,6 +27,7 @@ from sparkfleet.report.document import (
     table,
 )
 from sparkfleet.report.findings import KV_RESIDUAL_LIMIT_GIB
+from sparkfleet.report.verdicts import twins_note
 from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL
 
 #: Configuration, not results: kept in cells.csv and --json, left out of the statistics tables.
@@ -177,8 +178,11 @@ def verdict_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
             f"Undetermined: fewer than {MIN_N_INTERVAL} runs on a side or a CI too wide to tell; the number of "
             f"iterations that would tell is for a ±{o.threshold * 100:g}% difference at power 0.8 from the "
             "observed run-to-run variation.")
-    blocks: list = [Verdicts([(line.label, line.outcome, line.headline, line.text) for line in analysis.verdicts]),
-                    Paragraph(rule)]
+    blocks: list = [Verdicts([(line.label, line.outcome, line.headline, line.text) for line in analysis.verdicts])]
+    note = twins_note(analysis)
+    if note:
+        blocks.append(Paragraph(note))
+    blocks.append(Paragraph(rule))
     if "effects" in figures:
         blocks.append(figures["effects"])
     return Section("Verdicts", blocks)

@@ -10,7 +10,8 @@ Three questions, each answered only where the campaign can answer it:
 
 Where the records carry a memory section or A/A pairs (issue 15, ``report/memory.py``), "memory" lines say
 where the memory went (the largest KV-cache gap per model, decomposed) and which factor moves the KV cache
-most, and a "noise" line the A/A noise floor per metric; environment verdicts under that floor say so.
+most, and a "noise" line the A/A noise floor per metric; environment verdicts under that floor say so. An A/A
+twin is judged only against its own pair (the noise floor), never again against the other environments.
 
 Every metric's answer comes from one rule, ``sparkfleet.compare.classify``: *different* (significant and
 beyond the threshold), *same* (within the threshold, shown by the interval or by identical runs) or
@@ -310,9 +311,12 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
                                    "sd_native": "sd_a", "sd_env": "sd_b", "overhead_pct": "change_pct"})
     sequential = _sequential_cells(analysis)
     floors = analysis.memory.floors() if getattr(analysis, "memory", None) is not None else {}
+    twins = aa_twins(analysis.runs)
     lines = []
     for (model, workload, native, environment), group in paired.groupby(
             ["model", "workload", "native", "environment"], sort=True):
+        if _twin_elsewhere(native, environment, twins):
+            continue
         group = group.set_index("metric", drop=False)
         chosen = group.loc[_chosen_metrics(set(group.index))].reset_index(drop=True)
         if chosen.empty:
@@ -334,6 +338,38 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
         headline = f"{model} / {workload}: {headline_of(verdicts, environment, native, options.threshold)}."
         lines.append(VerdictLine("environment", subject, outcome, outcome, text, tuple(verdicts), headline))
     return lines
+
+
+def aa_twins(runs: pd.DataFrame) -> dict[str, str]:
+    """Each A/A twin (member b, c, ... of an A/A pair, as the campaign marked it: memstudy.mark_aa) -> the
+    environment it twins (member a, the pair's ``aa_group``)."""
+    if "aa_member" not in runs or "aa_group" not in runs:
+        return {}
+    member = runs["aa_member"].astype("string")
+    twins = runs[member.notna() & (member != "a") & runs["aa_group"].notna()]
+    return dict(zip(twins["environment"].astype(str), twins["aa_group"].astype(str), strict=True))
+
+
+def _twin_elsewhere(a: str, b: str, twins: dict[str, str]) -> bool:
+    """A comparison of an A/A twin with an environment other than its own pair's: it repeats the original's."""
+    return (a in twins or b in twins) and twins.get(a, a) != twins.get(b, b)
+
+
+def twins_note(analysis: Analysis) -> str:
+    """The line the verdict block needs when A/A twins were left out of the environment comparisons."""
+    table = analysis.environments_pooled
+    if table.empty:
+        return ""
+    twins = aa_twins(analysis.runs)
+    left_out = sorted({b if b in twins else a for a, b in zip(table["native"], table["environment"], strict=True)
+                       if _twin_elsewhere(a, b, twins)})
+    if not left_out:
+        return ""
+    names = ", ".join(f"{t} (of {twins[t]})" for t in left_out)
+    one = len(left_out) == 1
+    return (f"A/A twin{'' if one else 's'} {names} {'is' if one else 'are'} compared only with "
+            f"{'its' if one else 'their'} own original (the A/A noise floor); {'its' if one else 'their'} "
+            "comparisons with other environments would repeat the original's and are left out of the verdicts.")
 
 
 def _with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:

@@ -89,13 +89,14 @@ ENVIRONMENTS = (("native", "native", ("native", "a")), ("native.aa", "native", (
                 ("container", "container", None), ("container-memlimit", "container", None))
 
 
-def build_memory_campaign(root: Path, iterations: int = 3, noise: float = 0.0) -> Path:
+def build_memory_campaign(root: Path, iterations: int = 3, noise: float = 0.0,
+                          environments: tuple = ENVIRONMENTS) -> Path:
     rng = np.random.default_rng(1)
     order = 0
     for iteration in range(iterations):
         for fraction in (0.9, 0.5):
             for drop in (False, True):
-                for environment, kind, aa in ENVIRONMENTS:
+                for environment, kind, aa in environments:
                     rec = _record(environment, kind, fraction, drop, iteration, order, rng, aa, noise)
                     contract.write_json_atomic(root / "spark-01" / "runs" / rec["run_id"] / "record.json", rec)
                     order += 1
@@ -207,6 +208,31 @@ def test_aa_noise_floor_labels_small_differences(tmp_path: Path) -> None:
     assert 'id="section-where-the-memory-went"' in html and 'id="section-a-a-noise-floor"' in html
     assert "under the noise floor" in html and 'id="fig-memory_decomposition"' in html
     assert (results / "report" / "aa_noise.csv").is_file()
+
+
+def test_a_twin_is_compared_with_its_original_only(tmp_path: Path) -> None:
+    """native.aa against native is the A/A pair's own comparison and stays a verdict; container.aa against
+    native would repeat container's verdict, so it is left out, and the verdict block says so in one line."""
+    environments = (*ENVIRONMENTS[:2], ("container", "container", ("container", "a")),
+                    ("container.aa", "container", ("container", "b")), ENVIRONMENTS[3])
+    results = build_memory_campaign(tmp_path / "r", iterations=3, noise=0.3, environments=environments)
+    out = report_json(results)
+    env = [line for line in out["verdicts"] if line["question"] == "environment"]
+    compared = {(m["a"], m["b"]) for line in env for m in line["metrics"]}
+    assert compared == {("native", "native.aa"), ("native", "container"), ("native", "container-memlimit")}
+    assert len(env) == 3 * 4  # three comparisons in each of the four workloads, none of them container.aa's
+    assert not any("container.aa" in line["text"] or "container.aa" in line["headline"] for line in env)
+    # the A/A pairs' own comparisons are all there, in the noise floor
+    assert {(r["a"], r["b"]) for r in out["memory"]["aa_pairs"]} == {("native", "native.aa"),
+                                                                     ("container", "container.aa")}
+    # the tables beside keep every comparison
+    assert "container.aa" in {r["environment"] for r in out["comparisons"]["environments"]}
+    note = ("A/A twin container.aa (of container) is compared only with its own original (the A/A noise floor); "
+            "its comparisons with other environments would repeat the original's and are left out of the verdicts.")
+    for name in ("index.html", "summary.md"):
+        page = (results / "report" / name).read_text().replace("&#x27;", "'")
+        verdicts = page[:page.index("Different: significant")]  # the verdict block, before its rule
+        assert verdicts.count(note) == 1, name
 
 
 def test_memory_sections_render_in_chromium(tmp_path: Path) -> None:

@@ -128,6 +128,14 @@ def test_the_committed_gpu_example_states_the_a_a_noise_floor_of_a_real_gpu(tmp_
     assert noise["headline"] in committed  # the committed report is the one these records make
     matmul = [line for line in out["verdicts"] if line["headline"].startswith("llama-1b / matmul: bare and native")]
     assert matmul and matmul[0]["label"] == "same" and "under the noise floor" in matmul[0]["text"]
+    # the A/A twin bare.aa is compared with bare only (the noise floor), not again with native
+    env = [line for line in out["verdicts"] if line["question"] == "environment"]
+    assert len(env) == 2 and {(m["a"], m["b"]) for line in env for m in line["metrics"]} == {("native", "bare")}
+    note = "A/A twin bare.aa (of bare) is compared only with its own original (the A/A noise floor)"
+    assert note in (results / "report" / "summary.md").read_text() and note in committed
+    verdict_block = committed.split("\n## ")[1]
+    assert verdict_block.startswith("Verdicts") and "bare.aa and native" not in verdict_block
+    assert "bare.aa vs native" in committed  # the environments table beside keeps every comparison
 
 
 def test_gpu_example_is_undetermined_with_two_runs_and_says_how_many_are_needed(gpu: tuple[Path, dict]) -> None:
