@@ -92,6 +92,7 @@ class Verdict:
     ci_high_pct: float | None = None
     p_value: float | None = None
     required_n: int | None = None  # runs per side that would settle an undetermined answer
+    cv_pct: float | None = None  # the pooled run-to-run CV of the two sides, which required_n is computed from
     better: bool | None = None  # b better than a by the metric's direction (None: no difference or not judged)
     note: str = ""  # e.g. an interval bound outside the metric's physical range
     noise_floor_pct: float | None = None  # the metric's A/A noise floor (report/memory.py), where measured
@@ -195,7 +196,9 @@ def metric_clause(v: Verdict, threshold: float, side_name: str) -> str:
         size, amount = first, ", ".join(x for x in rest if x)
     ci = _ci(v.ci_low_pct, v.ci_high_pct)
     runs = f"{v.n_a + v.n_b} runs" if v.n_a is not None and v.n_b is not None else "the runs"
-    need = (f"need ≈ {v.required_n} iterations per {side_name} to resolve {tol}" if v.required_n else "")
+    # required_n comes from this comparison's own CV, which is not the A/A pair's: say which
+    at_cv = f" at this comparison's run-to-run CV of {v.cv_pct:.2g}%" if v.cv_pct else ""
+    need = (f"need ≈ {v.required_n} iterations per {side_name} to resolve {tol}{at_cv}" if v.required_n else "")
     note = f"; {v.note}" if v.note else ""
     if v.reason == "identical":
         return f"{name} identical in all {runs}"
@@ -225,7 +228,8 @@ def short_phrase(v: Verdict, threshold: float) -> str:
     if v.outcome == "undetermined":
         why = "n too small" if v.reason == "n-too-small" else "too noisy to tell"
         size = f"{_pct(v.change_pct)}, " if v.change_pct is not None else ""
-        need = f"; ≈ {v.required_n} iterations needed" if v.required_n else ""
+        at_cv = f" at CV {v.cv_pct:.2g}%" if v.cv_pct else ""
+        need = f"; ≈ {v.required_n} iterations needed{at_cv}" if v.required_n else ""
         return f"{name} undetermined ({size}{why}{need})"
     if v.diff is None or v.change_pct is None:
         return f"{name} different"
@@ -286,6 +290,7 @@ def _verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, sub
             mean_a=mean_a, mean_b=_clean(row["mean_b"]), diff=_clean(row["diff"]),
             change_pct=_clean(row["change_pct"]), ci_low_pct=low, ci_high_pct=high,
             p_value=_clean(row["p_value"]), required_n=_int(j["required_n"]), better=better,
+            cv_pct=_clean(j["cv_pooled"] * 100) if "cv_pooled" in j else None,
             note=_range_note(str(row["metric"]), mean_a, low, high))
         out.append(_with_text(verdict, threshold, text_side))
     return out
@@ -476,7 +481,7 @@ def regression_lines(analysis: Analysis) -> list[VerdictLine]:
     paired = judged_rows.rename(columns={"n_baseline": "n_a", "n_current": "n_b", "baseline_mean": "mean_a",
                                          "current_mean": "mean_b", "sd_baseline": "sd_a", "sd_current": "sd_b"})
     paired = paired.assign(_a="baseline", _b="current").reset_index(drop=True)
-    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n"]], "regression",
+    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n", "cv_pooled"]], "regression",
                               lambda r: " / ".join(str(r[k]) for k in keys), "_a", "_b", "side",
                               options.threshold)
     lines = []

@@ -152,6 +152,9 @@ def test_gpu_example_is_undetermined_with_two_runs_and_says_how_many_are_needed(
         cv = np.sqrt((sd[0] ** 2 + sd[1] ** 2) / 2) / cells[("native", workload, "output_tok_s")]["mean"]
         assert throughput["required_n"] == max(stats.required_n(cv, 0.05), stats.MIN_N_INTERVAL)
         assert f"need ≈ {throughput['required_n']} iterations per environment" in throughput["text"]
+        # ...and say so: the A/A floor's "iterations needed" come from another CV
+        assert f"at this comparison's run-to-run CV of {cv * 100:.2g}%" in throughput["text"]
+        assert throughput["cv_pct"] == pytest.approx(cv * 100)
         for metric in ("peak_memory_gib", "kv_cache_gib"):  # the same bytes in all four runs
             assert verdicts[(f"llama-1b / {workload}", metric)]["reason"] == "identical"
     page = (results / "report" / "index.html").read_text()
