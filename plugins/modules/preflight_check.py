@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Ansible module: check that a host is fit for benchmarking and record every gate in preflight.json."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight_check
+short_description: Checks that a host is fit for benchmarking and records every gate in preflight.json
+version_added: 0.1.0
+description:
+  - 'Measures six I(gates) on the host, compares each with its limit, writes every measured value, limit and
+    verdict to C(preflight.json) in O(results_dir), and fails naming every failed gate with its measured
+    value, unit and limit, for example V(preflight gate(s\) failed on spark2: gpu_temperature measured 85.0 C
+    (limit 60.0 C\)).'
+  - "C(gpu_temperature): the hottest GPU, from C(nvidia-smi --query-gpu=index,temperature.gpu,pstate
+    --format=csv,noheader,nounits), at or below O(max_gpu_temp_c) degrees Celsius."
+  - "C(performance_state): the performance state of every GPU (same query) is one of O(pstates); an empty
+    O(pstates) accepts any and only records them."
+  - "C(cpu_load): the 1-minute load average (C(/proc/loadavg)) at or below O(max_load_per_cpu) times the number
+    of online CPUs."
+  - "C(free_memory): C(MemAvailable) (C(/proc/meminfo)) at least O(min_free_memory_gib) GiB."
+  - "C(free_disk): the space available on the file system of O(work_dir) (C(statvfs), the figure of
+    C(df -P -k)) at least O(min_free_disk_gib) GiB."
+  - "C(gpu_processes): at most O(max_gpu_processes) compute processes listed by C(nvidia-smi
+    --query-compute-apps=pid,process_name,used_memory --format=csv,noheader)."
+  - Memory and disk are recorded in GiB rounded to two decimals.
+  - A GPU gate that cannot be measured (no C(nvidia-smi), no GPU, a query the driver refuses) is recorded with
+    C(pass) V(null) and an C(error); it is a warning, or with O(fail_on_unknown=true) a failed gate. The load,
+    memory and disk figures are always there on Linux; the task fails if they cannot be read (for instance
+    when O(work_dir) does not exist) and then writes nothing.
+  - Reads only; the one file it writes is C(preflight.json), and only when its content differs.
+  - The limits take their defaults, and the ranges they are checked against, from the collection's settings
+    registry (C(sparkfleet_preflight_*) settings of the C(sparkfleet.bench.settings) role).
+options:
+  host:
+    description: The host's name in the record and in the failure message (give it C(inventory_hostname)).
+    type: str
+    required: true
+  work_dir:
+    description: A directory on the file system the free disk gate checks (the per-host work directory).
+    type: path
+    required: true
+  results_dir:
+    description:
+      - Where C(preflight.json) is written (beside C(host.json)). Created, with its missing parents, with mode
+        C(0755) where it is missing; the file gets mode C(0644).
+    type: path
+    required: true
+  max_gpu_temp_c:
+    description: The hottest GPU must be at or below this many degrees Celsius.
+    type: float
+    default: 60.0
+  pstates:
+    description: Allowed performance states (for example V([P0])); an empty list accepts any and only records them.
+    type: list
+    elements: str
+    default: []
+  max_load_per_cpu:
+    description: The 1-minute load average must be at or below this times the number of online CPUs.
+    type: float
+    default: 0.5
+  min_free_memory_gib:
+    description: C(MemAvailable) must be at least this many GiB.
+    type: float
+    default: 8.0
+  min_free_disk_gib:
+    description: The space available on the file system of O(work_dir) must be at least this many GiB.
+    type: float
+    default: 20.0
+  max_gpu_processes:
+    description: At most this many compute processes may be on the GPUs.
+    type: int
+    default: 0
+  fail_on_unknown:
+    description:
+      - Fail a gate that cannot be measured (C(pass) V(null) in C(preflight.json)).
+      - By default such a gate is only a warning.
+    type: bool
+    default: false
+  nvidia_smi:
+    description: Name or path of the C(nvidia-smi) executable (looked up on the host's C(PATH)).
+    type: str
+    default: nvidia-smi
+attributes:
+  check_mode:
+    support: full
+    description:
+      - Measures and judges as in a normal run (it only reads) and fails on a failed gate the same way, but does
+        not write C(preflight.json); C(changed) says whether it would have changed, as
+        M(sparkfleet.bench.result_files) does in check mode.
+  diff_mode:
+    support: full
+    description: A before/after diff of C(preflight.json) when it changes (or would).
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts (C(/proc/loadavg), C(/proc/meminfo)); C(nvidia-smi) for the GPU gates.
+notes:
+  - C(changed) is V(true) when C(preflight.json) was written, which is nearly every run, since the load and the
+    free memory move.
+seealso:
+  - module: sparkfleet.bench.result_files
+  - module: sparkfleet.bench.thermal_wait
+author:
+  - sparkfleet contributors (@sparkfleet)
+"""
+
+EXAMPLES = r"""
+- name: Check the host against the default limits; record preflight.json beside host.json
+  sparkfleet.bench.preflight_check:
+    host: "{{ inventory_hostname }}"
+    work_dir: /var/lib/sparkfleet
+    results_dir: "/var/lib/sparkfleet/results/sanity/{{ inventory_hostname }}"
+
+- name: Stricter gates - GPUs in P0 and at most 45 C, and fail a host whose GPU cannot be read
+  sparkfleet.bench.preflight_check:
+    host: "{{ inventory_hostname }}"
+    work_dir: /var/lib/sparkfleet
+    results_dir: "/var/lib/sparkfleet/results/study/{{ inventory_hostname }}"
+    max_gpu_temp_c: 45
+    pstates: [P0]
+    fail_on_unknown: true
+  register: preflight
+"""
+
+RETURN = r"""
+host:
+  description: The O(host) recorded.
+  returned: always
+  type: str
+  sample: spark1
+path:
+  description: The path of C(preflight.json).
+  returned: always
+  type: str
+  sample: /var/lib/sparkfleet/results/sanity/spark1/preflight.json
+gates:
+  description:
+    - Every gate's record, as written to C(preflight.json) under C(gates). Each has C(value) (what was measured;
+      V(null) when it could not be, V([]) for C(performance_state)), C(limit) and C(pass) (V(true), V(false), or V(null) when not measured);
+      C(unit) where there is one; C(gpu_temperature) and C(gpu_processes) an C(error) (empty when measured);
+      C(cpu_load) the online C(cpus); C(free_disk) the C(path) checked; C(gpu_processes) the C(processes) lines.
+  returned: always
+  type: dict
+  sample:
+    gpu_temperature: {value: 38.0, limit: 60.0, unit: C, pass: true, error: ""}
+    performance_state: {value: [P8], limit: [], pass: true}
+    cpu_load: {value: 0.42, limit: 8.0, cpus: 16, pass: true}
+    free_memory: {value: 101.37, limit: 8.0, unit: GiB, pass: true}
+    free_disk: {value: 812.5, limit: 20.0, unit: GiB, path: /var/lib/sparkfleet, pass: true}
+    gpu_processes: {value: 0, limit: 0, processes: [], pass: true, error: ""}
+failed_gates:
+  description: Names of the gates that failed the host (with O(fail_on_unknown), also those not measured).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu_temperature]
+unknown_gates:
+  description: Names of the gates that could not be measured (C(pass) V(null)).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu_processes]
+msg:
+  description: A one-line summary; on failure, every failed gate with its measured value, unit and limit.
+  returned: always
+  type: str
+  sample: "preflight gate(s) failed on spark2: gpu_temperature measured 85.0 C (limit 60.0 C)"
+"""
+
+import os  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import (  # noqa: E402
+    LIMIT_DEFAULTS,
+    Command,
+    disk_available_kib,
+    evaluate,
+    failed_gates,
+    failure_message,
+    limit_problems,
+    load_1min,
+    mem_available_kib,
+    online_cpus,
+    query_apps,
+    query_gpus,
+    record_text,
+    unknown_gates,
+    unknown_warning,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import (  # noqa: E402
+    write_text_if_changed,
+)
+
+RECORD = "preflight.json"
+
+
+def main() -> None:
+    d = LIMIT_DEFAULTS
+    module = AnsibleModule(
+        argument_spec=dict(
+            host=dict(type="str", required=True),
+            work_dir=dict(type="path", required=True),
+            results_dir=dict(type="path", required=True),
+            max_gpu_temp_c=dict(type="float", default=d["max_gpu_temp_c"]),
+            pstates=dict(type="list", elements="str", default=list(d["pstates"])),
+            max_load_per_cpu=dict(type="float", default=d["max_load_per_cpu"]),
+            min_free_memory_gib=dict(type="float", default=d["min_free_memory_gib"]),
+            min_free_disk_gib=dict(type="float", default=d["min_free_disk_gib"]),
+            max_gpu_processes=dict(type="int", default=d["max_gpu_processes"]),
+            fail_on_unknown=dict(type="bool", default=d["fail_on_unknown"]),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    problems = limit_problems(p)
+    if problems:
+        module.fail_json(msg=problems[0], problems=problems)
+
+    def run(argv: Sequence[str]) -> Command:
+        try:
+            rc, out, err = module.run_command(list(argv), environ_update={"LC_ALL": "C"}, handle_exceptions=False)
+        except OSError as exc:  # not there, not executable: what ansible.builtin.command reports
+            return Command.not_started(exc.errno or 1)
+        return Command(rc, out, err)
+
+    gpu_rows, gpu_error = query_gpus(p["nvidia_smi"], run)
+    apps = query_apps(p["nvidia_smi"], run)
+    try:
+        load1, mem_kib, disk_kib = load_1min(), mem_available_kib(), disk_available_kib(p["work_dir"])
+    except (OSError, ValueError, IndexError) as exc:
+        module.fail_json(msg=f"preflight_check: cannot read the load, free memory or free disk of {p['host']} "
+                             f"(work_dir {p['work_dir']}): {exc}")
+    gates = evaluate(p, gpu_rows, gpu_error, apps, load1, online_cpus(), mem_kib, disk_kib, p["work_dir"])
+
+    path = os.path.join(os.path.abspath(p["results_dir"]), RECORD)
+    text = record_text(p["host"], gates)
+    changed, before = write_text_if_changed(path, text, check_mode=module.check_mode)
+
+    unknown = unknown_gates(gates)
+    failed = failed_gates(gates, p["fail_on_unknown"])
+    if not p["fail_on_unknown"]:
+        for name in unknown:
+            module.warn(unknown_warning(name, gates))
+    result = dict(changed=changed, host=p["host"], path=path, gates=gates, failed_gates=failed,
+                  unknown_gates=unknown)
+    if module._diff and changed:
+        result["diff"] = {"before_header": path, "after_header": path, "before": before or "", "after": text}
+    if failed:
+        module.fail_json(msg=failure_message(p["host"], gates, failed), **result)
+    measured = len(gates) - len(unknown)
+    module.exit_json(msg=f"preflight gates passed on {p['host']} ({measured} of {len(gates)} measured)", **result)
+
+
+if __name__ == "__main__":
+    main()
