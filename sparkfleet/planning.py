@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,7 @@ import yaml
 
 from sparkfleet import hostvars
 from sparkfleet.campaign import CampaignError, config_hash, plan, resolve
-from sparkfleet_host import resume, settings
+from sparkfleet_host import resume, settings, textfile
 
 #: Which default campaign a host gets without one: kind -> (group_vars file for the ``sparks`` group or None,
 #: for every other host, the variable it defines).
@@ -254,25 +253,8 @@ def write_campaign_file(fleet: FleetPlan, controller: dict[str, Any], check_mode
     """(path, changed): ``campaign.json`` written atomically unless it already holds exactly this document."""
     path = os.path.join(fleet.results_dir, fleet.campaign["name"], CAMPAIGN_FILE)
     text = json.dumps(fleet.document(controller), indent=4, sort_keys=True) + "\n"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            if fh.read() == text:
-                return path, False
-    except OSError:
-        pass
-    if check_mode:
-        return path, True
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".campaign.", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path, True
+    changed, _ = textfile.write_text_if_changed(path, text, check_mode=check_mode)
+    return path, changed
 
 
 def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_change: str = "refuse",
