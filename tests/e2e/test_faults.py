@@ -196,18 +196,23 @@ def test_controller_killed_at_random_points_loses_no_run(fleet_factory, test_ima
     rng = random.Random(KILL_SEED)
     # Seeded, and spread over the whole length: one delay drawn in each of KILLS equal slices of
     # [3 s, EXPECTED_S], in a shuffled order (early kills land in validate/preflight, late ones in the matrix,
-    # collect or report). An attempt that ends before its kill point is not a kill: draw again.
+    # collect or report). An attempt that ends before its kill point is not a kill: draw again, below the
+    # length of the shortest attempt that ended (a resumed campaign skips its finished runs, and a faster
+    # machine finishes sooner: a fixed bound would let most redraws land after the end).
     step = (EXPECTED_S - 3.0) / KILLS
     delays = [3.0 + step * (k + rng.random()) for k in range(KILLS)]
     rng.shuffle(delays)
     mounts_seen: Counter = Counter()
     kills: list[tuple[float, str]] = []
     attempts = 0
+    upper = EXPECTED_S
     while len(kills) < KILLS and attempts < 3 * KILLS:
         attempts += 1
-        delay = delays[attempts - 1] if attempts <= KILLS else rng.uniform(3.0, EXPECTED_S)
+        delay = delays[attempts - 1] if attempts <= KILLS and delays[attempts - 1] < upper \
+            else rng.uniform(3.0, max(3.5, 0.9 * upper))
         log = tmp_path / f"attempt-{attempts}.log"
         with log.open("w") as out:
+            started = time.monotonic()
             proc = subprocess.Popen(cmd, cwd=repo, env=ansible_env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
@@ -218,6 +223,8 @@ def test_controller_killed_at_random_points_loses_no_run(fleet_factory, test_ima
                 proc.wait()
         if not ended:
             kills.append((round(delay, 1), _last_task(log)))
+        else:
+            upper = min(upper, time.monotonic() - started)
     assert len(kills) == KILLS, f"only {len(kills)} of {attempts} attempts were killed before they ended"
 
     # Restore is safe right after a crash: it unmounts and puts the GPU back even with runs half done.
