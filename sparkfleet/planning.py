@@ -269,10 +269,11 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
     hosts = {}
     for check in checks:
         runs = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
-        async_s = 0 if check_mode else async_limit_s(campaign, len(runs))  # check mode runs in the foreground
+        limit = async_limit_s(campaign, len(runs))
+        async_s = 0 if check_mode else limit  # check mode runs the task in the foreground
         report_after_s = check.settings["sparkfleet_report_after_s"]
         follow = {"poll_interval_s": check.settings["sparkfleet_poll_interval_s"], "report_after_s": report_after_s,
-                  "retries": follow_retries(len(runs), async_limit_s(campaign, len(runs)), report_after_s)}
+                  "retries": follow_retries(len(runs), limit, report_after_s)}
         summary = (f"campaign {campaign['name']} ({campaign['config_hash']}): {len(runs)} runs planned on "
                    f"{check.host}, order {campaign['order']}"
                    + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else ""))

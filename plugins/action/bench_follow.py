@@ -11,7 +11,12 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args as validated_args
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
+    checked_args as validated_args,
+)
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
+    marked_sections,
+)
 
 MARK = "@@sparkfleet-follow@@"
 # Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
@@ -33,13 +38,9 @@ def follow_command(results_file: str, ledger: str, jobs_dir: str) -> str:
 def parse_follow_output(text: str) -> dict:
     """Split follow_command's output into the job state (dict or None), ledger events and live pids."""
     parts = {"job": "", "ledger": "", "alive": ""}
-    current = None
-    for line in text.splitlines():
-        if line.startswith(MARK + " "):
-            current = line[len(MARK) + 1:].strip()
-            continue
-        if current in parts:
-            parts[current] += line + "\n"
+    for name, body in marked_sections(text, MARK):
+        if name in parts:
+            parts[name] += body
     job = None
     if parts["job"].strip():
         try:

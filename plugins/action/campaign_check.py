@@ -11,14 +11,17 @@ import shlex
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, settings
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args, sparkfleet
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
+    COLLECTION_ROOT,
+    checked_args,
+    marked_sections,
+    sparkfleet,
+)
 
 #: The options documented in plugins/modules/campaign_check.py (a test checks that the two agree).
 ARGUMENT_SPEC = {
     "campaign": {"type": "raw"},
 }
-#: The collection's root: its inventory/group_vars hold the default campaigns.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARK = "@@sparkfleet-check@@"
 
 
@@ -32,12 +35,7 @@ def probe_command(paths: list[str], kept: list[str]) -> str:
 
 def parse_probe(text: str, paths: list[str], kept: list[str]) -> tuple[list[str], list]:
     """(the paths that do not exist, each kept file's JSON or None) from probe_command's output."""
-    sections: list[tuple[str, str]] = []
-    for line in text.splitlines():
-        if line.startswith(MARK + " "):
-            sections.append((line[len(MARK) + 1:].strip(), ""))
-        elif sections:
-            sections[-1] = (sections[-1][0], sections[-1][1] + line + "\n")
+    sections = marked_sections(text, MARK)
     answers = [body.strip() for kind, body in sections if kind == "path"]
     files = [body for kind, body in sections if kind == "kept"]
     if len(answers) != len(paths) or len(files) != len(kept):
@@ -78,7 +76,7 @@ class ActionModule(ActionBase):
     def _campaign(self, planning, args: dict, task_vars: dict):
         if args.get("campaign") is not None:
             return planning.plain(args["campaign"])
-        return planning.default_campaign(task_vars.get("group_names") or [], "campaign", ROOT)
+        return planning.default_campaign(task_vars.get("group_names") or [], "campaign", COLLECTION_ROOT)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

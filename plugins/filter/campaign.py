@@ -6,10 +6,8 @@ touched, with the same messages as `sparkfleet validate`.
 
 from __future__ import annotations
 
-import os
-
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import sparkfleet
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import COLLECTION_ROOT, sparkfleet
 
 
 def campaign_resolve(campaign):
@@ -26,9 +24,8 @@ def default_campaign(group_names, kind="campaign"):
     group, the sanity campaign otherwise; kind ``reference``: the reproducibility check's), from the
     collection's own inventory/group_vars, so that an inventory kept elsewhere gets the same defaults."""
     planning = sparkfleet("planning")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        return planning.default_campaign(group_names, kind, root)
+        return planning.default_campaign(group_names, kind, COLLECTION_ROOT)
     except planning.CampaignError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

@@ -5,9 +5,25 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+#: The collection's root (its inventory/group_vars hold the default campaigns).
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def marked_sections(text: str, mark: str) -> list[tuple[str, str]]:
+    """A host command's output split at its ``<mark> <name>`` lines: (name, the text up to the next mark), in
+    order. Lines before the first mark are dropped."""
+    sections: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        if line.startswith(mark + " "):
+            sections.append((line[len(mark) + 1:].strip(), ""))
+        elif sections:
+            sections[-1] = (sections[-1][0], sections[-1][1] + line + "\n")
+    return sections
 
 
 def sparkfleet(module: str):
