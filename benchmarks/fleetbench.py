@@ -13,9 +13,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def write_campaign(path: Path, name: str, image: str, iterations: int, runtime: float) -> Path:
-    """1 model x native + container x ``iterations``; the trtllm-bench stand-in runs ``runtime`` s; no cooldown."""
-    path.write_text(json.dumps({"sparkfleet_campaign": {
-        "name": name, "image": image, "models": [{"name": "deepseek"}],
+    """1 model x native + container x ``iterations``; the trtllm-bench stand-in runs ``runtime`` s; no cooldown.
+    The model's local directory (trtllm reads its tokenizer there, offline) lies in a models directory next to
+    ``path``, which the same extra-vars file gives the hosts as ``sparkfleet_models_dir`` (the namespace hosts
+    share one file system)."""
+    models_dir = path.parent / "models"
+    model = models_dir / "deepseek-ai" / "DeepSeek-R1-Distill-Qwen-7B"
+    model.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sparkfleet_models_dir": str(models_dir), "sparkfleet_campaign": {
+        "name": name, "image": image, "models": [{"name": "deepseek", "path": str(model)}],
         "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         "workloads": [{"name": "w", "preset": "T1", "requests": 4,
                        "env": {"SPARKFLEET_FAKE_RUNTIME_S": str(runtime), "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkfleet import memstudy
+from sparkfleet import estimate, memstudy
 from sparkfleet.errors import UsageError
 from sparkfleet.files import FileProblem, read_yaml
 from sparkfleet_host import settings
@@ -80,6 +80,14 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CampaignError([f"campaign must be a mapping, got {_tname(data)}"], source)
     data = memstudy.apply_preset(data)  # `preset: memory-study`: the preset's keys under the campaign's own
+    # The matrix size from the lists' lengths, before any entry is checked or expanded: a campaign of millions
+    # of runs is refused at once (sparkfleet.estimate), with the top-level fields' own problems.
+    cap = _checked(data, "max_runs")
+    raw = estimate.raw_count(data, _checked(data, "iterations"), _checked(data, "warmup_runs"))
+    if raw > cap:
+        settings.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
+                               settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+        raise CampaignError(problems + [f"campaign.max_runs: {estimate.too_many(raw, cap)}"], source)
     nested = {"models", "environments", "workloads", "cooldown", "image_build"}
     # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
     settings.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
@@ -101,6 +109,12 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
             out[key] = data[key]
     out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
     out["image_build"] = _image_build(data.get("image_build"), problems)
+    if isinstance(out.get("image"), str) and out["image"].startswith(settings.OVERLAY_IMAGE_PREFIX) and any(
+            e["kind"] == "container" for e in out["environments"]):
+        problems.append(f"campaign.image: {out['image']!r} is an overlay of a host directory, not an image: a "
+                        "container environment needs an image Docker can run")
+    if not problems and estimate.count_runs(out) > cap:  # the twins and factors counted in
+        problems.append(f"campaign.max_runs: {estimate.too_many(estimate.count_runs(out), cap)}")
     if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
         problem = settings.find_non_finite(data, "campaign")
         if problem:
@@ -144,6 +158,15 @@ def _unique_names(items: list[dict], where: str, problems: list[str]) -> None:
         seen.add(name)
 
 
+def _confusable(value: Any, where: str, problems: list[str]) -> None:
+    """Names a reader cannot tell apart (case, spaces, invisible characters) are one name spelled twice:
+    refused naming both spellings. A bare string entry is its name."""
+    if isinstance(value, list):
+        names = [(f"{where}[{i}].name", item if isinstance(item, str) else item.get("name"))
+                 for i, item in enumerate(value) if isinstance(item, (str, dict))]
+        problems += settings.confusable_names(names)
+
+
 def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
     if not isinstance(name, str) or not name.strip():
         problems.append(f"{where}.name: required, a non-empty string")
@@ -151,6 +174,9 @@ def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
     if "\n" in name or "\x00" in name or len(name) > 200:
         problems.append(f"{where}.name: {name!r} contains a newline/NUL or is longer than 200 characters")
         return False
+    problem = settings.name_problem(name)
+    if problem:  # refused; the name stays in the list so that a near twin is named too (both spellings)
+        problems.append(f"{where}.name: {problem}")
     return True
 
 
@@ -180,6 +206,7 @@ def _models(value: Any, problems: list[str]) -> list[dict]:
         if _name_ok(item.get("name"), where, problems):
             out.append({"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")})
     _unique_names(out, "campaign.models", problems)
+    _confusable(value, "campaign.models", problems)
     return out
 
 
@@ -188,13 +215,16 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     for i, item in enumerate(_list_of(value, "campaign.environments", problems)):
         where = f"campaign.environments[{i}]"
         if isinstance(item, str):
-            item = {"name": item, "kind": item if item in ENV_KINDS else "container"}
+            item = {"name": item, **({"kind": item} if item in ENV_KINDS else {})}
         if not isinstance(item, dict):
             problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
             continue
         if not _name_ok(item.get("name"), where, problems):
             continue
-        kind = item.get("kind", item["name"] if item["name"] in ENV_KINDS else "container")
+        kind = item.get("kind", memstudy.environment_kind(item))
+        if kind is None:  # never guessed: `Native` is not `native`, and not a container either
+            problems.append(f"{where}: {_kind_unknown(item['name'])}")
+            continue
         before = len(problems)
         _check({**item, "kind": kind}, settings.ENVIRONMENT_FIELDS, where, problems)
         if any(p.startswith(f"{where}.kind:") for p in problems[before:]):
@@ -204,7 +234,15 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
         out.append({"name": item["name"], "kind": kind, "docker_flags": item.get("docker_flags"),
                     "variant": item.get("variant")})
     _unique_names(out, "campaign.environments", problems)
+    _confusable(value, "campaign.environments", problems)
     return out
+
+
+def _kind_unknown(name: str) -> str:
+    near = [k for k in ENV_KINDS if settings.name_key(name) == k]
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (f"{name!r} is not an environment kind ({', '.join(ENV_KINDS)}) and declares no kind: write "
+            f"{{name: {name!r}, kind: <one of them>}}{hint}")
 
 
 def _workloads(value: Any, problems: list[str]) -> list[dict]:
@@ -227,6 +265,14 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
                             f"{', '.join(WORKLOAD_PRESETS)})")
             continue
+        preset_engine = WORKLOAD_PRESETS.get(preset_name or "", {}).get("engine")
+        if "preset" not in item and preset_engine is not None and item.get("engine", preset_engine) != preset_engine:
+            # Named like a preset, another engine: the preset's parameters would be inherited unasked. (An explicit
+            # `preset:` with another engine is asked for: e.g. hf-generate in T1's shape.)
+            problems.append(f"{where}.engine: {item['engine']!r}, but the workload is named like the preset "
+                            f"{preset_name!r}, whose engine is {preset_engine!r} (its parameters would be inherited): "
+                            f"give the workload another name, or write preset: {preset_name} to inherit them")
+            continue
         resolved = {**WORKLOAD_PRESETS.get(preset_name or "", {}),
                     **{k: v for k, v in item.items() if k != "preset"}}
         resolved.setdefault("name", preset_name)
@@ -239,6 +285,7 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         if len(problems) == before:
             out.append(resolved)
     _unique_names(out, "campaign.workloads", problems)
+    _confusable(value, "campaign.workloads", problems)
     return out
 
 

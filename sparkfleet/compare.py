@@ -9,11 +9,14 @@ statement about a p-value and an interval, not about two means that happen to lo
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sparkfleet.errors import UsageError
 from sparkfleet.stats import (
     CELL_KEYS,
     DEFAULT_LEVEL,
@@ -334,6 +337,21 @@ def cell_keys_for(baseline: pd.DataFrame, current: pd.DataFrame, match: str) -> 
         current[list(CELL_KEYS)].itertuples(index=False, name=None)
     )
     return CELL_KEYS if shared else ("model", "environment", "workload")
+
+
+def left_out(baseline: str | os.PathLike[str], current: str | os.PathLike[str]) -> dict[str, tuple[str, ...]]:
+    """What each side of a comparison leaves out when one results tree lies inside the other: the inner tree
+    is read only as itself, never also as part of the outer one, so that both sides never hold the same
+    runs and the result is the one the two trees side by side would give. The same directory on both sides
+    (also through a symlink) is a UsageError: there is nothing to compare."""
+    b, c = Path(baseline).resolve(), Path(current).resolve()
+    if b == c:
+        raise UsageError(f"baseline {baseline} and current {current} are the same directory: nothing to compare")
+    if c.is_relative_to(b):
+        return {"baseline": (str(current),), "current": ()}
+    if b.is_relative_to(c):
+        return {"baseline": (), "current": (str(baseline),)}
+    return {"baseline": (), "current": ()}
 
 
 def direction(metric: str) -> int:

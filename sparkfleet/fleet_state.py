@@ -30,8 +30,61 @@ FACTS: tuple[tuple[str, str, tuple[str | int, ...]], ...] = (
     ("os", "host.json", ("os",)),
     ("cpu_model", "host.json", ("cpu_model",)),
     ("memory_total_mb", "host.json", ("memory_total_mb",)),
+    ("docker_engine", "host.json", ("docker", "engine")),
+    ("nvidia_container_toolkit", "host.json", ("nvidia_container_toolkit", "nvidia_ctk")),
     ("pstate", "preflight.json", ("gates", "performance_state", "value")),
 )
+
+#: Facts read from ``nvidia-smi -q`` (nvidia-smi-q.txt, first GPU): (label, section, key). A section of
+#: None is the GPU's top level; each label takes the first (section, key) found, older drivers' names last.
+SMI_FACTS: tuple[tuple[str, str | None, str], ...] = (
+    ("power_limit", "GPU Power Readings", "Current Power Limit"),
+    ("power_limit", "Power Readings", "Enforced Power Limit"),
+    ("power_limit", "Power Readings", "Power Limit"),
+    ("default_power_limit", "GPU Power Readings", "Default Power Limit"),
+    ("default_power_limit", "Power Readings", "Default Power Limit"),
+    ("max_sm_clock", "Max Clocks", "SM"),
+    ("applications_clock", "Applications Clocks", "Graphics"),
+    ("inforom", "Inforom Version", "Image Version"),
+    ("vbios_smi", None, "VBIOS Version"),
+    ("persistence_mode", None, "Persistence Mode"),
+    ("ecc_mode", "ECC Mode", "Current"),
+)
+
+
+def smi_facts(text: str) -> dict[str, str]:
+    """The SMI_FACTS of the first GPU in ``nvidia-smi -q`` text (values as printed, N/A left out)."""
+    seen: dict[tuple[str | None, str], str] = {}
+    section: str | None = None
+    gpus = 0
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            gpus += 1
+            if gpus > 1:
+                break
+            continue
+        stripped = line.strip()
+        if not stripped or gpus != 1:
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        key, sep, value = (part.strip() for part in stripped.partition(":"))
+        if indent <= 4:
+            section = None if sep and value else key
+            if sep and value:
+                seen.setdefault((None, key), value)
+        elif sep:
+            seen.setdefault((section, key), value)
+    out: dict[str, str] = {}
+    for label, where, key in SMI_FACTS:
+        value = seen.get((where, key))
+        if label not in out and value and value != "N/A":
+            out[label] = value
+    if out.get("vbios_smi"):
+        out["vbios"] = out.pop("vbios_smi")
+    else:
+        out.pop("vbios_smi", None)
+    return out
+
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
 TELEMETRY = {
@@ -86,11 +139,38 @@ def _read_json(path: Path) -> Any:
 
 
 def host_facts(campaign_dir: Path, hosts: list[str]) -> pd.DataFrame:
+    return facts_of({host: campaign_dir / host for host in hosts})
+
+
+def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
+    """host x fact: FACTS from each host directory's JSON files, then what nvidia-smi-q.txt adds (power
+    limit, clocks, InfoROM, ...; its VBIOS where host_metadata.json has none)."""
     rows = {}
-    for host in hosts:
-        files = {name: _read_json(campaign_dir / host / name) for name in {f for _, f, _ in FACTS}}
-        rows[host] = {label: _dig(files[name], path) for label, name, path in FACTS}
+    for host, directory in host_dirs.items():
+        files = {name: _read_json(directory / name) for name in {f for _, f, _ in FACTS}}
+        row = {label: _dig(files[name], path) for label, name, path in FACTS}
+        try:
+            smi = smi_facts((directory / "nvidia-smi-q.txt").read_text(errors="replace"))
+        except OSError:
+            smi = {}
+        for label, value in smi.items():
+            if row.get(label) is None:
+                row[label] = value
+        rows[host] = row
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def facts_for_runs(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """host x fact for the hosts of ``runs`` (loaded from ``root``): each host's directory is the one
+    above the ``runs`` directory of its records (``<host>/runs/<run_id>``)."""
+    if runs.empty or "record_dir" not in runs:
+        return pd.DataFrame()
+    dirs: dict[str, Path] = {}
+    for host, record_dir in runs[["host", "record_dir"]].drop_duplicates("host").itertuples(index=False):
+        parts = Path(str(record_dir)).parts
+        if len(parts) >= 2 and parts[-2] == "runs":
+            dirs[str(host)] = Path(root, *parts[:-2])
+    return facts_of(dirs)
 
 
 def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, int]]:
@@ -107,8 +187,11 @@ def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, 
 
 
 def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE) -> FleetState:
+    from sparkfleet.report.analysis import check_one_campaign  # noqa: PLC0415 - report.analysis imports this module
+
     campaign_dir = Path(campaign_dir)
     runs = load_runs(campaign_dir).runs
+    check_one_campaign(runs, campaign_dir)  # hosts are compared within one campaign, never across two
     ok = runs[runs["status"] == "ok"] if not runs.empty else runs
     if "warmup" in ok.columns:
         ok = ok[ok["warmup"].fillna(False) == False]  # noqa: E712 (a nullable column)
@@ -140,7 +223,7 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
             for value in values.dropna():
                 seen |= set(json.loads(value) if isinstance(value, str) and value.startswith("[") else [value])
             throttle[host] = sorted(str(s) for s in seen if s not in ("", "none"))
-    deviations = reproducibility.host_deviations(ok, tolerance=tolerance)
+    deviations = reproducibility.host_deviations(ok, tolerance=tolerance, facts=facts)
     outside = sorted(set(deviations.loc[deviations["outside"], "host"].astype(str)))
     return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside,
                       missing_runs(campaign_dir, runs))
@@ -149,16 +232,27 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
 def render_markdown(state: FleetState, tolerance: float) -> str:
     lines = [f"# Fleet reproducibility: {len(state.hosts)} hosts", ""]
     if state.outside_hosts:
-        lines.append(f"**Hosts outside ±{tolerance * 100:g}% of the fleet median:** {', '.join(state.outside_hosts)}")
+        lines.append(f"**Hosts out (significantly different from the other hosts and by more than "
+                     f"±{tolerance * 100:g}%):** {', '.join(state.outside_hosts)}")
         worst = state.deviations[state.deviations["outside"]].copy()
         worst["abs"] = worst["deviation_pct"].abs()
-        lines += ["", "| host | cell | metric | host median | fleet median | deviation |", "|---|---|---|---|---|---|"]
+        lines += ["", "| host | cell | metric | host mean | others' mean | difference (95% CI) | p | what differs |",
+                  "|---|---|---|---|---|---|---|---|"]
         for _, row in worst.sort_values("abs", ascending=False).head(40).iterrows():
             cell = f"{row['model']}/{row['environment']}/{row['workload']}"
-            lines.append(f"| {row['host']} | {cell} | {row['metric']} | {row['host_median']:.4g} | "
-                         f"{row['fleet_median']:.4g} | {row['deviation_pct']:+.2f}% |")
+            lines.append(f"| {row['host']} | {cell} | {row['metric']} | {row['host_mean']:.4g} | "
+                         f"{row['rest_mean']:.4g} | {row['deviation_pct']:+.2f}% ({row['ci_low_pct']:+.1f}% to "
+                         f"{row['ci_high_pct']:+.1f}%) | {row['p_value']:.2g} | "
+                         f"{row['hardware'] or 'no recorded fact differs'} |")
     else:
-        lines.append(f"Every host is within ±{tolerance * 100:g}% of the fleet median on every shared cell.")
+        lines.append(f"No host is out: none differs significantly from the other hosts by more than "
+                     f"±{tolerance * 100:g}% on a shared cell.")
+    undetermined = state.deviations[state.deviations["outcome"] == "undetermined"] if len(state.deviations) else []
+    if len(undetermined):
+        need = undetermined["required_n"].max()
+        lines.append(f"{len(undetermined)} host/cell/metric comparison(s) are undetermined (too noisy to tell"
+                     + (f"; about {need:.0f} runs per host would resolve ±{tolerance * 100:g}%)" if need == need
+                        else ")"))
     lines += ["", "## What differed between hosts", ""]
     if state.differing_facts:
         lines += ["| fact | " + " | ".join(state.hosts) + " |", "|---|" + "---|" * len(state.hosts)]

@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from sparkfleet.accounting import Accounting, account
+from sparkfleet.unpack import STAGING_PREFIXES
 from sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
@@ -126,15 +128,21 @@ class LoadResult:
     runs: pd.DataFrame
     problems: list[LoadProblem] = field(default_factory=list)
     root: Path | None = None
+    #: Every planned run accounted for: the runs without a usable record, named (sparkfleet.accounting).
+    accounting: Accounting = field(default_factory=Accounting)
 
 
-def find_record_files(root: Path) -> list[str]:
+def find_record_files(root: Path, plans: list[str] | None = None, staging: list[str] | None = None) -> list[str]:
     """Candidate record.json paths under ``root`` in a stable (sorted) order.
+
+    ``plans`` (when given) receives the campaign.json paths seen on the way, ``staging`` the unpack staging
+    directories (``sparkfleet.unpack.STAGING_PREFIXES``), which are never read: what lies there is a copy
+    being moved into place, or left by an interrupted unpack, never a result.
 
     The results tree puts records at ``<host>/runs/<run_id>/record.json``: inside a ``runs`` directory we
     name ``<entry>/record.json`` without listing or stat-ing each run directory (100k fewer system calls);
-    a run directory without a record (a run still going, or one that died first) is then simply not
-    found when read. Anywhere else the walk is generic.
+    a run directory without a record (a run still going, or one that died first) is found missing when
+    read, and named by the accounting (sparkfleet.accounting). Anywhere else the walk is generic.
     """
     found: list[str] = []
     stack = [str(root)]
@@ -145,11 +153,16 @@ def find_record_files(root: Path) -> list[str]:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
             continue
-        subdirs = [e.path for e in entries if e.name not in _SKIP_DIRS and e.is_dir(follow_symlinks=False)]
+        subdirs = [e.path for e in entries if e.name not in _SKIP_DIRS and not e.name.startswith(STAGING_PREFIXES)
+                   and e.is_dir(follow_symlinks=False)]
         found += [e.path for e in entries if e.name == RECORD_NAME and e.is_file()]
+        if staging is not None:
+            staging += [e.path for e in entries if e.name.startswith(STAGING_PREFIXES)]
         if os.path.basename(directory) == "runs":
             found += [os.path.join(d, RECORD_NAME) for d in subdirs]
             continue  # deeper layouts inside a run directory are not part of the contract
+        if plans is not None:
+            plans += [e.path for e in entries if e.name == "campaign.json" and e.is_file()]
         stack.extend(reversed(subdirs))
     return found
 
@@ -166,6 +179,8 @@ def read_record(path: str) -> dict[str, Any] | LoadProblem | None:
         data = contract.upgrade(data)  # an older format version, migrated step by step
     except contract.RecordVersionError as exc:
         return LoadProblem(Path(path), str(exc))
+    if isinstance(data, dict):  # a metric outside its physical range: left out and named, the run kept
+        data, _ = contract.screened(data)
     problems = contract_problems(data)
     if problems:
         return LoadProblem(Path(path), "; ".join(problems))
@@ -219,6 +234,12 @@ def flatten_record(data: dict[str, Any], record_dir: str) -> dict[str, Any]:
                 row[prefix + sub] = _scalar(value)
     for name, value in (memory_columns(data) or {}).items():
         row[name] = _scalar(value)
+    provenance = get("provenance")
+    if isinstance(provenance, dict):
+        row.update(zip(PROVENANCE_COLUMNS, (provenance.get("status"), provenance.get("reason")), strict=True))
+    rejected = contract.rejected_metrics(data)
+    if rejected:
+        row[REJECTED_COLUMN] = "; ".join(rejected)
     row["record_dir"] = record_dir
     return row
 
@@ -230,6 +251,13 @@ def _scalar(value: Any) -> Any:
 _ROW_FIELDS = IDENTITY_COLUMNS + _SCALAR_FIELDS
 #: The key `_Columns` files memory_columns under (not a record field: its columns have no prefix).
 _MEMORY_KEY = " memory"
+#: The metrics rejected as outside their physical range (record.METRIC_RANGES) and why, "; "-joined: a column
+#: present only when some run has one (the report's warnings name them).
+REJECTED_COLUMN = "rejected_metrics"
+_REJECTED_KEY = " rejected"
+#: The record's provenance verdict as columns (the model cards it compared stay in record.json).
+PROVENANCE_COLUMNS = ("provenance_status", "provenance_reason")
+_PROVENANCE_KEY = " provenance"
 #: Below this many records one process is quicker than starting workers.
 PARALLEL_MIN_RECORDS = 4000
 
@@ -264,6 +292,14 @@ class _Columns:
                     bucket = self.nested[shape] = ([], [])
                 bucket[0].append(row)
                 bucket[1].extend(nested.values())
+        provenance = get("provenance")
+        if isinstance(provenance, dict):  # its verdict only: the cards stay in the record
+            shape = (_PROVENANCE_KEY, PROVENANCE_COLUMNS)
+            bucket = self.nested.get(shape)
+            if bucket is None:
+                bucket = self.nested[shape] = ([], [])
+            bucket[0].append(row)
+            bucket[1].extend((provenance.get("status"), provenance.get("reason")))
         flat = memory_columns(data)
         if flat:  # filed like a nested object whose columns carry no prefix
             shape = (_MEMORY_KEY, tuple(flat))
@@ -272,6 +308,11 @@ class _Columns:
                 bucket = self.nested[shape] = ([], [])
             bucket[0].append(row)
             bucket[1].extend(flat.values())
+        rejected = contract.rejected_metrics(data)
+        if rejected:  # the metrics the producer or the loader left out, and why (one text column)
+            bucket = self.nested.setdefault((_REJECTED_KEY, (REJECTED_COLUMN,)), ([], []))
+            bucket[0].append(row)
+            bucket[1].append("; ".join(rejected))
         self.dirs.append(record_dir)
 
     def frame(self) -> pd.DataFrame:
@@ -309,21 +350,24 @@ def _object_array(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem]]:
+def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem], list[str]]:
+    """(the runs, the records skipped, the candidate record paths that do not exist)."""
     columns = _Columns()
     problems: list[LoadProblem] = []
+    absent: list[str] = []
     prefix = len(root.rstrip(os.sep)) + 1
     suffix = len(RECORD_NAME) + 1
     for path in paths:
         data = read_record(path)
         if data is None:
+            absent.append(path)
             continue
         if isinstance(data, LoadProblem):
             problems.append(data)
             continue
         # Paths come from find_record_files(root), so slicing is relpath without its cost.
         columns.add(data, path[prefix:-suffix])
-    return columns.frame(), problems
+    return columns.frame(), problems, absent
 
 
 def _workers(count: int) -> int:
@@ -333,18 +377,24 @@ def _workers(count: int) -> int:
 
 
 def load_runs(root: str | os.PathLike[str], workers: int | None = None,
-              while_loading: Callable[[], object] | None = None) -> LoadResult:
+              while_loading: Callable[[], object] | None = None,
+              exclude: tuple[str | os.PathLike[str], ...] = ()) -> LoadResult:
     """All runs under ``root`` as a DataFrame, plus every record that had to be skipped and why.
 
     Large trees are read by forked worker processes (JSON parsing is CPU-bound, so threads would only
     take turns on the GIL), each returning a DataFrame of its share. ``while_loading`` runs here while
     they work (the report imports its statistics and plotting libraries meanwhile, which the workers
-    then need not carry); without workers it runs first.
+    then need not carry); without workers it runs first. Nothing under an ``exclude`` directory is read
+    (a tree inside ``root`` that is read on its own: `sparkfleet compare` with CURRENT inside BASELINE).
     """
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(2, "results directory not found", str(root))
-    paths = find_record_files(root)
+    plans: list[str] = []
+    staging: list[str] = []
+    paths = find_record_files(root, plans, staging)
+    if exclude:
+        paths, plans, staging = (_outside(items, root, exclude) for items in (paths, plans, staging))
     workers = workers or _workers(len(paths))
     if workers > 1:
         size = -(-len(paths) // workers)
@@ -358,11 +408,26 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
         if while_loading:
             while_loading()
         parts = [_load_chunk(paths, str(root))]
-    frames = [frame for frame, _ in parts if len(frame)]
+    frames = [frame for frame, _, _ in parts if len(frame)]
     runs = runs_frame([]) if not frames else frames[0] if len(frames) == 1 else _concat(frames)
-    problems = [problem for _, chunk_problems in parts for problem in chunk_problems]
+    problems = [problem for _, chunk_problems, _ in parts for problem in chunk_problems]
     runs, duplicates = _drop_duplicate_runs(runs, root)
-    return LoadResult(runs=runs, problems=problems + duplicates, root=root)
+    accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c in parts for a in c],
+                         plans, staging)
+    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting)
+
+
+def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str], ...]) -> list[str]:
+    """The paths (found under ``root``, symlinks not followed) that lie under none of ``exclude``."""
+    real_root = os.path.realpath(root)
+    prefixes = []
+    for directory in exclude:
+        relative = os.path.relpath(os.path.realpath(directory), real_root)
+        if relative == os.curdir:
+            return []
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            prefixes.append(os.path.join(str(root), relative) + os.sep)
+    return [p for p in paths if not p.startswith(tuple(prefixes))] if prefixes else paths
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -73,9 +73,23 @@ def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
     return {**copy.deepcopy(preset), **data}
 
 
-def _kind(item: dict[str, Any]) -> Any:
+def environment_kind(item: dict[str, Any]) -> Any:
+    """An environment's kind: its own ``kind``, else its name when the name is exactly a kind, else container
+    when it gives docker flags or a Docker variant, else None (refused by the campaign check: never guessed)."""
     name = item.get("name")
-    return item.get("kind", name if name in settings.ENVIRONMENT_KINDS else "container")
+    if "kind" in item:
+        return item["kind"]
+    if name in settings.ENVIRONMENT_KINDS:
+        return name
+    return "container" if item.get("docker_flags") is not None or item.get("variant") is not None else None
+
+
+_kind = environment_kind
+
+
+def _with_kind(item: dict[str, Any]) -> dict[str, Any]:
+    kind = environment_kind(item)
+    return item if kind is None else {**item, "kind": kind}
 
 
 def _settings(item: dict[str, Any]) -> tuple[Any, ...]:
@@ -87,7 +101,7 @@ def twin_environments(value: Any, aa: Any, problems: list[str]) -> Any:
     ``aa: true`` (or a list of names) adds a twin ``<name>.aa`` after each (named) environment."""
     if not isinstance(value, list):
         return value
-    items = [{"name": it, "kind": _kind({"name": it})} if isinstance(it, str) else it for it in value]
+    items = [_with_kind({"name": it}) if isinstance(it, str) else it for it in value]
     seen: dict[str, int] = {}
     first: dict[str, Any] = {}
     out = []
@@ -100,7 +114,7 @@ def twin_environments(value: Any, aa: Any, problems: list[str]) -> Any:
         first.setdefault(item["name"], _settings(item))
         # The same environment again is its A/A twin; the same name with other settings stays a duplicate.
         if n > 1 and _settings(item) == first[item["name"]]:
-            item = {**item, "kind": _kind(item), "name": item["name"] + AA_SUFFIX + ("" if n == 2 else str(n))}
+            item = {**_with_kind(item), "name": item["name"] + AA_SUFFIX + ("" if n == 2 else str(n))}
         out.append(item)
     if aa in (None, False):
         return out
@@ -114,7 +128,7 @@ def twin_environments(value: Any, aa: Any, problems: list[str]) -> Any:
         if isinstance(item, dict) and item.get("name") in wanted:
             twin = item["name"] + AA_SUFFIX
             if twin not in names:
-                twinned.append({**item, "kind": _kind(item), "name": twin})
+                twinned.append({**_with_kind(item), "name": twin})
     return twinned
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from sparkfleet import hostvars
+from sparkfleet import estimate, hostvars
 from sparkfleet.campaign import CampaignError, config_hash, plan, resolve
 from sparkfleet_host import resume, settings, textfile
 
@@ -36,6 +37,8 @@ DEFAULT_CAMPAIGNS = {
 }
 #: The controller's record of a campaign: resolved matrix, config hash, every host's planned runs.
 CAMPAIGN_FILE = "campaign.json"
+#: An inventory host name that can name a directory and a run id (bench_run's SAFE_NAME): no shell metacharacters.
+SAFE_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: Slack on top of the runs' own time budget in the async limit, per run and per job.
 ASYNC_SLACK_PER_RUN_S = 120
 ASYNC_SLACK_S = 600
@@ -88,14 +91,85 @@ class HostCheck:
                    dict(data.get("kept") or {}))
 
 
+def usable_checks(results: dict[str, Any]) -> tuple[list[HostCheck], list[str]]:
+    """(the checks to plan with, the unreachable hosts among them) from every play host's campaign_check result
+    (host -> registered result). A host that could not be reached is planned all the same when the controller's
+    part of its check passed (its runs go into campaign.json, and the report names them missing); a host whose
+    check failed stops the fleet, before any host is changed (a bad campaign or variable is fixed first)."""
+    failed = [f"{h}: {(r or {}).get('msg') or 'its campaign check failed'}" for h, r in results.items()
+              if isinstance(r, dict) and r.get("failed") and not r.get("unreachable")]
+    if failed:
+        raise PlanningError(failed + ["the fleet stops before any host is changed: fix the host(s) named, or leave "
+                                      "them out with --limit"], "campaign_check")
+    unreachable = [h for h, r in results.items() if isinstance(r, dict) and r.get("unreachable")]
+    checks = [HostCheck.from_dict(r, h) for h, r in results.items()
+              if not (h in unreachable and not isinstance(r.get("campaign"), dict))]
+    if not [c for c in checks if c.host not in unreachable]:
+        raise PlanningError(["no reachable host to plan for"], "campaign")
+    return checks, [h for h in unreachable if any(c.host == h for c in checks)]
+
+
 def check_host(host: str, campaign: Any, variables: dict[str, Any]) -> HostCheck:
     """Step 1 on the controller: the resolved campaign and the host's checked ``sparkfleet_*`` variables.
     Raises CampaignError naming every bad campaign field, or every bad variable with its host."""
+    if not SAFE_HOST.match(host):
+        raise PlanningError([f"{host!r}: not a safe host name: use letters, digits, '.', '_' and '-' only (at most "
+                             "128; it names the host's results directory and every run id); rename the inventory "
+                             "host and give its address as ansible_host"], "inventory_hostname")
     resolved = resolve(campaign, source="sparkfleet_campaign")
     errors, warnings = hostvars.problems(host, variables)
     if errors:
         raise PlanningError(errors, "bad inventory variables")
+    outside = model_path_problems(resolved, host_models_dir(variables), host)
+    outside += pathless_trtllm_models(resolved, settings.setting(variables, "sparkfleet_hf_cache_dir"), host)
+    if outside:
+        raise PlanningError(outside, "sparkfleet_campaign")
     return HostCheck(host, resolved, plan_settings(variables), warnings)
+
+
+#: Environment kinds that see the host's files only through the binds: of the host's own directories, only the
+#: models directory (sparkfleet_models_dir) and the results are bound into the native chroot and the container.
+BOUND_KINDS = ("native", "container")
+_WORK_DIR_REF = re.compile(r"\{\{\s*sparkfleet_work_dir\s*\}\}")
+
+
+def host_models_dir(variables: dict[str, Any]) -> str:
+    """The host's models directory: ``sparkfleet_models_dir`` as templated by Ansible, else its registry default
+    ``{{ sparkfleet_work_dir }}/models`` with the host's work directory filled in."""
+    value = str(settings.setting(variables, "sparkfleet_models_dir"))
+    work_dir = str(settings.setting(variables, "sparkfleet_work_dir"))
+    return os.path.normpath(_WORK_DIR_REF.sub(lambda _: work_dir, value))
+
+
+def path_within(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or lies under it (lexically: '..' resolved, symlinks not)."""
+    path, directory = os.path.normpath(path), os.path.normpath(directory)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def model_path_problems(campaign: dict[str, Any], models_dir: str, host: str | None = None) -> list[str]:
+    """One problem per model whose ``path`` lies outside ``models_dir``, when the campaign runs a native or
+    container environment (where the engine sees that path only through the models directory's bind)."""
+    if not any(e.get("kind") in BOUND_KINDS for e in campaign.get("environments") or []):
+        return []
+    where = f"{host}: " if host else ""
+    return [f"{where}model {m['name']}: path {m['path']} lies outside the models directory {models_dir} "
+            f"(sparkfleet_models_dir), the only host directory bound into the native chroot and the container; "
+            f"put the model under it or set sparkfleet_models_dir to a directory that holds it"
+            for m in campaign.get("models") or [] if m.get("path") and not path_within(m["path"], models_dir)]
+
+
+def pathless_trtllm_models(campaign: dict[str, Any], hf_cache_dir: Any = None, host: str | None = None) -> list[str]:
+    """One problem per model without a local ``path`` when a trtllm workload would run it and no Hugging Face
+    cache is bound: trtllm reads its tokenizer and weights from the model's directory, offline (trtllm_cli.steps
+    refuses the same on the host; here it is refused before any host is changed)."""
+    if hf_cache_dir or not any(w.get("engine", "trtllm") == "trtllm" for w in campaign.get("workloads") or []):
+        return []
+    where = f"{host}: " if host else ""
+    return [f"{where}model {m['name']}: no path, but a trtllm workload runs it: trtllm reads the tokenizer and the "
+            f"weights from the model's local directory, offline; give models[].path (under the models directory) "
+            f"or bind a Hugging Face cache that holds it (sparkfleet_hf_cache_dir)"
+            for m in campaign.get("models") or [] if not m.get("path")]
 
 
 def plan_settings(variables: dict[str, Any]) -> dict[str, Any]:
@@ -276,7 +350,8 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
                   "retries": follow_retries(len(runs), limit, report_after_s)}
         summary = (f"campaign {campaign['name']} ({campaign['config_hash']}): {len(runs)} runs planned on "
                    f"{check.host}, order {campaign['order']}"
-                   + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else ""))
+                   + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else "")
+                   + f"; {estimate.estimate_text(campaign)}")
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
                                      summary)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

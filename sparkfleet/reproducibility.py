@@ -2,8 +2,10 @@
 
 For each (model, environment, workload) measured on two or more hosts and each metric, a one-way
 random-effects ANOVA splits the variance into within-host (run-to-run noise) and between-host (machine
-differences) parts; each host's median is set against the fleet median, and hosts outside the tolerance
-are named.
+differences) parts; each host is set against the rest of the fleet (leave-one-out) by the rule of every
+other verdict (sparkfleet.compare.classify): *out* only when its difference is significant and beyond the
+tolerance, *same* when the whole 95% interval lies inside it, otherwise undetermined with the runs that
+would tell; an out host is named with the host facts in which it differs from the others.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from sparkfleet.stats import measured_runs, metric_columns
-from sparkfleet.thresholds import DEFAULT_TOLERANCE
+from sparkfleet.compare import _paired, classify
+from sparkfleet.stats import DEFAULT_LEVEL, measured_runs, metric_columns
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
 FLEET_KEYS = ("model", "environment", "workload")
 
@@ -101,26 +104,108 @@ def _long(shared: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def host_deviations(
-    runs: pd.DataFrame, metrics: list[str] | None = None, tolerance: float = DEFAULT_TOLERANCE
+    runs: pd.DataFrame, metrics: list[str] | None = None, tolerance: float = DEFAULT_TOLERANCE,
+    alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL, facts: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Each host's median against the fleet median (all hosts' runs of the cell pooled), in percent.
+    """Each host against the rest of the fleet, per shared cell and metric, by the rule of every other
+    verdict (sparkfleet.compare.classify, ``tolerance`` as its threshold).
 
-    ``outside`` is True where |deviation| exceeds the tolerance; those hosts are the ones to look at.
+    First every pair of hosts is compared: a host that is *different* (significant and beyond the
+    tolerance) from a strict majority of the other hosts, all in one direction, is a suspect. Then each
+    host is compared with the pooled runs of the other hosts that are not suspects (all other hosts when
+    every one is): Welch's test and CI of the difference of means. So one slow host does not make the
+    healthy ones look out (leave-one-out against a fleet that includes the slow host would), and a host
+    between two others is not out because it differs from both in opposite directions.
+
+    ``outcome`` "different" (the host is *out*, ``outside``) only when that comparison is significant
+    (p < alpha) and beyond the tolerance; "same" when significant but small or when the whole CI lies
+    inside ±tolerance; otherwise "undetermined", with ``required_n`` the runs per side that would tell.
+    ``deviation_pct`` (with ``ci_low_pct``/``ci_high_pct``) is the host's mean against the reference's,
+    in percent; ``host_median`` and ``fleet_median`` (all hosts pooled) are for reference. ``hardware``
+    names the host facts (``facts``: host x fact, sparkfleet.fleet_state) in which this host differs from
+    every other host, e.g. ``vbios 96.00.B1 (others: 96.00.A5)``: the first suspects of a difference.
     """
     shared = multi_host_runs(runs)
     metrics = metric_columns(runs) if metrics is None else metrics
-    columns = [*FLEET_KEYS, "metric", "host", "n", "host_median", "fleet_median", "deviation_pct", "outside"]
     long = _long(shared, metrics)
     if long.empty:
-        return pd.DataFrame(columns=columns)
-    fleet = long.groupby([*FLEET_KEYS, "metric"])["value"].median().rename("fleet_median")
-    per_host = long.groupby([*FLEET_KEYS, "metric", "host"])["value"].agg(n="count", host_median="median")
-    table = per_host.reset_index().merge(fleet.reset_index(), on=[*FLEET_KEYS, "metric"])
+        return pd.DataFrame(columns=DEVIATION_COLUMNS)
+    keys = [*FLEET_KEYS, "metric"]
+    per_host = long.groupby([*keys, "host"], sort=True)["value"].agg(
+        n="count", mean="mean", var="var", host_median="median").reset_index()
+    cell = long.groupby(keys).agg(hosts=("host", "nunique"), fleet_median=("value", "median")).reset_index()
+    pairs = per_host.merge(per_host, on=keys, suffixes=("", "_o"))
+    pairs = pairs[pairs["host"] != pairs["host_o"]].reset_index(drop=True)
+    # 1. pairs: this host (b) against each other host (a)
+    verdict = classify(_paired(_side(pairs, "_o"), _side(pairs, ""), level), alpha=alpha, threshold=tolerance)
+    different = verdict["outcome"].to_numpy() == "different"
+    higher = (pairs["mean"] > pairs["mean_o"]).to_numpy()
+    votes = pairs[keys + ["host"]].assign(up=different & higher, down=different & ~higher, others=1)
+    votes = votes.groupby([*keys, "host"], sort=True)[["up", "down", "others"]].sum().reset_index()
+    votes["suspect"] = np.maximum(votes["up"], votes["down"]) * 2 > votes["others"]
+    # 2. each host against the pooled runs of the other hosts that are not suspects (all others if none is)
+    pairs = pairs.merge(votes[[*keys, "host", "suspect"]].rename(columns={"host": "host_o",
+                                                                          "suspect": "suspect_o"}),
+                        on=[*keys, "host_o"])
+    clean = pairs.groupby([*keys, "host"])["suspect_o"].transform(lambda s: ~s if (~s).any() else s | True)
+    reference = _pooled(pairs[clean.astype(bool)], [*keys, "host"])
+    t = per_host.merge(reference, on=[*keys, "host"]).merge(cell, on=keys)
+    t = t.merge(votes[[*keys, "host", "suspect"]], on=[*keys, "host"])
+    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    judged = classify(paired, alpha=alpha, threshold=tolerance)
+    scale = t["mean_ref"].abs().where(t["mean_ref"] != 0)
+    t = t.assign(host_mean=t["mean"], rest_mean=t["mean_ref"], n_rest=t["n_ref"].astype("int64"),
+                 rest_hosts=t["hosts_ref"], deviation_pct=paired["change_pct"],
+                 ci_low_pct=paired["ci_low"] / scale * 100, ci_high_pct=paired["ci_high"] / scale * 100,
+                 p_value=paired["p_value"], **{c: judged[c].to_numpy() for c in ("outcome", "reason", "required_n",
+                                                                                  "cv_pooled")})
+    t["outside"] = t["outcome"] == "different"
+    t["hardware"] = [hardware_difference(facts, h) for h in t["host"]] if facts is not None else ""
+    return t[DEVIATION_COLUMNS].reset_index(drop=True)
+
+
+def _side(frame: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    return pd.DataFrame({"n": frame[f"n{suffix}"].to_numpy(dtype=float),
+                         "mean": frame[f"mean{suffix}"].to_numpy(dtype=float),
+                         "var": frame[f"var{suffix}"].to_numpy(dtype=float)})
+
+
+def _pooled(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """n, mean and sample variance of the pooled runs of the ``_o`` hosts per group (from their moments)."""
+    data = pairs.assign(weighted=pairs["n_o"] * pairs["mean_o"],
+                        ss=pairs["var_o"].fillna(0) * (pairs["n_o"] - 1))
+    g = data.groupby(keys, sort=True)
+    out = g.agg(n_ref=("n_o", "sum"), total=("weighted", "sum"), ss=("ss", "sum"),
+                hosts_ref=("host_o", lambda h: ", ".join(sorted(map(str, h))))).reset_index()
+    out["mean_ref"] = out["total"] / out["n_ref"]
+    data = data.merge(out[[*keys, "mean_ref"]], on=keys)
+    between = (data["n_o"] * (data["mean_o"] - data["mean_ref"]) ** 2).groupby(
+        [data[k] for k in keys], sort=True).sum().rename("between").reset_index()
+    out = out.merge(between, on=keys)
     with np.errstate(invalid="ignore", divide="ignore"):
-        table["deviation_pct"] = np.where(
-            table["fleet_median"] != 0,
-            (table["host_median"] - table["fleet_median"]) / table["fleet_median"].abs() * 100,
-            np.nan,
-        )
-    table["outside"] = table["deviation_pct"].abs() > tolerance * 100
-    return table[columns]
+        out["var_ref"] = ((out["ss"] + out["between"]) / (out["n_ref"] - 1)).where(out["n_ref"] >= 2)
+    return out[[*keys, "n_ref", "mean_ref", "var_ref", "hosts_ref"]]
+
+
+DEVIATION_COLUMNS = [*FLEET_KEYS, "metric", "host", "hosts", "n", "n_rest", "rest_hosts", "suspect", "host_median",
+                     "fleet_median", "host_mean", "rest_mean", "deviation_pct", "ci_low_pct", "ci_high_pct",
+                     "p_value", "outcome", "reason", "required_n", "cv_pooled", "outside", "hardware"]
+
+
+def hardware_difference(facts: pd.DataFrame | None, host: str) -> str:
+    """The facts in which ``host`` differs from every other host (its value found on none of them), as
+    ``fact value (others: value, ...)`` joined by "; "; "" when none does or nothing is known."""
+    if facts is None or facts.empty or host not in facts.index or len(facts.index) < 2:
+        return ""
+    parts = []
+    for column in facts.columns:
+        mine = facts.at[host, column]
+        others = [v for h, v in facts[column].items() if h != host and not _missing(v)]
+        if _missing(mine) or not others or str(mine) in {str(v) for v in others}:
+            continue
+        parts.append(f"{column} {mine} (others: {', '.join(sorted({str(v) for v in others}))})")
+    return "; ".join(parts)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))

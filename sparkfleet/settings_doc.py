@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -52,7 +53,8 @@ def defaults_yaml() -> str:
              "# Every sparkfleet_* setting's default; the inventory, group_vars and -e override them.",
              "# The other roles depend on this one and read sparkfleet_* without defaults of their own."]
     for f in SETTINGS:
-        lines.append(f"# {f.doc}" + (f" ({f.range_text()})" if f.range_text() else ""))
+        comment = f"{f.doc}" + (f" ({f.range_text()})" if f.range_text() else "")
+        lines += [f"# {line}" for line in textwrap.wrap(comment, 150)]  # within yamllint's line length
         flow = _dump({f.name: f.default}, default_flow_style=True, width=10 ** 6).strip()[1:-1]
         if len(flow) + len(_NOQA) <= 150:
             lines.append(flow + _NOQA)

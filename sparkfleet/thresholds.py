@@ -3,7 +3,8 @@ call builds the whole parser, and `collect` runs one per host (`sparkfleet unpac
 
 from __future__ import annotations
 
-# A host whose median is further than this from the fleet median is named (cross-host reproducibility).
+# A host that differs from the other hosts significantly and by more than this is out (cross-host
+# reproducibility: sparkfleet.reproducibility.host_deviations, the rule of every verdict).
 DEFAULT_TOLERANCE = 0.05
 # A difference is a finding only when significant at this level (two-sided Welch test) ...
 DEFAULT_ALPHA = 0.05

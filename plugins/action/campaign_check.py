@@ -8,7 +8,7 @@ import json
 import os
 import shlex
 
-from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
@@ -25,22 +25,26 @@ ARGUMENT_SPEC = {
 MARK = "@@sparkfleet-check@@"
 
 
-def probe_command(paths: list[str], kept: list[str]) -> str:
-    """One shell command (test/cat only): whether each path exists, then each kept configuration file."""
+def probe_command(paths: list[str], kept: list[str], models_dir: str | None = None) -> str:
+    """One read-only shell command (test/readlink/cat): whether each path exists and where it really leads,
+    then each kept configuration file, then where the models directory really is."""
     q = shlex.quote
-    parts = [f"printf '%s\\n' '{MARK} path'; test -e {q(p)} && echo yes || echo no" for p in paths]
+    parts = [f"printf '%s\\n' '{MARK} path'; if test -e {q(p)}; then echo yes; readlink -f {q(p)}; else echo no; fi"
+             for p in paths]
     parts += [f"printf '\\n%s\\n' '{MARK} kept'; cat {q(k)} 2>/dev/null" for k in kept]
+    if models_dir:
+        parts.append(f"printf '\\n%s\\n' '{MARK} models_dir'; readlink -f {q(models_dir)} 2>/dev/null")
     return "; ".join(parts + ["true"])
 
 
 def parse_probe(text: str, paths: list[str], kept: list[str]) -> tuple[list[str], list]:
     """(the paths that do not exist, each kept file's JSON or None) from probe_command's output."""
     sections = marked_sections(text, MARK)
-    answers = [body.strip() for kind, body in sections if kind == "path"]
+    answers = [body.strip().splitlines()[:1] for kind, body in sections if kind == "path"]
     files = [body for kind, body in sections if kind == "kept"]
     if len(answers) != len(paths) or len(files) != len(kept):
         raise AnsibleActionFail(f"could not read the host's answer to the campaign check: {text[-400:]!r}")
-    missing = [p for p, answer in zip(paths, answers, strict=True) if answer != "yes"]
+    missing = [p for p, answer in zip(paths, answers, strict=True) if answer != ["yes"]]
     configs = []
     for body in files:
         try:
@@ -49,6 +53,19 @@ def parse_probe(text: str, paths: list[str], kept: list[str]) -> tuple[list[str]
             data = None  # half-written or damaged: bench_run judges the host's results again itself
         configs.append(data if isinstance(data, dict) else None)
     return missing, configs
+
+
+def linked_outside(text: str, paths: list[str], models_dir: str) -> list[tuple[str, str, str]]:
+    """(path, where it really leads, where the models directory really is) for each existing path that a
+    symlink leads out of the models directory: inside the chroot and the container that link goes nowhere."""
+    sections = marked_sections(text, MARK)
+    real_dir = next((body.strip() for kind, body in sections if kind == "models_dir"), "")
+    answers = [body.strip().splitlines() for kind, body in sections if kind == "path"]
+    if not real_dir or len(answers) != len(paths):
+        return []
+    within = sparkfleet("planning").path_within
+    return [(p, lines[1].strip(), real_dir) for p, lines in zip(paths, answers, strict=True)
+            if len(lines) > 1 and lines[0] == "yes" and not within(lines[1].strip(), real_dir)]
 
 
 class ActionModule(ActionBase):
@@ -90,23 +107,41 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"sparkfleet_campaign: must be plain data (mappings, lists, strings, "
                                     f"numbers): {exc}") from None
         try:
-            check = planning.check_host(host, campaign, self._variables(planning, task_vars))
+            check_vars = self._variables(planning, task_vars)
+            check = planning.check_host(host, campaign, check_vars)
         except planning.CampaignError as exc:
             raise AnsibleActionFail(str(exc)) from None
         models = [m for m in check.campaign["models"] if m.get("path")]
         names = planning.kept_names(check.campaign)
         kept_files = [os.path.join(planning.host_results_dir(check.settings, n, host), resume.CONFIG_FILE)
                       for n in names]
-        out = self._low_level_execute_command(probe_command([m["path"] for m in models], kept_files))
+        paths = [m["path"] for m in models]
+        bound = any(e.get("kind") in planning.BOUND_KINDS for e in check.campaign["environments"])
+        models_dir = planning.host_models_dir(check_vars) if bound and paths else None
+        try:
+            out = self._low_level_execute_command(probe_command(paths, kept_files, models_dir))
+        except AnsibleConnectionFailure as exc:
+            # Unreachable, with the controller's check done: Ansible drops this host (reported as unreachable)
+            # and campaign_plan still plans its runs into campaign.json, so the report names them missing.
+            result.update(check.to_dict(), changed=False, unreachable=True, msg=str(exc))
+            return result
         if out.get("rc") not in (0, None):
             raise AnsibleActionFail(f"could not ask the host about the campaign: {out.get('stderr', '').strip()}")
-        missing, configs = parse_probe(out.get("stdout", ""), [m["path"] for m in models], kept_files)
+        missing, configs = parse_probe(out.get("stdout", ""), paths, kept_files)
         check.kept = dict(zip(names, configs, strict=True))
         result.update(check.to_dict(), changed=False, missing_model_paths=missing)
         if check.warnings:
             result["warnings"] = list(check.warnings)
+        problems = []
         if missing:
             gone = [m for m in models if m["path"] in missing]
-            result.update(failed=True, msg=f"{host}: model path(s) not found: {', '.join(missing)} "
-                                           f"(models {', '.join(m['name'] for m in gone)})")
+            problems.append(f"{host}: model path(s) not found: {', '.join(missing)} "
+                            f"(models {', '.join(m['name'] for m in gone)})")
+        if models_dir:
+            problems += [f"{host}: model path {path} is a link to {real}, outside the models directory {models_dir} "
+                         f"({real_dir}): the native chroot and the container see the models directory only; put "
+                         f"the model itself under it" for path, real, real_dir in
+                         linked_outside(out.get("stdout", ""), paths, models_dir)]
+        if problems:
+            result.update(failed=True, msg="; ".join(problems))
         return result

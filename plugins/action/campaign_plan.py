@@ -32,14 +32,19 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("plans the whole fleet at once: run it with run_once: true")
         args = checked_args(ARGUMENT_SPEC, self._task.args)
         hostvars = task_vars["hostvars"]
-        hosts = [str(h) for h in task_vars.get("ansible_play_hosts") or []]
+        hosts = [str(h) for h in task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts") or []]
         try:
-            checks = [planning.HostCheck.from_dict(planning.plain(hostvars[h].get(args["checks"])), h) for h in hosts]
+            checks, unreachable = planning.usable_checks({h: planning.plain(hostvars[h].get(args["checks"]))
+                                                          for h in hosts})
             fleet = planning.plan_fleet(checks, args["results_dir"], os.getcwd(), args["on_change"],
                                         check_mode=bool(self._task.check_mode))
             path, changed = planning.write_campaign_file(fleet, {"ansible": ANSIBLE_VERSION, "python": sys.executable},
                                                          check_mode=bool(self._task.check_mode))
         except planning.CampaignError as exc:
             raise AnsibleActionFail(str(exc)) from None
-        result.update(fleet.to_dict(), campaign_file=path, changed=changed)
+        result.update(fleet.to_dict(), campaign_file=path, changed=changed, unreachable_hosts=unreachable)
+        if unreachable:
+            result["warnings"] = [f"{h}: unreachable: its {len(fleet.hosts[h].runs)} planned runs are recorded in "
+                                  f"campaign.json and reported missing; the other hosts go on"
+                                  for h in unreachable if h in fleet.hosts]
         return result

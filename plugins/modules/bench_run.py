@@ -29,7 +29,10 @@ description:
     (and the container); samples telemetry in-process (NVML, or one persistent C(nvidia-smi) loop;
     C(/proc/meminfo); the container's cgroup memory)."
   - "After the run: parses the engine's output with sparkfleet's parsers, checks that the model the log
-    says was loaded is the requested one (else the run is C(invalid)), writes C(bench.log),
+    says was loaded is the requested one (else the run is C(invalid)), and that what the engine shows it
+    loaded (model path, weight files and sizes, architecture, layers, hidden size, dtype, parameter count)
+    matches the model directory's card fingerprinted on the host (record C(provenance): C(confirmed),
+    C(unconfirmed) or C(mismatch), the last making the run C(invalid)), writes C(bench.log),
     C(telemetry.csv) and C(record.json) (atomically) under C(<results_root>/<campaign>/<host>/runs/<run_id>/)
     and appends C(started)/C(finished) events to the host's C(ledger.jsonl)."
   - A run whose ledger says C(finished) and whose record exists is skipped (C(changed=false)), so
@@ -117,6 +120,20 @@ options:
         C(campaign_config_hash) their records carry."
       - Omitted, nothing is checked or kept.
     type: dict
+  trtllm:
+    description:
+      - "The image's TensorRT-LLM version and CLI surface, as M(sparkfleet.bench.engine_probe) returns them
+        (C(version), C(profile), C(surface), C(sources)), plus C(unknown_version) (C(refuse) or C(warn)) and
+        C(hf_cache_dir). A trtllm run's commands are built for that version: C(trtllm-bench prepare-dataset)
+        where it exists, else the image's C(benchmarks/cpp/prepare_dataset.py --stdout); the tokenizer from
+        C(model.path); latency without C(--max_batch_size); C(--config) or C(--extra_llm_api_options) as the
+        version spells it. An unknown or unsupported version fails the run at setup (C(refuse)) or runs with
+        the nearest profile and a warning in its record (C(warn)). Kept in each record's C(versions.trtllm)."
+      - "Runs are offline (C(HF_HUB_OFFLINE=1), C(TRANSFORMERS_OFFLINE=1)) unless C(hf_cache_dir) names a host
+        directory: it is bound at C(/root/.cache/huggingface) into the container (the native rootfs binds it
+        there too) and C(HF_HOME) points at it."
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -237,6 +254,12 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint, modelcard, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (
+    ChrootError,
+    load_image_config,
+    read_native_state,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import JobRegistration
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.ledger import (
     FINAL,
@@ -280,6 +303,8 @@ _TIMEOUT_FIELD = next(f for f in CAMPAIGN_FIELDS if f.name == "timeout_s")
 _TELEMETRY_FIELD = SETTINGS_BY_NAME["sparkfleet_telemetry_interval_s"]
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 TAIL_BYTES = 4000
+# Model directories' cards (provenance), each read once per bench_run call.
+_MODEL_CARDS = modelcard.Fingerprints()
 # Space set aside before each run so that a run that fills the disk can still be recorded as failed.
 RESERVE_BYTES = 512 * 1024
 LOW_SPACE_BYTES = 4 * 1024 * 1024
@@ -361,6 +386,8 @@ class Run:
         self.job = job
         self._tracker = None  # memstate.PeakTracker of the run in progress
         self._flags = None  # the container's resolved docker run flags
+        self._fp = None  # fingerprint.Sampler of the measured step in progress
+        self._launch_warnings = []  # launcher warnings (a rootfs marker without the image's entrypoint)
         if not isinstance(plan, dict):
             module.fail_json(msg="runs: each planned run must be a dict, got %r" % (plan,))
         for key in ("run_id", "model", "environment", "workload", "iteration"):
@@ -460,9 +487,12 @@ class Run:
             return self._finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {}, None)
         try:
             steps = engine_steps(self.workload.get("engine", "trtllm"), self.workload, self.model,
-                                 self.run_dir, self.workloads_dir)
-            launches = [(name, self._command(kind, name, argv)) for name, argv in steps]
-        except (RunSetupError, ValueError, TypeError) as exc:
+                                 self.run_dir, self.workloads_dir, trtllm=self._trtllm(),
+                                 hf_cache=bool(self._trtllm().get("hf_cache_dir")))
+            launches = [(name, self._command(kind, name, argv), out) for name, argv, out in steps]
+            if self.workload.get("engine", "trtllm") == "trtllm":  # the version the commands were built for
+                record.versions["trtllm"] = trtllm_cli.record(self._trtllm(), trtllm_cli.resolve(self._trtllm()))
+        except (RunSetupError, trtllm_cli.TrtllmCliError, ValueError, TypeError) as exc:
             return self._finish(record, "failed", "setup: %s" % exc, {}, None)
         record.command = redact(launches[-1][1])
         from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import memstate
@@ -486,9 +516,10 @@ class Run:
         outcome = {"rc": None, "timed_out": False}
         sampler.start()
         try:
-            for name, cmd in launches:
+            for name, cmd, stdout in launches:
                 log = os.path.join(self.run_dir, "bench.log" if name == "bench" else "%s.log" % name)
-                outcome = self._launch(kind, cmd, log, deadline - time.monotonic(), sampler)
+                self._fp = fingerprint.Sampler() if name == "bench" else None
+                outcome = self._launch(kind, cmd, log, deadline - time.monotonic(), sampler, stdout)
                 if outcome["timed_out"] or outcome["rc"] != 0:
                     outcome["step"] = name
                     break
@@ -497,6 +528,7 @@ class Run:
         finally:
             telemetry = sampler.stop()
             self._tracker.close()
+            record.fingerprint = self._fingerprint(kind)
             if kind == "container":
                 subprocess.run([self._docker(), "rm", "-f", self._container_name()], capture_output=True)
         record.memory = memstate.section(self.workload.get("kv_fraction"), drop, start, self._tracker, self._flags)
@@ -518,14 +550,22 @@ class Run:
         env = {str(k): str(v) for k, v in (self.p["env"] or {}).items()}
         env.update({str(k): str(v) for k, v in (self.workload.get("env") or {}).items()})
         env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (self.environment.get("kind"), self.environment["name"]))
+        if self.workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
+            for key, value in trtllm_cli.run_env(self._trtllm().get("hf_cache_dir")).items():
+                env.setdefault(key, value)
         return env
+
+    def _trtllm(self) -> dict:
+        """The image's TensorRT-LLM detection (engine_probe) with the run's unknown_version and hf_cache_dir."""
+        return self.p["trtllm"] or {}
 
     def _command(self, kind: str, step: str, argv: list) -> list:
         if kind == "bare":  # straight on the host, with the module's own environment plus the workload's
             return ["/usr/bin/env", "-C", self.run_dir] + ["%s=%s" % kv for kv in self._env().items()] + list(argv)
         if kind == "native":
             native = self.p["native"] or {}
-            return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self._env(), self.run_dir)
+            return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self._env(), self.run_dir,
+                                  warnings=self._launch_warnings)
         container = self.p["container"] or {}
         flags = self.environment.get("docker_flags")
         if flags is None:
@@ -539,13 +579,18 @@ class Run:
         binds = [(results_root, results_root, False)]
         if self.p["models_dir"] and os.path.isdir(self.p["models_dir"]):
             binds.append((self.p["models_dir"], self.p["models_dir"], True))
+        hf_cache = self._trtllm().get("hf_cache_dir") if self.workload.get("engine", "trtllm") == "trtllm" else None
+        if hf_cache:  # opted in: the same cache, at the same place, as the native rootfs binds it
+            if not os.path.isdir(hf_cache):
+                raise RunSetupError("hf_cache_dir %r is not a directory on this host" % hf_cache)
+            binds.append((hf_cache, trtllm_cli.HF_CACHE_TARGET, False))
         labels = {"sparkfleet.run_id": self.rid, "sparkfleet.campaign": self.p["campaign"], "sparkfleet.step": step}
         return container_command(self._docker(), self._container_name(), container.get("image"), flags, argv,
                                  self._env(), self.run_dir, binds, labels)
 
-    def _launch(self, kind: str, cmd: list, log: str, timeout: float, sampler) -> dict:
+    def _launch(self, kind: str, cmd: list, log: str, timeout: float, sampler, stdout=None) -> dict:
         if kind != "container":
-            return run_process(cmd, log, timeout, on_start=self._registered)
+            return run_process(cmd, log, timeout, on_start=self._registered, stdout_path=stdout)
         docker, name = self._docker(), self._container_name()
         subprocess.run([docker, "rm", "-f", name], capture_output=True)  # a leftover from a killed run
 
@@ -564,11 +609,32 @@ class Run:
             subprocess.run([docker, "kill", name], capture_output=True)
 
         try:
-            return run_process(cmd, log, timeout, on_start=watch_cgroup, on_timeout=kill_container)
+            return run_process(cmd, log, timeout, on_start=watch_cgroup, on_timeout=kill_container,
+                               stdout_path=stdout)
         finally:
             subprocess.run([docker, "rm", "-f", name], capture_output=True)
 
+    def _fingerprint(self, kind: str):
+        """The record's fingerprint section (sparkfleet_host.fingerprint) of the measured step, or None."""
+        if self._fp is None and not self._launch_warnings:
+            return None
+        launch = state = None
+        if kind == "native":
+            rootfs = (self.p["native"] or {}).get("rootfs")
+            try:
+                config = load_image_config(rootfs or "")
+                launch = {"entrypoint": config["entrypoint"], "through_entrypoint": config["recorded"],
+                          "working_dir": config["working_dir"], "user": config["user"]}
+            except ChrootError:
+                pass
+            state = read_native_state(rootfs) if rootfs else None
+        fp = self._fp.stop() if self._fp is not None else None
+        return fingerprint.section(fp, kind, launch=launch, native_state=state, warnings=self._launch_warnings,
+                                   error=self._fp.error if self._fp is not None else None)
+
     def _registered(self, proc, container=None, docker=None) -> None:
+        if self._fp is not None:
+            self._fp.start(proc.pid, container=container, docker=docker)
         if self.job is not None:
             self.job.running(self.rid, child_pgid=proc.pid, container=container, docker=docker)
 
@@ -594,6 +660,7 @@ class Run:
             record.parse_warnings, record.parse_missing, record.probe = parsed.warnings, parsed.missing, parsed.probe
             record.versions["engine"] = parsed.engine
             record.versions["engine_version"] = parsed.engine_version
+            record.provenance = self._provenance(parsed)
         if outcome.get("error"):
             return self._finish(record, "failed", outcome["error"], metrics, parsed)
         if outcome["timed_out"]:
@@ -610,8 +677,40 @@ class Run:
         if parsed and parsed.model and not model_matches(self.model, parsed.model):
             return self._finish(record, "invalid", "log says model %r was loaded, campaign asked for %r"
                                 % (parsed.model, self.model.get("hf_id") or self.model["name"]), metrics, parsed)
-        reason = None if not parsed or parsed.model else "the log does not name the loaded model"
+        provenance = record.provenance or {}
+        if provenance.get("status") == "mismatch":
+            return self._finish(record, "invalid", "provenance: %s" % provenance.get("reason"), metrics, parsed)
+        # Unconfirmed stays ok for the statistics; the reason and the report's warning say so.
+        reason = None if provenance.get("status") in ("confirmed", "not_applicable") else (
+            "provenance unconfirmed: %s" % (provenance.get("reason") or "the log does not show the loaded model"))
         return self._finish(record, "ok", reason, metrics, parsed)
+
+    def _provenance(self, parsed) -> dict:
+        """Did the engine load the requested model? Its output (parsed.loaded) against the model directory's
+        card (modelcard.fingerprint, read once per directory and call). A log's model name equal to our own
+        argument is no evidence: only what the engine read from the checkpoint can confirm."""
+        engine = self.workload.get("engine", "trtllm")
+        try:
+            path = self.model.get("path")
+            card, problem = _MODEL_CARDS.get(path) if path else (
+                None, "the model has no path; a Hugging Face id is loaded from the engine's own cache")
+            extra = parsed.extra or {}
+            world = 1
+            for key in ("tp_size", "pp_size"):
+                if isinstance(extra.get(key), int) and extra[key] > 0:
+                    world *= extra[key]
+            verdict = modelcard.judge(card, dict(parsed.loaded or {}), problem, world=world,
+                                      applicable=engine != "matmul")
+        except Exception as exc:  # a bug here must not lose the run: it stays unconfirmed, saying why
+            verdict = {"status": "unconfirmed", "reason": "provenance check failed: %s: %s"
+                       % (type(exc).__name__, exc), "expected": None, "loaded": None, "checks": {}}
+        if parsed.model and not model_matches(self.model, parsed.model):
+            want = self.model.get("hf_id") or self.model["name"]
+            verdict["checks"]["model_name"] = {"ok": False, "expected": want, "loaded": parsed.model}
+            verdict["reason"] = "; ".join(r for r in ("model_name: the engine loaded %s, the campaign asked for %s"
+                                                      % (parsed.model, want), verdict.get("reason")) if r)
+            verdict["status"] = "mismatch"
+        return verdict
 
     def _base_record(self, kind: str):
         """The run's record from the contract's one builder (sparkfleet_host.record.new_record)."""
@@ -742,6 +841,7 @@ def main():
             retry_failed=dict(type="bool", default=False),
             versions=dict(type="dict", default={}),
             campaign_config=dict(type="dict"),
+            trtllm=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )

@@ -21,8 +21,11 @@ description:
     each model path of the campaign exists, and which campaign configuration it keeps beside earlier results
     of this campaign (and of the id the campaign would get as a changed one), so that the resume decision
     does not depend on the controller's copy alone.
-  - Fails when the campaign or a variable is bad, or a model path is missing. Unknown C(sparkfleet_*)
-    variables are warnings.
+  - Fails when the campaign, the host name (letters, digits, C(.), C(_), C(-) only) or a variable is bad, or a
+    model path is missing; all of that is checked on the controller before the host is asked. Unknown
+    C(sparkfleet_*) variables are warnings.
+  - A host that cannot be reached is reported unreachable, its result still holding the controller's part of the
+    check, so that M(sparkfleet.bench.campaign_plan) plans its runs and the rest of the fleet goes on.
   - This is an action plugin; it runs on the controller. This file holds its documentation only.
 options:
   campaign:

@@ -105,6 +105,13 @@ campaign_file:
   returned: success
   type: str
   sample: /home/me/sparkfleet/results/sanity/campaign.json
+unreachable_hosts:
+  description: The hosts whose campaign check could not reach them; their runs are planned into C(campaign.json)
+    all the same (the report names them missing), and the other hosts go on.
+  returned: success
+  type: list
+  elements: str
+  sample: [spark3]
 hosts:
   description: Host -> its plan.
   returned: success

@@ -10,8 +10,10 @@ DOCUMENTATION = r"""
 module: chroot_command
 short_description: Runs a command in a container rootfs through chroot, with the image's environment
 description:
-  - Runs O(argv) as C(chroot ROOTFS /usr/bin/env -i [-C CWD] -- K=V... ARGV...) - the argv list is passed as
-    it is, never through a shell.
+  - Runs O(argv) as C(chroot ROOTFS /usr/bin/env -i [-C CWD] -- K=V... [ENTRYPOINT...] ARGV...) - the argv
+    list is passed as it is, never through a shell. Like C(docker run IMAGE ARGV), the image's entrypoint
+    (recorded in the rootfs marker) runs with O(argv) as its arguments, in the image's working directory
+    unless O(cwd) is given (see O(entrypoint)).
   - The environment is only what C(docker run) would give - C(HOME=/root) unless the image sets it, the image's
     config environment (C(Config.Env), from the rootfs marker C(.sparkfleet-rootfs.json) unless O(image_env)
     is given), then O(env).
@@ -54,6 +56,13 @@ options:
     type: list
     elements: int
     default: [0]
+  entrypoint:
+    description:
+      - Run O(argv) through the image's entrypoint, as C(docker run) does (V(false) is C(docker run --entrypoint ARGV0)).
+        A rootfs whose marker does not record the entrypoint (provisioned by an older version) runs O(argv)
+        directly, with a warning.
+    type: bool
+    default: true
 notes:
   - Needs root (chroot(2)). Reports C(changed) V(true) whenever the command ran, like M(ansible.builtin.command);
     set C(changed_when) on a probe. Skipped in check mode.
@@ -114,7 +123,9 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
     ChrootError,
     chroot_argv,
     launch_env,
+    load_image_config,
     load_image_env,
+    stale_marker_warning,
 )
 
 
@@ -128,6 +139,7 @@ def run_module() -> None:
             cwd=dict(type="str"),
             timeout=dict(type="int", default=0),
             expect_rc=dict(type="list", elements="int", default=[0]),
+            entrypoint=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -136,7 +148,14 @@ def run_module() -> None:
     try:
         image_env = p["image_env"] if p["image_env"] is not None else load_image_env(rootfs)
         chroot = module.get_bin_path("chroot", opt_dirs=["/usr/sbin", "/sbin"]) or "chroot"
-        cmd = chroot_argv(rootfs, image_env, p["argv"], extra_env=p["env"], cwd=p["cwd"], chroot=chroot)
+        config = None
+        if p["entrypoint"]:
+            config = load_image_config(rootfs)
+            note = stale_marker_warning(rootfs, config)
+            if note:
+                module.warn(note)
+        cmd = chroot_argv(rootfs, image_env, p["argv"], extra_env=p["env"], cwd=p["cwd"], chroot=chroot,
+                          config=config)
         env = launch_env(image_env, p["env"])
     except (ChrootError, ValueError, TypeError) as exc:
         module.fail_json(msg=str(exc))

@@ -21,8 +21,18 @@ description:
     absolute symlink never leads out of the rootfs); missing ones are created, never inside another mount.
   - With O(state=unmounted), unmounts everything mounted under O(scope) (default O(rootfs)) as
     C(/proc/self/mountinfo) lists it - deepest and latest first - so mounts left by a crash are found too.
-    A busy mount is detached lazily (C(umount -l)) with a warning.
-  - Records nothing - the state is what the kernel reports.
+    A busy mount is detached lazily (C(umount -l)) with a warning. Before that, every rootfs under O(scope)
+    (O(scope) itself and its direct subdirectories) with a C(.sparkfleet-native-state.json) gets the image's own
+    ld cache back and loses the compat entry (RV(restored)). Symlinks ldconfig created in library directories
+    (as in a container's writable layer) stay.
+  - Then, as the NVIDIA container toolkit does for C(docker run --gpus) (its C(enable-cuda-compat) and
+    C(update-ldcache) hooks), makes the CUDA forward-compat choice - when the image has exactly one
+    C(/usr/local/cuda/compat/libcuda.so.*.*) whose major version is above the host driver's, its directory
+    goes into C(/etc/ld.so.conf.d/00-compat-sparkfleet.conf) - and refreshes the rootfs's ld cache by running
+    the image's own C(ldconfig) in the chroot (O(ldconfig), O(cuda_compat)). The image's original
+    C(/etc/ld.so.cache) is kept as C(/etc/ld.so.cache.sparkfleet-orig); what was done is returned
+    (RV(ldcache), RV(cuda_compat)) and written to C(.sparkfleet-native-state.json) in the rootfs.
+  - Mounts are not recorded - their state is what the kernel reports.
   - Finding no NVIDIA device node, driver library or tool is not an error - it is returned in RV(missing)
     (a host without a GPU); the verify probe decides whether that matters.
 version_added: "0.1.0"
@@ -75,6 +85,23 @@ options:
       - Bind the host's C(/etc/resolv.conf) (its target, when a symlink) read-only.
     type: bool
     default: true
+  ldconfig:
+    description:
+      - After binding, run the image's C(ldconfig) in the chroot to refresh its ld cache (the toolkit's
+        C(update-ldcache) hook).
+    type: bool
+    default: true
+  cuda_compat:
+    description:
+      - Make the CUDA forward-compat choice the toolkit's C(enable-cuda-compat) hook makes (V(false) never puts
+        the image's compat libcuda first).
+    type: bool
+    default: true
+  host_driver_version:
+    description:
+      - The host driver version to compare the compat libcuda with; by default read from the file name of the
+        host's libcuda, else from the kernel module.
+    type: str
   binds:
     description:
       - Further host directories or files to bind (models, results, ...).
@@ -155,6 +182,24 @@ devices:
   type: list
   elements: str
   sample: [/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm]
+ldcache:
+  description: The ld cache refresh - C(refreshed), C(ldconfig) (path in the rootfs), C(argv), C(changed)
+    (whether the cache differs from before), C(backup) (the image's original cache, or null when it had none).
+  returned: when O(state=mounted)
+  type: dict
+cuda_compat:
+  description: The CUDA forward-compat decision - C(enabled), C(reason), C(host_driver_version),
+    C(compat_version), C(compat_library), C(compat_dir), C(conf) (the ld.so.conf.d entry written, or null).
+  returned: when O(state=mounted)
+  type: dict
+  sample: {enabled: false, reason: "host driver 580.95.05 is not older than the compat libcuda 575.57.08 (major 580 >= 575)",
+           host_driver_version: 580.95.05, compat_version: 575.57.08, compat_library: /usr/local/cuda/compat/libcuda.so.575.57.08,
+           compat_dir: null, conf: null}
+restored:
+  description: With O(state=unmounted), the rootfs directories whose ld cache and compat entry were put back.
+  returned: always
+  type: list
+  elements: str
 missing:
   description: What was looked for and not found (no device nodes, no driver libraries, a tool not on PATH).
   returned: always
@@ -164,21 +209,32 @@ missing:
 """
 
 import glob  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import stat  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
+    CUDA_COMPAT_CONF,
     DEFAULT_DRIVER_LIB_EXCLUDES,
     DEFAULT_DRIVER_LIB_PATTERNS,
+    LD_CACHE,
+    LD_CACHE_BACKUP,
+    NATIVE_STATE,
     ChrootError,
     MountInfo,
+    cuda_compat_decision,
     driver_libraries,
+    host_driver_version,
     is_under,
+    ldconfig_argv,
+    ldconfig_in_root,
     mounts_under,
     read_mountinfo,
+    read_native_state,
     resolve_in_root,
     unmount_order,
 )
@@ -316,6 +372,97 @@ def ensure_mountpoint(module: AnsibleModule, src: str, target: str, under: list[
     return True
 
 
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def refresh_ld_cache(module: AnsibleModule, rootfs: str, driver_libs: list[str]) -> tuple[dict, dict]:
+    """The toolkit's enable-cuda-compat and update-ldcache hooks, for the chroot (see the module doc).
+    Returns (ldcache, cuda_compat) and writes both to the rootfs's NATIVE_STATE file."""
+    p = module.params
+    version = p["host_driver_version"] or host_driver_version(driver_libs)
+    compat = cuda_compat_decision(rootfs, version) if p["cuda_compat"] else dict(
+        enabled=False, reason="cuda_compat is off", host_driver_version=version, compat_version=None,
+        compat_library=None, compat_dir=None)
+    conf = resolve_in_root(rootfs, CUDA_COMPAT_CONF)
+    compat["conf"] = CUDA_COMPAT_CONF if compat["enabled"] else None
+    ldcache: dict[str, Any] = dict(refreshed=False, ldconfig=None, argv=None, changed=False, backup=None)
+    state = read_native_state(rootfs) or {}
+    cache = resolve_in_root(rootfs, LD_CACHE)
+    backup = resolve_in_root(rootfs, LD_CACHE_BACKUP)
+    if module.check_mode:
+        return ldcache, compat
+    changed = False
+    if "had_cache" not in state:  # the first refresh: keep the image's own cache for undo
+        state["had_cache"] = os.path.lexists(cache)
+        if state["had_cache"] and not os.path.lexists(backup):
+            shutil.copy2(cache, backup)
+    ldcache["backup"] = LD_CACHE_BACKUP if state["had_cache"] else None
+    if compat["enabled"]:
+        text = compat["compat_dir"] + "\n"
+        if _read(conf) != text.encode():
+            os.makedirs(os.path.dirname(conf), mode=0o755, exist_ok=True)
+            with open(conf, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(conf, 0o644)
+            changed = True
+    elif os.path.lexists(conf):  # decided otherwise since (another driver): the entry goes
+        os.unlink(conf)
+        changed = True
+    if p["ldconfig"]:
+        ldconfig = ldconfig_in_root(rootfs)
+        if ldconfig is None:
+            module.warn(f"no ldconfig in {rootfs}: its ld cache is not refreshed (Docker's update-ldcache hook "
+                        f"would run the host's)")
+        else:
+            chroot = module.get_bin_path("chroot", opt_dirs=["/usr/sbin", "/sbin"]) or "chroot"
+            argv = ldconfig_argv(rootfs, ldconfig, os.path.lexists(cache), chroot=chroot)
+            before = _read(cache)
+            rc, _out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+            if rc != 0:
+                module.fail_json(msg=f"ldconfig in {rootfs} failed (rc={rc}): {err.strip()[-500:]}",
+                                 ldcache=ldcache, cuda_compat=compat)
+            ldcache.update(refreshed=True, ldconfig=ldconfig, argv=argv, changed=_read(cache) != before)
+            changed = changed or ldcache["changed"]
+    state.update(ldcache=ldcache, cuda_compat=compat, compat_conf=compat["conf"])
+    old = read_native_state(rootfs)
+    if old != state:
+        tmp = os.path.join(rootfs, NATIVE_STATE + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state, fh, indent=2, sort_keys=True)
+        os.rename(tmp, os.path.join(rootfs, NATIVE_STATE))
+    ldcache["changed"] = changed
+    return ldcache, compat
+
+
+def restore_ld_cache(module: AnsibleModule, scope: str) -> list[str]:
+    """Undo refresh_ld_cache in every rootfs under ``scope`` (itself and its direct subdirectories)."""
+    done: list[str] = []
+    candidates = [scope] + ([os.path.join(scope, n) for n in sorted(os.listdir(scope))]
+                            if os.path.isdir(scope) else [])
+    for rootfs in candidates:
+        if not os.path.isfile(os.path.join(rootfs, NATIVE_STATE)) or os.path.islink(rootfs):
+            continue
+        state = read_native_state(rootfs) or {}
+        done.append(rootfs)
+        if module.check_mode:
+            continue
+        conf = resolve_in_root(rootfs, CUDA_COMPAT_CONF)
+        if os.path.lexists(conf):
+            os.unlink(conf)
+        cache, backup = resolve_in_root(rootfs, LD_CACHE), resolve_in_root(rootfs, LD_CACHE_BACKUP)
+        if os.path.lexists(backup):
+            os.replace(backup, cache)
+        elif state.get("had_cache") is False and os.path.lexists(cache):
+            os.unlink(cache)  # the image had none: the one ldconfig made goes
+        os.unlink(os.path.join(rootfs, NATIVE_STATE))
+    return done
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -328,6 +475,9 @@ def run_module() -> None:
             driver_library_excludes=dict(type="list", elements="str"),
             driver_binaries=dict(type="list", elements="str", default=["nvidia-smi"]),
             resolv_conf=dict(type="bool", default=True),
+            ldconfig=dict(type="bool", default=True),
+            cuda_compat=dict(type="bool", default=True),
+            host_driver_version=dict(type="str"),
             binds=dict(type="list", elements="dict", default=[], options=dict(
                 src=dict(type="path", required=True),
                 dest=dict(type="str"),
@@ -341,17 +491,19 @@ def run_module() -> None:
     p = module.params
     mounter = Mounter(module)
     result: dict[str, Any] = dict(changed=False, mounts=[], mounted=[], unmounted=[], driver_libraries=[],
-                                  devices=[], missing=[])
+                                  devices=[], missing=[], restored=[])
 
     if p["state"] == "unmounted":
         scope = os.path.realpath(p["scope"] or p["rootfs"])
         if scope == "/":
             module.fail_json(msg="refusing to unmount everything under /: give the rootfs directory as scope")
         try:
+            # First, while an overlay rootfs is still mounted (its files live in the upper layer).
+            result["restored"] = restore_ld_cache(module, scope)
             result["unmounted"] = mounter.unmount_all(scope)
         except (OSError, ValueError, ChrootError) as exc:
             module.fail_json(msg=f"unmounting under {scope}: {exc}", **result)
-        result["changed"] = bool(result["unmounted"])
+        result["changed"] = bool(result["unmounted"] or result["restored"])
         module.exit_json(**result)
 
     rootfs = os.path.realpath(p["rootfs"])
@@ -388,9 +540,10 @@ def run_module() -> None:
                 rc, _o, err = mounter.run([mounter.mount, "-o", "remount,bind,ro", target])
                 if rc != 0:
                     module.fail_json(msg=f"cannot make {target} read-only: {err.strip()}", **result)
+        result["ldcache"], result["cuda_compat"] = refresh_ld_cache(module, rootfs, result["driver_libraries"])
     except (OSError, ChrootError) as exc:
         module.fail_json(msg=f"mounting into {rootfs}: {exc}", **result)
-    result["changed"] = bool(result["mounted"])
+    result["changed"] = bool(result["mounted"]) or result["ldcache"]["changed"]
     module.exit_json(**result)
 
 

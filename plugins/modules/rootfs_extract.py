@@ -14,14 +14,18 @@ description:
     C(docker create) + C(docker export) give it, streamed into C(tar -x) - the image is never written to disk
     as an archive.
   - Extraction goes to C(ROOT/rootfs/.partial-HEX-RANDOM) first. Only when C(tar) and C(docker export)
-    both succeeded is C(/.dockerenv) removed, the marker C(.sparkfleet-rootfs.json) written (digest,
-    reference, size, time, the image's config environment) and the directory renamed into place in one
+    both succeeded is C(/.dockerenv) removed, the marker C(.sparkfleet-rootfs.json) written (schema 2 - digest,
+    reference, size, time, the image's config environment, entrypoint, Cmd, working directory and user, which
+    the chroot launcher needs to run what C(docker run) runs) and the directory renamed into place in one
     C(rename) - an interrupted extraction never leaves a partial tree where a complete one is expected.
     Leftover C(.partial-*) directories and temporary containers of an interrupted run are removed by the next.
   - Before writing anything, checks that the file system of O(root) has O(size) plus a margin free and
     fails naming the bytes needed and free.
   - Idempotent - an existing rootfs whose marker names O(digest) is left alone (C(changed) V(false)).
     Another digest gets its own directory; older ones are kept until O(prune) is set.
+  - A rootfs extracted by an older version (marker schema 1, without the entrypoint) is not extracted again -
+    its files are the image's - but its marker is rewritten in place with O(entrypoint), O(cmd),
+    O(working_dir) and O(user) (RV(marker_upgraded)).
   - Never removes a directory that has something mounted under it.
 version_added: "0.1.0"
 options:
@@ -51,6 +55,28 @@ options:
     type: list
     elements: str
     default: []
+  entrypoint:
+    description:
+      - The image's C(Config.Entrypoint) (RV(sparkfleet.bench.rootfs_image#module:entrypoint)), recorded in the marker.
+    type: list
+    elements: str
+    default: []
+  cmd:
+    description:
+      - The image's C(Config.Cmd), recorded in the marker.
+    type: list
+    elements: str
+    default: []
+  working_dir:
+    description:
+      - The image's C(Config.WorkingDir), recorded in the marker.
+    type: str
+    default: ""
+  user:
+    description:
+      - The image's C(Config.User), recorded in the marker.
+    type: str
+    default: ""
   repo_digests:
     description:
       - Registry digests of the image, recorded in the marker.
@@ -104,6 +130,10 @@ EXAMPLES = r"""
     image: "{{ native_rootfs_image_info.image }}"
     size: "{{ native_rootfs_image_info.size }}"
     env: "{{ native_rootfs_image_info.env }}"
+    entrypoint: "{{ native_rootfs_image_info.entrypoint }}"
+    cmd: "{{ native_rootfs_image_info.cmd }}"
+    working_dir: "{{ native_rootfs_image_info.working_dir }}"
+    user: "{{ native_rootfs_image_info.user }}"
   register: native_rootfs_extracted
 """
 
@@ -117,7 +147,7 @@ marker:
   description: Contents of the rootfs marker (in check mode, what it would hold).
   returned: always
   type: dict
-  sample: {digest: "sha256:2b6f...", image: "nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev",
+  sample: {digest: "sha256:2b6f...", image: "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13",
            size: 18953654272, created: "2025-06-01T10:00:00Z", env: ["PATH=/usr/bin:/bin"]}
 extracted:
   description: Whether the image was (or in check mode would be) extracted by this run.
@@ -160,6 +190,7 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
+    IMAGE_CONFIG_KEYS,
     MARKER,
     MARKER_SCHEMA,
     PARTIAL_PREFIX,
@@ -170,6 +201,17 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
 )
 
 LABEL = "sparkfleet.rootfs"
+
+
+def write_marker(rootfs: str, marker: dict[str, Any]) -> None:
+    """Replace the marker of a complete rootfs atomically (temporary file, fsync, rename)."""
+    tmp = os.path.join(rootfs, MARKER + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(marker, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, os.path.join(rootfs, MARKER))
 
 
 def rootfs_dirname(digest: str) -> str:
@@ -290,6 +332,10 @@ def run_module() -> None:
             image=dict(type="str", default=""),
             size=dict(type="int", required=True),
             env=dict(type="list", elements="str", default=[]),
+            entrypoint=dict(type="list", elements="str", default=[]),
+            cmd=dict(type="list", elements="str", default=[]),
+            working_dir=dict(type="str", default=""),
+            user=dict(type="str", default=""),
             repo_digests=dict(type="list", elements="str", default=[]),
             free_margin_ratio=dict(type="float", default=0.1),
             free_margin_bytes=dict(type="int", default=256 * 1024 * 1024),
@@ -306,7 +352,9 @@ def run_module() -> None:
                              "owners, modes and device nodes")
     ex = Extractor(module)
     needed = int(p["size"] * (1 + p["free_margin_ratio"])) + p["free_margin_bytes"]
-    result: dict[str, Any] = dict(changed=False, path=ex.dest, extracted=False, removed_partials=[], pruned=[],
+    image_config = {k: p[k] for k in IMAGE_CONFIG_KEYS}
+    result: dict[str, Any] = dict(changed=False, path=ex.dest, extracted=False, marker_upgraded=False,
+                                  removed_partials=[], pruned=[],
                                   prune_skipped=[], needed_bytes=needed, free_bytes=free_bytes(ex.parent))
     marker = ex.complete(ex.dest)
     lock_fd = None
@@ -336,7 +384,7 @@ def run_module() -> None:
                     **result)
             marker = dict(
                 schema=MARKER_SCHEMA, digest=p["digest"], image=p["image"], repo_digests=p["repo_digests"],
-                size=p["size"], env=p["env"],
+                size=p["size"], env=p["env"], **image_config,
                 created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             )
             result.update(changed=True, extracted=True)
@@ -347,6 +395,12 @@ def run_module() -> None:
                     fcntl.flock(lock_fd, fcntl.LOCK_EX)
                 ex.extract(marker)
         else:
+            if int(marker.get("schema") or 1) < MARKER_SCHEMA or any(k not in marker for k in IMAGE_CONFIG_KEYS):
+                # Extracted by an older version: the files are the image's; only the marker lacks its config.
+                marker = dict(marker, schema=MARKER_SCHEMA, **image_config)
+                result.update(changed=True, marker_upgraded=True)
+                if not module.check_mode:
+                    write_marker(ex.dest, marker)
             stale = ex.stale_partials()
             if stale and lock_fd is None and not module.check_mode:
                 lock_fd = os.open(os.path.join(ex.parent, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)

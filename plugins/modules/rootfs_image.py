@@ -15,15 +15,16 @@ description:
     is set.
   - Checks that the image is a Linux image for the host's CPU architecture (C(uname -m) mapped to Docker's
     names, e.g. C(aarch64) -> C(arm64)) and fails before anything is extracted when it is not.
-  - Returns what the extraction and the chroot launcher need - the image ID (RV(digest)), its size, and
-    its config environment (RV(env)).
+  - Returns what the extraction and the chroot launcher need - the image ID (RV(digest)), its size, its
+    config environment (RV(env)) and what C(docker run) executes and where (RV(entrypoint), RV(cmd),
+    RV(working_dir), RV(user)), so that the native launcher runs the same.
   - Idempotent - C(changed) is V(true) only when an image was pulled or loaded. An archive whose image
     ID is already present is not loaded again.
 version_added: "0.1.0"
 options:
   image:
     description:
-      - Image reference, for example C(nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev).
+      - Image reference, for example C(nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13).
       - May be omitted with O(archive) when the archive holds exactly one image.
     type: str
   archive:
@@ -65,12 +66,12 @@ author:
 EXAMPLES = r"""
 - name: Make sure the TensorRT-LLM image is here (pull when absent)
   sparkfleet.bench.rootfs_image:
-    image: nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev
+    image: nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13
   register: native_rootfs_image_info
 
 - name: Hosts without registry access - load a docker save tarball
   sparkfleet.bench.rootfs_image:
-    image: nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev
+    image: nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13
     archive: /srv/images/trtllm-spark.tar
     offline: true
 """
@@ -80,7 +81,7 @@ image:
   description: The reference the image was found under (O(image), or the archive's tag).
   returned: always
   type: str
-  sample: nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev
+  sample: nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13
 digest:
   description: Image ID (the config digest); names the rootfs directory. V(null) in check mode when absent.
   returned: always
@@ -121,6 +122,28 @@ env:
   type: list
   elements: str
   sample: ["PATH=/usr/local/cuda/bin:/usr/bin:/bin", "CUDA_HOME=/usr/local/cuda"]
+entrypoint:
+  description: The image's C(Config.Entrypoint) (empty when it has none).
+  returned: always
+  type: list
+  elements: str
+  sample: [/opt/nvidia/nvidia_entrypoint.sh]
+cmd:
+  description: The image's C(Config.Cmd) (what runs when C(docker run) is given no command).
+  returned: always
+  type: list
+  elements: str
+  sample: [/bin/bash]
+working_dir:
+  description: The image's C(Config.WorkingDir) (empty - C(/)).
+  returned: always
+  type: str
+  sample: /workspace
+user:
+  description: The image's C(Config.User) (empty - root).
+  returned: always
+  type: str
+  sample: ""
 action:
   description: What was done - V(present), V(pulled), V(loaded), or in check mode V(would pull) / V(would load).
   returned: always
@@ -138,7 +161,11 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
     classify_pull_error,
     docker_arch,
+    image_config_from_inspect,
 )
+
+# What check mode returns for an image it has not got yet.
+EMPTY_CONFIG = {"entrypoint": [], "cmd": [], "working_dir": "", "user": ""}
 
 
 class Docker:
@@ -236,7 +263,7 @@ def run_module() -> None:
             if module.check_mode:
                 module.exit_json(changed=True, action="would load", image=ref or "", digest=None, id=None,
                                  repo_digests=[], size=0, architecture="", os="",
-                                 host_architecture=docker_arch(platform.machine()), env=[])
+                                 host_architecture=docker_arch(platform.machine()), env=[], **EMPTY_CONFIG)
             rc, out, err = docker.run("load", "-i", archive)
             if rc != 0:
                 module.fail_json(msg=f"docker load -i {archive} failed: {(err or out).strip()}")
@@ -256,7 +283,7 @@ def run_module() -> None:
         if module.check_mode:
             module.exit_json(changed=True, action="would pull", image=ref, digest=None, id=None, repo_digests=[],
                              size=0, architecture="", os="", host_architecture=docker_arch(platform.machine()),
-                             env=[])
+                             env=[], **EMPTY_CONFIG)
         rc, out, err = docker.run("pull", "--quiet", ref)
         if rc != 0:
             cause = classify_pull_error(err + out)
@@ -289,6 +316,7 @@ def run_module() -> None:
         os=image_os,
         host_architecture=host_arch,
         env=list(config.get("Env") or []),
+        **image_config_from_inspect(config),
     )
 
 

@@ -32,14 +32,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _load(path: str, role: str):
+def _load(path: str, role: str, exclude: tuple[str, ...] = ()):
     from sparkfleet.load import load_runs
 
     directory = Path(path)
     check_dir(directory, f"{role} results directory")  # missing, a file, no permission: one line naming it
     if not directory.is_dir():
         raise UsageError(f"{role} {directory}: not a results directory")
-    loaded = load_runs(directory)
+    loaded = load_runs(directory, exclude=exclude)
     for problem in loaded.problems:
         print(f"sparkfleet compare: skipped {problem}", file=sys.stderr)
     if loaded.runs.empty:
@@ -55,7 +55,9 @@ def run(args) -> int:
         raise UsageError("--alpha must be between 0 and 1")
     if args.threshold < 0:
         raise UsageError("--threshold must not be negative")
-    table = compare_campaigns(_load(args.baseline, "baseline"), _load(args.current, "current"),
+    leave_out = _nested(args.baseline, args.current)
+    table = compare_campaigns(_load(args.baseline, "baseline", leave_out["baseline"]),
+                              _load(args.current, "current", leave_out["current"]),
                               alpha=args.alpha, threshold=args.threshold, match=args.match)
     judged = table[table["metric"].notna()]
     if judged.empty:
@@ -67,6 +69,23 @@ def run(args) -> int:
     else:
         print(_text(table, args))
     return 1 if len(regressions) else 0
+
+
+def _nested(baseline: str, current: str) -> dict[str, tuple[str, ...]]:
+    """What each side leaves out (sparkfleet.compare.left_out), with a note on stderr when a side does.
+    CURRENT inside BASELINE once made a -50% regression "no regression"."""
+    from sparkfleet.compare import left_out
+
+    for path, role in ((baseline, "baseline"), (current, "current")):
+        check_dir(Path(path), f"{role} results directory")  # missing, a file, no permission: one line
+    leave_out = left_out(baseline, current)
+    for role, other in (("baseline", "current"), ("current", "baseline")):
+        if leave_out[role]:
+            inner = leave_out[role][0]
+            outer = baseline if role == "baseline" else current
+            print(f"sparkfleet compare: {other} {inner} lies inside {role} {outer}: its runs are left out of the "
+                  f"{role}", file=sys.stderr)
+    return leave_out
 
 
 def _text(table, args) -> str:

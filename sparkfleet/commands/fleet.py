@@ -15,7 +15,8 @@ def register(sub) -> None:
     p = sub.add_parser("fleet", help="cross-host reproducibility: outlier hosts and the state that differed")
     p.add_argument("results", metavar="RESULTS", help="a campaign's results directory (results/<campaign>)")
     p.add_argument("--tolerance", type=finite_float, default=DEFAULT_TOLERANCE * 100,
-                   help="percent from the fleet median before a host is named (default %(default)g)")
+                   help="percent by which a host must differ (significantly) from the other hosts to be named out "
+                        "(default %(default)g)")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.set_defaults(func=run)
 

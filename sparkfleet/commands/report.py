@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def fraction(text: str) -> float:
 def register(sub) -> None:
     p = sub.add_parser("report", help="aggregate run records into report/summary.md, index.html, runs.csv/parquet")
     p.add_argument("results", metavar="RESULTS", help="results directory (a campaign, or a tree of campaigns)")
-    p.add_argument("--out", metavar="DIR", help="where to write the report (default RESULTS/report)")
+    p.add_argument("--out", metavar="DIR", help="directory to write the report into (default RESULTS/report)")
     p.add_argument("--json", action="store_true", help="print cells, comparisons and warnings as JSON")
     p.add_argument("--cv-gate", type=fraction,
                    help="coefficient of variation above which a cell fails the quality gate (default 0.05)")
@@ -33,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--resamples", type=int, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, help="bootstrap seed, for reproducible CIs (default 0)")
     p.add_argument("--tolerance", type=fraction,
-                   help="host deviation from the fleet median that gets a host named (default 0.05)")
+                   help="difference from the other hosts (significant and larger than this) that makes a host out "
+                        "(default 0.05)")
     p.add_argument("--kv-fraction", type=fraction,
                    help="KV fraction assumed where a record has none (default 0.9, TensorRT-LLM's default)")
     p.add_argument("--threshold", type=fraction,
@@ -43,6 +45,18 @@ def register(sub) -> None:
     p.add_argument("--baseline", metavar="DIR",
                    help="results directory to compare against: the verdicts then say whether anything regressed")
     p.set_defaults(func=run)
+
+
+def check_out_dir(out: Path, what: str) -> None:
+    """The report directory must be a directory, or creatable as one: a file there is a one-line error."""
+    for path in (out, *out.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise UsageError(f"{what} {out}: {path} is not a directory (give a directory to write the report "
+                                 "into)")
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise UsageError(f"{what} {out}: {path} is not writable")
+            return
 
 
 def options_from(args):
@@ -65,23 +79,42 @@ def run(args) -> int:
         raise UsageError("--resamples must be at least 100")
     if args.baseline is not None and not Path(args.baseline).is_dir():
         raise UsageError(f"--baseline {args.baseline}: not a results directory")
+    out_dir = Path(args.out) if args.out else results / "report"
+    check_out_dir(out_dir, "--out" if args.out else "report directory")
+    leave_out: tuple[str, ...] = ()
+    if args.baseline is not None:  # a baseline inside RESULTS is not also read as part of it (nor the reverse)
+        from sparkfleet.compare import left_out
+
+        leave_out = left_out(args.baseline, results)["current"]
     # scipy and matplotlib (most of a second) are imported while the loader's workers read the records.
-    loaded = load_runs(results, while_loading=lambda: importlib.import_module("sparkfleet.report.summary"))
+    loaded = load_runs(results, while_loading=lambda: importlib.import_module("sparkfleet.report.summary"),
+                       exclude=leave_out)
     from sparkfleet.report import analyse, start_run_figures, write_report
     from sparkfleet.report.summary import terminal_summary, to_json
 
     options = options_from(args)
     for problem in loaded.problems:
         print(f"sparkfleet report: skipped {problem}", file=sys.stderr)
+    for missing in loaded.accounting.missing:
+        if missing.kind != "unreadable":  # those were just named as skipped
+            print(f"sparkfleet report: missing {missing}", file=sys.stderr)
     if loaded.runs.empty:
-        raise UsageError(f"{results}: no valid run records ({len(loaded.problems)} skipped)")
+        raise UsageError(f"{results}: no valid run records ({len(loaded.problems)} skipped; "
+                         f"{loaded.accounting.summary().rstrip('.')})")
+    from sparkfleet.report.analysis import check_one_campaign
+
+    check_one_campaign(loaded.runs, loaded.root)  # a report's cells never mix campaigns (before any drawing)
     started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed
     analysis = analyse(loaded, options)
     for problem in analysis.baseline_problems:
         print(f"sparkfleet report: skipped in the baseline {problem}", file=sys.stderr)
     if args.baseline is not None and analysis.regressions is None:
         raise UsageError(f"--baseline {args.baseline}: no valid run records")
-    written = write_report(analysis, args.out or results / "report", started)
+    try:
+        written = write_report(analysis, out_dir, started)
+    except OSError as exc:  # the disk filled, a file appeared where a directory goes: one line, exit 2
+        raise UsageError(f"{out_dir}: cannot write the report: {exc.strerror or exc}"
+                         + (f" ({exc.filename})" if exc.filename else "")) from None
     if args.json:
         print(to_json(analysis))
     else:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from sparkfleet import compare, reproducibility, stats, thresholds
+from sparkfleet import compare, fleet_state, reproducibility, stats, thresholds
+from sparkfleet.accounting import Accounting
+from sparkfleet.errors import UsageError
 from sparkfleet.load import LoadProblem, LoadResult, load_runs
 from sparkfleet.report.findings import Finding, collect_findings
 from sparkfleet.report.memory import MemoryStudy, memory_study
@@ -49,11 +52,41 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[VerdictLine] = field(default_factory=list)
     memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
+    accounting: Accounting = field(default_factory=Accounting)  # every planned run: the missing ones named
+
+
+def check_one_campaign(runs: pd.DataFrame, root: Path | None) -> None:
+    """A report's cells never mix campaigns: runs of several campaigns under one RESULTS are refused (a
+    UsageError naming each campaign, how many runs it has and where they lie, and how to report one)."""
+    if "campaign" not in runs or runs.empty:
+        return
+    names = runs["campaign"].astype("string").fillna("(none)")
+    if names.nunique() < 2:
+        return
+    root = root or Path(".")
+    places = {}
+    for name, dirs in runs.groupby(names, sort=True)["record_dir"]:
+        common = os.path.commonpath([str(d) for d in dirs])
+        places[name] = (len(dirs), _campaign_dir(root / common) if common else root)
+    parts = [f"{name} ({count} runs under {where})" for name, (count, where) in places.items()]
+    example = next(where for _, where in places.values())
+    raise UsageError(f"{root}: holds runs of {len(places)} campaigns: {', '.join(parts)}; a report never pools "
+                     f"campaigns: report each on its own, e.g. sparkfleet report {example}")
+
+
+def _campaign_dir(path: Path) -> Path:
+    """The campaign directory above a record directory path (<campaign>/<host>/runs/<run_id>)."""
+    parts = path.parts
+    if "runs" in parts:
+        index = len(parts) - 1 - parts[::-1].index("runs")
+        return Path(*parts[:max(index - 1, 1)])
+    return path
 
 
 def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
     options = options or Options()
     runs = loaded.runs
+    check_one_campaign(runs, loaded.root)
     metrics = stats.metric_columns(runs)
     long = stats.long_metrics(runs, metrics, stats.CELL_KEYS)  # shared: the melt is the costly part
     outliers = stats.flag_outliers(runs, metrics, long=long)
@@ -65,7 +98,8 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
         if runs["host"].nunique() > 1 else _as_pooled(environments)
     regressions, baseline_problems = None, []
     if options.baseline:
-        baseline = load_runs(options.baseline)
+        inside = compare.left_out(options.baseline, loaded.root)["baseline"] if loaded.root else ()
+        baseline = load_runs(options.baseline, exclude=inside)  # RESULTS inside the baseline: left out of it
         baseline_problems = baseline.problems
         if not baseline.runs.empty:
             regressions = compare.compare_campaigns(baseline.runs, runs, alpha=options.alpha,
@@ -85,11 +119,14 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
         kv_fit=kv_fit,
         kv_shift=compare.kv_shift(environments, kv_runs),
         host_variance=reproducibility.host_variance(runs, metrics),
-        host_deviations=reproducibility.host_deviations(runs, metrics, options.tolerance),
+        host_deviations=reproducibility.host_deviations(  # each host against the others, named with what differs
+            runs, metrics, options.tolerance, alpha=options.alpha, level=options.level,
+            facts=fleet_state.facts_for_runs(loaded.root or Path("."), runs)),
         environments_pooled=pooled,
         regressions=regressions,
         baseline_problems=baseline_problems,
         memory=memory_study(runs, kv_runs, options.alpha, options.threshold, options.level),
+        accounting=loaded.accounting,
     )
     analysis.findings = collect_findings(analysis)
     analysis.verdicts = build_verdicts(analysis)

@@ -27,6 +27,7 @@ from sparkfleet.report.document import (
     table,
 )
 from sparkfleet.report.findings import KV_RESIDUAL_LIMIT_GIB
+from sparkfleet.report.memory import kv_figure
 from sparkfleet.report.verdicts import twins_note
 from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL
 
@@ -197,6 +198,7 @@ def overview(analysis: Analysis) -> Section:
     text = (f"{len(runs)} runs ({status_text or 'none'}) from campaign(s) {campaigns} on {hosts} host(s), "
             f"{len(analysis.counts)} cells (host / model / environment / workload). "
             f"{len(analysis.problems)} record(s) skipped as unreadable or invalid. "
+            f"{analysis.accounting.summary()} "
             f"Statistics use status=ok runs only (warm-ups excluded); CV gate {analysis.options.cv_gate * 100:g}%, "
             f"confidence level {analysis.options.level * 100:g}%, bootstrap {analysis.options.resamples} resamples "
             f"(seed {analysis.options.seed}).")
@@ -299,7 +301,14 @@ def _floor_label(change_pct: float, metric: str, floors: dict[str, float]) -> st
 def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
     """"Where the memory went" (decomposition, KV gaps, factor effects) and "A/A noise floor"; nothing for
     campaigns without memory sections or A/A pairs."""
-    from sparkfleet.report.memory import PART_WORDS, PARTS, TARGET_EFFECTS, gap_sentence, runs_without_tmp_kv
+    from sparkfleet.report.memory import (
+        PART_WORDS,
+        PARTS,
+        TARGET_EFFECTS,
+        gap_sentence,
+        kv_figure_label,
+        runs_without_tmp_kv,
+    )
 
     study = analysis.memory
     out = []
@@ -325,6 +334,8 @@ def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Sect
                 "tmp_kv": [_tmp_kv_cell(v, k, n) for v, k, n in
                            zip(dec["tmp_kv_gib"], dec["n_without_tmp_kv"], dec["n"], strict=True)],
                 "limit": dec["limit_gib"].map(fmt),
+                # budget: the log had no KV allocation line, the KV cache part is what profiling set aside
+                "KV figure": [kv_figure_label(b, n) for b, n in zip(dec["n_kv_budget"], dec["n"], strict=True)],
             }), "Device total in parts (GiB, mean per cell)", "memory_decomposition.csv"))
         if "memory_decomposition" in figures:
             blocks.append(figures["memory_decomposition"])
@@ -437,6 +448,14 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
             f"fit of the fraction gives {fit.fitted_fraction:.4f} (largest residual "
             f"{fit.fitted_residual_max_abs:.3f} GiB){verdict}. Whatever raises the device-wide peak (page cache, a "
             f"container's accounting) takes fraction × that amount out of the KV cache.")
+    kv = analysis.kv_runs
+    budget_runs = set(analysis.runs["run_id"][kv_figure(analysis.runs).eq("budget").fillna(False)])
+    is_budget = kv["run_id"].isin(budget_runs)
+    if is_budget.any():
+        text += (f" {int(is_budget.sum())} of {len(kv)} runs logged no '[MemUsageChange] Allocated ... paged KV "
+                 "cache' line (TensorRT-LLM 1.3+ with the KV cache manager V2 does not print it): their KV figure is "
+                 "the profiling's budget, marked 'budget' below, so their residual checks only the engine's own "
+                 "arithmetic, not what it allocated.")
     blocks: list = [Paragraph(text)]
     shift = analysis.kv_shift
     if not shift.empty:
@@ -449,7 +468,6 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
             "unexplained (GiB)": shift["unexplained_gib"].map(lambda v: f"{v:+.3f}"),
             "KV native / env": shift["kv_ratio_native_over_env"].map(lambda v: f"{v:.2f}×"),
         }), "Why the KV cache changed: the peak-memory change predicts it"))
-    kv = analysis.kv_runs
     if len(kv) <= MAX_KV_RUN_ROWS:
         blocks.append(table(pd.DataFrame({
             **{k: kv[k] for k in CELL_KEYS}, "run": kv["run_id"], "order": kv["order_index"].map(fmt),
@@ -457,7 +475,9 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
             "fraction": kv["fraction"].map(fmt) + " (" + kv["fraction_source"] + ")",
             "tmp_kv": [fmt(v) if s == "recorded" else s for v, s in zip(kv["tmp_kv_gib"], kv["tmp_kv_source"],
                                                                         strict=True)],
-            "KV measured": kv["kv_cache_gib"].map(fmt), "KV expected": kv["kv_expected_gib"].map(fmt),
+            "KV measured": [fmt(v) + (" (budget)" if b else "") for v, b in zip(kv["kv_cache_gib"], is_budget,
+                                                                                  strict=True)],
+            "KV expected": kv["kv_expected_gib"].map(fmt),
             "residual (GiB)": kv["residual_gib"].map(lambda v: f"{v:+.3f}"),
         }), "Each run's residual", "kv_residuals.csv"))
     else:
@@ -486,19 +506,28 @@ def reproducibility_section(analysis: Analysis) -> Section:
     })
     deviations = pd.DataFrame({
         "model": dev["model"], "environment": dev["environment"], "workload": dev["workload"],
-        "metric": dev["metric"], "host": dev["host"], "n": dev["n"].map(fmt),
-        "host median": dev["host_median"].map(fmt), "fleet median": dev["fleet_median"].map(fmt),
-        "deviation": dev["deviation_pct"].map(fmt_pct),
-        f"outside ±{tol:g}%": dev["outside"].map(lambda v: "OUTSIDE" if v else ""),
+        "metric": dev["metric"], "host": dev["host"], "against": dev["rest_hosts"],
+        "n": dev["n"].map(fmt) + " vs " + dev["n_rest"].map(fmt),
+        "host mean": dev["host_mean"].map(fmt), "others' mean": dev["rest_mean"].map(fmt),
+        "difference": dev["deviation_pct"].map(fmt_pct),
+        "95% CI": dev["ci_low_pct"].map(fmt_pct) + " to " + dev["ci_high_pct"].map(fmt_pct),
+        "p": dev["p_value"].map(fmt_p),
+        "verdict": dev["outcome"].map(lambda v: "OUT" if v == "different" else str(v))
+        + dev["required_n"].map(lambda n: f" (≈ {n:.0f} runs/host would tell)" if n == n else ""),
+        "what differs on the host": dev["hardware"],
     })
     outside = analysis.host_deviations[analysis.host_deviations["outside"]]
     named = ", ".join(sorted(set(outside["host"].astype(str)))) or "none"
     return Section("Cross-host reproducibility", [
         Paragraph("One-way random-effects ANOVA per cell: within-host (run-to-run) against between-host "
-                  f"variance; ICC is the share of variance due to the host. Hosts outside ±{tol:g}% of the "
-                  f"fleet median on some metric: {named}."),
+                  "variance; ICC is the share of variance due to the host. Each host is compared with the "
+                  "other hosts (those not themselves out) by the rule of every verdict: out when the "
+                  f"difference is significant (p < {analysis.options.alpha:g}) and beyond ±{tol:g}%, the same "
+                  "when the whole 95% interval lies inside, otherwise undetermined with the runs that would tell; "
+                  f"an out host is named with the host facts in which it differs from the others. Hosts out: "
+                  f"{named}."),
         table(variance, "Variance components", "host_variance.csv", len(analysis.host_variance)),
-        table(deviations, "Each host against the fleet median", "host_deviations.csv",
+        table(deviations, "Each host against the other hosts", "host_deviations.csv",
               len(analysis.host_deviations)),
     ])
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from sparkfleet.report.memory import budget_kv_cells
 from sparkfleet.stats import CELL_KEYS
 
 if TYPE_CHECKING:
@@ -52,16 +53,31 @@ def _per_group(frame: pd.DataFrame, keys: list[str]):
 
 def collect_findings(analysis: Analysis) -> list[Finding]:
     return [
+        *missing_runs(analysis),
         *skipped_records(analysis),
         *sequential_order(analysis.runs),
         *invalid_runs(analysis.runs),
         *runs_not_ok(analysis.runs),
+        *rejected_metric_values(analysis.runs),
         *cv_gate_failures(analysis),
         *outlier_findings(analysis),
         *unconfirmed_models(analysis.runs),
         *kv_budget_misfits(analysis),
+        *kv_budget_figures(analysis.runs),
         *hosts_outside_tolerance(analysis),
     ]
+
+
+def missing_runs(analysis: Analysis) -> list[Finding]:
+    """Planned or started runs without a usable record, ok runs without metrics, leftover staging
+    directories (sparkfleet.accounting): each named, so that no run disappears from a report unseen."""
+    acc = analysis.accounting
+    out = _capped("missing", [f"missing run {m.run_id or m.path.name} ({m.host}): {m}" for m in acc.missing
+                              if m.kind != "unreadable"])  # unreadable records: the skipped findings name them
+    out += _capped("no-metrics", [f"ok run without metrics {m.run_id} ({m.host}): {m.path}" for m in acc.no_metrics])
+    out += _capped("leftover", [f"leftover unpack staging directory {p} ignored (an interrupted or running "
+                                "unpack; the next collect removes it)" for p in acc.leftovers])
+    return out + _capped("tree", list(acc.notes))
 
 
 def skipped_records(analysis: Analysis) -> list[Finding]:
@@ -172,17 +188,61 @@ def outlier_findings(analysis: Analysis) -> list[Finding]:
     return _capped("outlier", findings)
 
 
-def unconfirmed_models(runs: pd.DataFrame) -> list[Finding]:
-    """The study ran one checkpoint under three model names; a run whose log did not confirm the model
-    cannot rule that out."""
-    ok = runs[runs["status"] == "ok"]
-    unknown = ok[ok["model_loaded"].isna()]
-    if unknown.empty:
+def rejected_metric_values(runs: pd.DataFrame) -> list[Finding]:
+    """Metrics left out of a run because their value was outside its physical range (a negative throughput,
+    1.7e308, NaN: sparkfleet_host.record.METRIC_RANGES), by the host that wrote the record or by the loader;
+    the run itself is counted with its other figures."""
+    if "rejected_metrics" not in runs.columns:
         return []
-    models = ", ".join(sorted(set(unknown["model"].astype(str).unique())))  # unique first: 100k runs, few models
+    hit = runs[runs["rejected_metrics"].notna()]
+    return _capped("rejected-metric", [
+        f"run {r.run_id} ({r.host} / {r.model} / {r.environment} / {r.workload}): {r.rejected_metrics}; the run is "
+        "counted without that figure" for r in hit.itertuples()])
+
+
+def unconfirmed_models(runs: pd.DataFrame) -> list[Finding]:
+    """The study ran one checkpoint under three model names; an ok run whose provenance is not
+    ``confirmed`` (the engine's output showed nothing that identifies the model directory it was asked
+    for, or the record predates the check) cannot rule that out. One line naming the cells; each cell's
+    runs and first reason in details. Runs that load no model (matmul) are not counted."""
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty:
+        return []
+    status = (ok["provenance_status"] if "provenance_status" in ok.columns
+              else pd.Series(pd.NA, index=ok.index, dtype="object")).astype("string")
+    no_model = status.eq("not_applicable").fillna(False) | (
+        status.isna() & ok["engine"].astype("string").eq("matmul").fillna(False))
+    unconfirmed = ok[~status.eq("confirmed").fillna(False) & ~no_model]
+    if unconfirmed.empty:
+        return []
+    reasons = (unconfirmed["provenance_reason"] if "provenance_reason" in unconfirmed.columns
+               else pd.Series(pd.NA, index=unconfirmed.index, dtype="object"))
+    unconfirmed = unconfirmed.assign(_why=reasons.where(reasons.notna(), "the record has no provenance check"))
+    details, labels = [], []
+    for label, rows in _per_group(unconfirmed, list(CELL_KEYS)):
+        labels.append(label)
+        details.append(f"{label}: {len(rows)} run(s); {rows['_why'].iloc[0]}")
+    shown = "; ".join(labels[:MAX_LISTED]) + (f"; ... and {len(labels) - MAX_LISTED} more" if len(labels) > MAX_LISTED
+                                              else "")
     return [Finding("model-unconfirmed",
-                    f"{len(unknown)} ok runs do not record which model was loaded ({models}): the model "
-                    "under test is unconfirmed; differences between 'models' may not be real")]
+                    f"provenance unconfirmed: {len(unconfirmed)} ok run(s) in {len(labels)} cell(s) ({shown}): the "
+                    "engine's output did not show that the requested model was loaded; differences between "
+                    "'models' may not be real", tuple(details))]
+
+
+def kv_budget_figures(runs: pd.DataFrame) -> list[Finding]:
+    """One line per cell whose KV figure is a budget, not an allocation: the log had no '[MemUsageChange]
+    Allocated ... paged KV cache' line (TensorRT-LLM 1.3+ may use the KV cache manager V2, which does not print
+    it), so kv_cache_gib is what the memory profiling set aside, not what was allocated."""
+    cells = budget_kv_cells(runs)
+    findings = [Finding(
+        "kv-source",
+        f"KV figure is a budget, not an allocation, in {cell_label(r)}: {r['n_budget']} of {r['n']} run(s) "
+        "logged no '[MemUsageChange] Allocated ... paged KV cache' line, so their kv_cache_gib is the memory "
+        "profiling's budget (the KV-budget residual cannot test it; a KV difference there is one of budgets)",
+        (f"run {r['run_id']}: kv_cache_gib from {r['source']}",), cell_label(r))
+        for _, r in cells.iterrows()]
+    return _capped("kv-source", findings)
 
 
 def kv_budget_misfits(analysis: Analysis) -> list[Finding]:
@@ -208,7 +268,9 @@ def kv_budget_misfits(analysis: Analysis) -> list[Finding]:
 
 
 def hosts_outside_tolerance(analysis: Analysis) -> list[Finding]:
-    """One line per host outside the tolerance somewhere: the worst deviation (each one in details)."""
+    """One line per host that is out (significantly different from the other hosts and beyond the tolerance:
+    reproducibility.host_deviations) somewhere: the worst difference and what differs on the host (each
+    difference in details)."""
     dev = analysis.host_deviations
     if dev.empty:
         return []
@@ -218,10 +280,13 @@ def hosts_outside_tolerance(analysis: Analysis) -> list[Finding]:
     for host, rows in _per_group(out, ["host"]):
         rows = rows.assign(_abs=rows["deviation_pct"].abs()).sort_values("_abs", ascending=False)
         r = rows.iloc[0]
+        hardware = str(r.get("hardware") or "")
         findings.append(Finding(
             "host-deviation",
-            f"host {host} deviates from the fleet median (> ±{tol:g}%) on {len(rows)} cell metric(s); worst "
-            f"{r['deviation_pct']:+.1f}% on {r['model']} / {r['environment']} / {r['workload']} {r['metric']}",
+            f"host {host} is out: significantly different from the other hosts (> ±{tol:g}%) on {len(rows)} cell "
+            f"metric(s); worst {r['deviation_pct']:+.1f}% (p = {r['p_value']:.2g}) on {r['model']} / "
+            f"{r['environment']} / {r['workload']} {r['metric']}; "
+            + (f"what differs on {host}: {hardware}" if hardware else "no recorded host fact differs"),
             tuple(f"{x['deviation_pct']:+.1f}% on {x['model']} / {x['environment']} / {x['workload']} {x['metric']}"
                   for _, x in rows.head(200).iterrows()), f"host {host}"))
     return _capped("host-deviation", findings)

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from sparkfleet import compare, stats
+from sparkfleet_host.parsers.trtllm_memory import kv_source_kind
 
 if TYPE_CHECKING:
     from sparkfleet.report.analysis import Analysis
@@ -129,6 +130,7 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     out = m[["host", "model", "environment", "workload", "environment_kind", "run_id"]].copy()
     for column in ("aa_group", "aa_member", "factor_kv_fraction", "factor_drop_caches"):
         out[column] = m.get(column)
+    out["kv_is_budget"] = kv_figure(m).eq("budget").fillna(False).astype(bool)
     out = out.assign(
         device_total_gib=total, peak_gib=peak, fraction=fraction, model_gib=model, page_cache_gib=page,
         cgroup_gib=cgroup, unexplained_gib=peak - page - model - cgroup, kv_gib=kv,
@@ -152,7 +154,45 @@ def decomposition(parts: pd.DataFrame) -> pd.DataFrame:
     table.insert(0, "n", grouped.size())
     table.insert(table.columns.get_loc("tmp_kv_gib") + 1, "n_without_tmp_kv",
                  table["n"] - grouped["tmp_kv_gib"].count())
+    table["n_kv_budget"] = grouped["kv_is_budget"].sum().astype(int) if "kv_is_budget" in parts else 0
     return table.reset_index()
+
+
+#: The runs frame's column (sparkfleet.load: ``source_`` + metric) that says where kv_cache_gib came from.
+KV_SOURCE_COLUMN = "source_kv_cache_gib"
+
+
+def kv_figure(runs: pd.DataFrame) -> pd.Series:
+    """Per run, what its kv_cache_gib is: 'allocation' (the engine's [MemUsageChange] allocation line),
+    'budget' (no allocation line: the memory profiling's figure, e.g. TensorRT-LLM 1.3+ with the KV cache
+    manager V2) or NA (no KV figure, or a source that does not say)."""
+    if KV_SOURCE_COLUMN not in runs:
+        return pd.Series(pd.NA, index=runs.index, dtype="string")
+    return runs[KV_SOURCE_COLUMN].map(lambda s: kv_source_kind(s) if isinstance(s, str) else None).astype("string")
+
+
+def kv_figure_label(n_budget: float, n: float) -> str:
+    """A cell's KV figure in the report's tables: allocation, budget, or budget in k of n runs."""
+    n_budget, n = int(n_budget or 0), int(n or 0)
+    return "allocation" if n_budget == 0 else "budget" if n_budget >= n else f"budget in {n_budget} of {n} runs"
+
+
+def budget_kv_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells (host, model, environment, workload) where a measured run's kv_cache_gib is a budget, not
+    an allocation: ``n`` runs with a KV figure, ``n_budget`` of them budgets, and one such run."""
+    columns = [*stats.CELL_KEYS, "n", "n_budget", "run_id", "source"]
+    measured = stats.measured_runs(runs)
+    if measured.empty or "kv_cache_gib" not in measured or KV_SOURCE_COLUMN not in measured:
+        return pd.DataFrame(columns=columns)
+    m = measured[pd.to_numeric(measured["kv_cache_gib"], errors="coerce").notna()]
+    m = m.assign(_budget=kv_figure(m).eq("budget").fillna(False).astype(bool))
+    rows = []
+    for key, cell in m.groupby(list(stats.CELL_KEYS), sort=True, observed=True):
+        budget = cell[cell["_budget"]]
+        if not budget.empty:
+            first = budget.iloc[0]
+            rows.append([*key, len(cell), len(budget), first["run_id"], first[KV_SOURCE_COLUMN]])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def runs_without_tmp_kv(parts: pd.DataFrame) -> int:

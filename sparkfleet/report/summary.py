@@ -46,6 +46,8 @@ def payload(analysis: Analysis) -> dict[str, Any]:
         "runs": {"total": len(analysis.runs), **{f"status_{k}": int(v) for k, v in
                                                  analysis.runs["status"].value_counts().sort_index().items()}},
         "skipped": [{"path": str(p.path), "reason": p.reason} for p in analysis.problems],
+        # every planned run accounted for: planned (campaign.json), with a record, each missing one named
+        "accounting": analysis.accounting.to_dict(),
         "options": dataclasses.asdict(analysis.options),
         "cell_counts": records(analysis.counts),
         "cells": records(cells),
@@ -99,7 +101,8 @@ def terminal_summary(analysis: Analysis, written: list[str]) -> str:
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
     lines = ["verdicts:", *verdict_lines(analysis),
              f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
-             f"{len(analysis.problems)} record(s) skipped"]
+             f"{len(analysis.problems)} record(s) skipped",
+             analysis.accounting.summary()]
     if analysis.kv_fit:
         fit = analysis.kv_fit
         no_tmp = fit.runs - fit.runs_with_tmp_kv
@@ -111,7 +114,8 @@ def terminal_summary(analysis: Analysis, written: list[str]) -> str:
     if len(kinds):
         lines.append("warnings: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
         for finding in analysis.findings:
-            if finding.kind in ("sequential", "invalid", "not-ok", "skipped"):
+            if finding.kind in ("sequential", "invalid", "not-ok", "skipped", "missing", "no-metrics", "leftover",
+                                "rejected-metric", "tree"):
                 lines.append(f"  ! {finding.message}")
     lines += [f"wrote {path}" for path in written]
     return "\n".join(lines)

@@ -28,7 +28,9 @@ import numpy as np
 import pandas as pd
 
 from sparkfleet import compare
-from sparkfleet.stats import MIN_N_INTERVAL, physical_range
+from sparkfleet.report.fingerprints import caveat_text, cell_fingerprints
+from sparkfleet.report.fingerprints import caveats as fingerprint_caveats
+from sparkfleet.stats import physical_range
 from sparkfleet_host.record import METRICS
 
 if TYPE_CHECKING:
@@ -80,7 +82,7 @@ class Verdict:
     a: str  # the reference: native environment, "baseline", "fleet median"
     b: str  # what is compared with it: the other environment, "current", a host
     outcome: str  # different | same | undetermined
-    reason: str  # sparkfleet.compare.REASONS key, or within-tolerance / outside-tolerance for hosts
+    reason: str  # sparkfleet.compare.REASONS key (hosts too: each host against the other hosts)
     text: str  # this metric's clause, in words
     n_a: int | None = None
     n_b: int | None = None
@@ -113,11 +115,12 @@ class VerdictLine:
     text: str  # the full sentence with the numbers (effect, interval, runs, iterations needed)
     verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
     headline: str = ""  # the answer in a few plain words, shown first ("" where the text is short already)
+    caveats: tuple[str, ...] = ()  # e.g. the fingerprints' "not like for like: ..." (also in text)
 
     def as_dict(self) -> dict[str, Any]:
         return {"question": self.question, "subject": self.subject, "outcome": self.outcome,
                 "label": self.label, "headline": self.headline, "text": self.text,
-                "metrics": [v.as_dict() for v in self.verdicts]}
+                "metrics": [v.as_dict() for v in self.verdicts], "caveats": list(self.caveats)}
 
 
 # --- numbers in words ------------------------------------------------------------------------------------
@@ -317,6 +320,7 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
     sequential = _sequential_cells(analysis)
     floors = analysis.memory.floors() if getattr(analysis, "memory", None) is not None else {}
     twins = aa_twins(analysis.runs)
+    prints = cell_fingerprints(analysis.runs, getattr(analysis, "root", None))
     lines = []
     for (model, workload, native, environment), group in paired.groupby(
             ["model", "workload", "native", "environment"], sort=True):
@@ -339,9 +343,15 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
         if {(model, workload, native), (model, workload, environment)} <= sequential:
             text += (f" Caveat: {native} and {environment} ran one after the other, not interleaved, so drift "
                      "over time is confounded with the difference.")
+        unlike = caveat_text(fingerprint_caveats(prints, str(model), str(workload), str(native), str(environment)))
+        if unlike:
+            text += f" Caveat: {unlike}."
         outcome = _line_outcome(verdicts)
         headline = f"{model} / {workload}: {headline_of(verdicts, environment, native, options.threshold)}."
-        lines.append(VerdictLine("environment", subject, outcome, outcome, text, tuple(verdicts), headline))
+        if unlike:
+            headline += " Not like for like: their environments differ beyond isolation (see the caveat)."
+        lines.append(VerdictLine("environment", subject, outcome, outcome, text, tuple(verdicts), headline,
+                                 (unlike,) if unlike else ()))
     return lines
 
 
@@ -412,6 +422,10 @@ def _sequential_cells(analysis: Analysis) -> set[tuple[str, str, str]]:
 # --- question 2: hosts -----------------------------------------------------------------------------------
 
 def host_lines(analysis: Analysis) -> list[VerdictLine]:
+    """Each host against the other hosts (sparkfleet.reproducibility.host_deviations: the one decision rule of
+    every verdict, compare.classify, with the host tolerance as its threshold). A host is *out* only where
+    that comparison is significant and beyond the tolerance, and the line names the host facts in which it
+    differs from the others; hosts that cannot be told apart yet get the runs per host that would tell."""
     dev = analysis.host_deviations
     if dev.empty:
         return []
@@ -423,46 +437,67 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
     cells = dev.groupby(["model", "environment", "workload"]).ngroups
     dev = dev.assign(_abs=dev["deviation_pct"].abs())
 
-    def verdict(row: pd.Series, outcome: str, reason: str) -> Verdict:
+    def verdict(row: pd.Series) -> Verdict:
         cell = f"{row['model']} / {row['environment']} / {row['workload']}"
-        return Verdict("hosts", str(row["host"]), str(row["metric"]), "fleet median", str(row["host"]), outcome,
-                       reason, f"{words(row['metric'])} {_pct(row['deviation_pct'])} from the fleet median on "
-                       f"{cell} (host median {_num(row['host_median'], 4)}, fleet {_num(row['fleet_median'], 4)} "
-                       f"{unit(row['metric'])}, n = {int(row['n'])})", n_b=int(row["n"]),
-                       mean_a=_clean(row["fleet_median"]), mean_b=_clean(row["host_median"]),
-                       diff=_clean(row["host_median"] - row["fleet_median"]), change_pct=_clean(row["deviation_pct"]))
+        ci = (f"95% CI {_pct(row['ci_low_pct'])} to {_pct(row['ci_high_pct'])}, "
+              if pd.notna(row["ci_low_pct"]) else "")
+        p = f"p = {row['p_value']:.2g}, " if pd.notna(row["p_value"]) else ""
+        text = (f"{words(row['metric'])} {_pct(row['deviation_pct'])} against the other hosts "
+                f"({row['rest_hosts']}) on {cell} ({ci}{p}n = {int(row['n'])} vs {int(row['n_rest'])}; mean "
+                f"{_num(row['host_mean'], 4)} vs {_num(row['rest_mean'], 4)} {unit(row['metric'])})")
+        need = row["required_n"]
+        return Verdict("hosts", str(row["host"]), str(row["metric"]), "other hosts", str(row["host"]),
+                       str(row["outcome"]), str(row["reason"]), text, n_a=int(row["n_rest"]), n_b=int(row["n"]),
+                       mean_a=_clean(row["rest_mean"]), mean_b=_clean(row["host_mean"]),
+                       diff=_clean(row["host_mean"] - row["rest_mean"]), change_pct=_clean(row["deviation_pct"]),
+                       ci_low_pct=_clean(row["ci_low_pct"]), ci_high_pct=_clean(row["ci_high_pct"]),
+                       p_value=_clean(row["p_value"]), required_n=int(need) if pd.notna(need) else None,
+                       cv_pct=_clean(row["cv_pooled"] * 100))
 
-    outside = dev[dev["outside"]]
-    if outside.empty:
-        worst = dev.sort_values("_abs", ascending=False).iloc[0]
-        v = verdict(worst, "same", "within-tolerance")
-        text = (f"All {len(hosts)} hosts agree: every host's median is within ±{tol:g}% of the fleet median on "
-                f"all {cells} shared cell(s) and every metric; the largest deviation is {worst['host']}'s "
-                f"{v.text}.")
-        return [VerdictLine("hosts", "fleet", "same", "hosts agree", text, (v,),
-                            f"The {len(hosts)} hosts agree within ±{tol:g}%.")]
     lines = []
+    outside = dev[dev["outcome"] == "different"]
     for host, part in outside.groupby("host", sort=True):
-        part = part.sort_values("_abs", ascending=False)
-        worst = part.iloc[0]
-        small = int(worst["n"]) < MIN_N_INTERVAL
-        outcome = "undetermined" if small else "different"
-        v = verdict(worst, outcome, "n-too-small" if small else "outside-tolerance")
+        worst = part.sort_values("_abs", ascending=False).iloc[0]
+        v = verdict(worst)
         others = len(part) - 1
-        more = f"; {others} more cell metric(s) outside ±{tol:g}%" if others else ""
-        caveat = (f" With {int(worst['n'])} run(s) on this host that is undetermined: n too small; repeat the cell."
-                  if small else "")
-        text = f"Host {host} is out: {v.text}{more}.{caveat}"
+        more = f"; {others} more cell metric(s) out" if others else ""
+        hardware = str(worst.get("hardware") or "")
+        why = (f" What differs on {host}: {hardware}." if hardware else
+               f" No recorded host fact (GPU, driver, CUDA, VBIOS, InfoROM, clocks, power limit, kernel) differs on "
+               f"{host} from the other hosts: compare its measured state (sparkfleet fleet).")
+        pair = (" With two hosts, either may be the odd one: a third host would tell."
+                if int(worst["hosts"]) == 2 else "")
+        text = f"Host {host} is out: {v.text}{more}.{why}{pair}"
         higher = "higher" if worst["deviation_pct"] > 0 else "lower"
         headline = (f"Host {host} is out: {_pct(abs(worst['deviation_pct'])).lstrip('+')} {higher} "
-                    f"{words(worst['metric'])} than the fleet on {worst['model']} / {worst['workload']}.")
-        lines.append(VerdictLine("hosts", str(host), outcome, "host out" if not small else "undetermined", text, (v,),
-                                 headline))
-    agreeing = [h for h in hosts if h not in set(outside["host"].astype(str))]
+                    f"{words(worst['metric'])} than the other hosts on {worst['model']} / {worst['workload']}"
+                    + (f" ({hardware.split(' (')[0]} differs)." if hardware else "."))
+        lines.append(VerdictLine("hosts", str(host), "different", "host out", text, (v,), headline))
+    out_hosts = set(outside["host"].astype(str))
+    open_rows = dev[(dev["outcome"] == "undetermined") & ~dev["host"].astype(str).isin(out_hosts)]
+    if len(open_rows):
+        worst = open_rows.sort_values("_abs", ascending=False).iloc[0]
+        v = verdict(worst)
+        need = open_rows["required_n"].max()
+        names = sorted(set(open_rows["host"].astype(str)))
+        text = (f"Host(s) {', '.join(names)}: undetermined on {len(open_rows)} cell metric(s), too noisy to tell "
+                f"whether they differ from the other hosts by more than ±{tol:g}%; the largest is {worst['host']}'s "
+                f"{v.text}"
+                + (f"; ≈ {need:.0f} runs per host would tell." if pd.notna(need) else "."))
+        lines.append(VerdictLine("hosts", "fleet", "undetermined", "undetermined", text, (v,),
+                                 f"Hosts {', '.join(names)}: not enough runs to tell whether they agree."))
+    agreeing = [h for h in hosts if h not in out_hosts and h not in set(open_rows["host"].astype(str))]
     if agreeing:
-        lines.append(VerdictLine("hosts", "fleet", "same", "hosts agree",
-                                 f"The other {len(agreeing)} host(s) ({', '.join(agreeing)}) agree within ±{tol:g}% of "
-                                 "the fleet median on every shared cell and metric."))
+        rows = dev[dev["host"].astype(str).isin(agreeing)]
+        worst = rows.sort_values("_abs", ascending=False).iloc[0]
+        v = verdict(worst)
+        scope = (f"All {len(hosts)} hosts agree" if len(agreeing) == len(hosts)
+                 else f"The other {len(agreeing)} host(s) ({', '.join(agreeing)}) agree")
+        text = (f"{scope}: within ±{tol:g}% of the other hosts on all {cells} shared cell(s) and every metric (the "
+                f"whole 95% interval inside, or significant but smaller); the largest difference is "
+                f"{worst['host']}'s {v.text}.")
+        lines.append(VerdictLine("hosts", "fleet", "same", "hosts agree", text, (v,),
+                                 f"{scope} within ±{tol:g}%."))
     return _capped(lines, "hosts")
 
 

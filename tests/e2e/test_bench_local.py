@@ -51,7 +51,8 @@ def test_bench_rejects_a_bad_campaign_before_touching_the_host(ansible_env, repo
 def test_bad_inventory_variables_and_missing_model_paths_stop_before_the_host_changes(ansible_env, repo, tmp_path):
     work = tmp_path / "work"
     campaign = tmp_path / "c.yml"
-    campaign.write_text("sparkfleet_campaign:\n  name: x\n  models: [{name: m, path: /nonexistent/model}]\n"
+    # under the models directory (<work_dir>/models), where validation looks for it: it is only missing there
+    campaign.write_text(f"sparkfleet_campaign:\n  name: x\n  models: [{{name: m, path: {work}/models/absent}}]\n"
                         "  environments: [native]\n  workloads: [T1]\n")
     bad_var = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"sparkfleet_work_dir={work}",
                               "-e", "sparkfleet_telemetry_interval_s=0", "-e", f"@{campaign}"],
@@ -62,5 +63,5 @@ def test_bad_inventory_variables_and_missing_model_paths_stop_before_the_host_ch
                               "-e", f"@{campaign}"],
                              cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0
-    assert "localhost: model path(s) not found: /nonexistent/model (models m)" in missing.stdout
+    assert f"localhost: model path(s) not found: {work}/models/absent (models m)" in missing.stdout
     assert not work.exists()

@@ -40,11 +40,20 @@ EXPECTED_S = 80.0
 # ----------------------------------------------------------------------------------------------- helpers
 
 
+def _model_dir(tmp_path: Path) -> Path:
+    """The model's local directory (trtllm reads its tokenizer there) under the hosts' models directory,
+    <tmp>/models, which _vars passes as sparkfleet_models_dir (the namespace hosts share one file system)."""
+    model = tmp_path / "models" / "deepseek-ai" / "DeepSeek-R1-Distill-Qwen-7B"
+    model.mkdir(parents=True, exist_ok=True)
+    return model
+
+
 def _campaign(tmp_path: Path, image: str, name: str, **over) -> Path:
     campaign = {
         "name": name,
         "image": image,
-        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}],
+        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+                    "path": str(_model_dir(tmp_path))}],
         "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         "workloads": [{"name": "small", "preset": "T1", "requests": 4, "env": FAST}],
         "iterations": 3,
@@ -59,9 +68,11 @@ def _campaign(tmp_path: Path, image: str, name: str, **over) -> Path:
 
 
 def _vars(tmp_path: Path) -> Path:
-    """Per-host GPU state paths (the namespace hosts share one file system), persistence pinned on."""
+    """Per-host GPU state paths (the namespace hosts share one file system), persistence pinned on, and the
+    models directory that holds _campaign's model."""
     path = tmp_path / "fault-vars.json"
     path.write_text(json.dumps({
+        "sparkfleet_models_dir": str(tmp_path / "models"),
         "gpu_state_state_file": "{{ sparkfleet_work_dir }}/run/gpu-state.json",
         "sparkfleet_gpu_persistence_mode": True,
         "sparkfleet_drop_caches": False,

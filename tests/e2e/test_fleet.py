@@ -19,17 +19,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from modeldirs import make_model
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.docker, pytest.mark.slow]
 
 RUNS_PER_HOST = 6
 
 
-def _campaign(tmp_path: Path, image: str) -> Path:
+def _campaign(tmp_path: Path, image: str, models_dir: Path) -> Path:
+    # trtllm reads the model's tokenizer and weights from its local directory, under the hosts' models
+    # directory (the fake fleet's hosts share one filesystem: one directory serves them all).
+    model = make_model(models_dir, "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", layers=2, hidden=1024)
     campaign = {
         "name": "repro",
         "image": image,
-        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}],
+        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "path": model["path"]}],
         "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         "workloads": [{"name": "small", "preset": "T1", "requests": 4,
                        "env": {"SPARKFLEET_FAKE_RUNTIME_S": "1.5", "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],
@@ -62,13 +66,15 @@ def test_four_hosts_one_lost_one_slow_then_resume(fleet_factory, test_image, ans
     lost = fleet.hosts[2]
     results = tmp_path / "results"
     events = tmp_path / "events.jsonl"
+    models_dir = tmp_path / "models"
     env = dict(ansible_env)
     # Notice a pulled cable within seconds rather than the minute that suits real networks.
     env["ANSIBLE_SSH_ARGS"] = "-o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=2 " \
                               "-o ServerAliveCountMax=3 -o ConnectTimeout=5"
     cmd = [str(Path(sys.executable).parent / "sparkfleet"), "run", "-i", fleet.inventory,
            "--playbook", "playbooks/reproducibility.yml", "--json-events", str(events), "--quiet",
-           "-e", f"@{_campaign(tmp_path, test_image)}", "-e", f"sparkfleet_results_dir={results}",
+           "-e", f"@{_campaign(tmp_path, test_image, models_dir)}", "-e", f"sparkfleet_results_dir={results}",
+           "-e", f"sparkfleet_models_dir={models_dir}",
            "-e", "sparkfleet_image_offline=true", "-e", "sparkfleet_preflight_max_load_per_cpu=100",
            "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1"]
     ledger = Path(lost.work_dir, "results/repro", lost.name, "ledger.jsonl")

@@ -55,9 +55,13 @@ def test_ping_and_playbook_over_ssh_to_three_hosts(fleet_factory, ansible_env, r
 def test_host_key_checking_is_on(fleet_factory, ansible_env, repo, tmp_path):
     fleet = fleet_factory(1)
     Path(fleet.known_hosts).write_text("")  # forget the host keys: ssh must refuse, not trust blindly
-    ping = _ansible(["ansible", "-i", fleet.inventory, "all", "-m", "ansible.builtin.ping"], ansible_env, repo)
-    assert ping.returncode != 0
-    assert "Host key verification failed" in ping.stdout + ping.stderr
+    marker = Path(fleet.hosts[0].dir, "ran")
+    touch = _ansible(["ansible", "-i", fleet.inventory, "all", "-m", "ansible.builtin.command",
+                      "-a", f"touch {marker}"], ansible_env, repo)
+    assert touch.returncode == 4, touch.stdout + touch.stderr  # unreachable: the connection was refused ...
+    assert f"{fleet.hosts[0].name} | UNREACHABLE" in touch.stdout
+    assert not marker.exists()  # ... before anything ran on the host
+    assert Path(fleet.known_hosts).read_text() == ""  # and the unknown key was not trusted and added
 
 
 def test_stopping_sshd_makes_a_host_unreachable(fleet_factory, ansible_env, repo):

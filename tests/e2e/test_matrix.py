@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from modeldirs import make_model
 
 from sparkfleet_host.record import validate
 
@@ -24,12 +25,23 @@ FAST_COOLDOWN = {"threshold_c": 90, "settle_band_c": 3, "settle_window_s": 1, "m
                  "poll_interval_s": 0.5, "on_timeout": "continue"}
 
 
+HF_IDS = {"deepseek": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "qwen": "Qwen/Qwen2.5-0.5B"}
+
+
+def _models(models_dir: Path, *names: str) -> list[dict]:
+    """The campaign's models, each with its local directory <models_dir>/<hf_id>: a trtllm run reads its
+    tokenizer and weights from there, offline. The fake fleet's hosts share one filesystem, so one models
+    directory (-e sparkfleet_models_dir) serves every host."""
+    for name in names:
+        if not (models_dir / HF_IDS[name]).is_dir():
+            make_model(models_dir, HF_IDS[name], layers=2, hidden=1024)
+    return [{"name": n, "hf_id": HF_IDS[n], "path": str(models_dir / HF_IDS[n])} for n in names]
+
+
 def _campaign(tmp_path: Path, image: str, **over) -> Path:
     campaign = {
         "name": "e2e",
         "image": image,
-        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"},
-                   {"name": "qwen", "hf_id": "Qwen/Qwen2.5-0.5B"}],
         "environments": ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         "workloads": [{"name": "small", "preset": "T1", "requests": 4,
                        "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.2", "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}],
@@ -38,6 +50,8 @@ def _campaign(tmp_path: Path, image: str, **over) -> Path:
         "cooldown": FAST_COOLDOWN,
         "timeout_s": 120,
     }
+    if "models" not in over:
+        campaign["models"] = _models(tmp_path / "models", "deepseek", "qwen")
     campaign.update(over)
     path = tmp_path / f"campaign-{campaign['name']}.yml"
     path.write_text(yaml.safe_dump({"sparkfleet_campaign": campaign}))
@@ -66,9 +80,10 @@ def _tree_digest(root: Path) -> dict[str, str]:
 def test_campaign_on_three_hosts_completes_resumes_and_proves_where_runs_ran(
         fleet_factory, test_image, ansible_env, repo, tmp_path):
     fleet = fleet_factory(3)
-    campaign = _campaign(tmp_path, test_image)
+    campaign = _campaign(tmp_path, test_image)  # its models under tmp_path/models, the hosts' models directory
+    models_dir = ("-e", f"sparkfleet_models_dir={tmp_path / 'models'}")
     results = tmp_path / "results"
-    first = _bench(repo, ansible_env, fleet.inventory, campaign, results)
+    first = _bench(repo, ansible_env, fleet.inventory, campaign, results, *models_dir)
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
 
     records = _records(results / "e2e")
@@ -107,7 +122,7 @@ def test_campaign_on_three_hosts_completes_resumes_and_proves_where_runs_ran(
 
     before = _tree_digest(results / "e2e")
     ledgers = {h.name: Path(h.work_dir, "results/e2e", h.name, "ledger.jsonl").read_text() for h in fleet.hosts}
-    again = _bench(repo, ansible_env, fleet.inventory, campaign, results)
+    again = _bench(repo, ansible_env, fleet.inventory, campaign, results, *models_dir)
     assert again.returncode == 0, again.stdout[-4000:]
     for host in fleet.hosts:
         assert f"{host.name}: 8 runs — skipped 8" in again.stdout
@@ -115,13 +130,21 @@ def test_campaign_on_three_hosts_completes_resumes_and_proves_where_runs_ran(
     assert _tree_digest(results / "e2e") == before  # nothing re-run, nothing rewritten
 
 
+HANG_LIMIT_S = 60  # a container's start on a busy machine plus the 0.2 s workloads, many times over
+
+
 def test_failures_timeouts_and_wrong_models_are_recorded_and_the_matrix_goes_on(
         fleet_factory, test_image, ansible_env, repo, tmp_path):
     fleet = fleet_factory(1)
     fast = {"SPARKFLEET_FAKE_RUNTIME_S": "0.2", "SPARKFLEET_FAKE_ALLOC_MIB": "16"}
+    models = tmp_path / "models"  # a trtllm run loads its model from the models directory
+    model = make_model(models, "deepseek-r1-distill-qwen-7b", layers=2, hidden=1024)
+    # The run's limit covers the container's start as well as the workload: on a loaded 2-core machine that
+    # start alone has taken over 8 s, and the crash (exit 3 after 0.2 s) was then recorded `timeout`. The limit
+    # is sized for that start; only the hang reaches it.
     campaign = _campaign(
-        tmp_path, test_image, name="faults", iterations=1, timeout_s=8,
-        models=[{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}],
+        tmp_path, test_image, name="faults", iterations=1, timeout_s=HANG_LIMIT_S,
+        models=[{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "path": model["path"]}],
         environments=["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}],
         workloads=[
             {"name": "crash", "preset": "T1", "requests": 2, "env": {**fast, "SPARKFLEET_FAKE_EXIT": "3"}},
@@ -131,14 +154,15 @@ def test_failures_timeouts_and_wrong_models_are_recorded_and_the_matrix_goes_on(
             {"name": "fine", "preset": "T1", "requests": 2, "env": fast},
         ])
     results = tmp_path / "results"
-    proc = _bench(repo, ansible_env, fleet.inventory, campaign, results)
+    proc = _bench(repo, ansible_env, fleet.inventory, campaign, results, "-e", f"sparkfleet_models_dir={models}")
     assert proc.returncode == 0, proc.stdout[-6000:]
     by = {(r["workload"], r["environment"]): r for r in _records(results / "faults")}
     assert len(by) == 8
     for env in ("native", "container"):
         assert by[("crash", env)]["status"] == "failed" and "exited 3" in by[("crash", env)]["reason"]
         assert by[("crash", env)]["exit_code"] == 3
-        assert by[("hang", env)]["status"] == "timeout" and "timed out after 8 s" in by[("hang", env)]["reason"]
+        assert by[("hang", env)]["status"] == "timeout"
+        assert f"timed out after {HANG_LIMIT_S} s" in by[("hang", env)]["reason"]
         assert by[("wrongmodel", env)]["status"] == "invalid"
         assert "DeepSeek-R1-Distill-Llama-70B" in by[("wrongmodel", env)]["reason"]
         assert by[("fine", env)]["status"] == "ok"
@@ -172,9 +196,10 @@ def test_a_changed_campaign_is_refused_naming_what_changed_or_runs_under_a_new_i
     small = {"name": "small", "preset": "T1", "requests": 2,
              "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.1", "SPARKFLEET_FAKE_ALLOC_MIB": "16"}}
     over = {"name": "changing", "iterations": 1, "environments": ["native"], "workloads": [small],
-            "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}]}
+            "models": _models(tmp_path / "models", "deepseek")}
+    models_dir = ("-e", f"sparkfleet_models_dir={tmp_path / 'models'}")
     results = tmp_path / "results"
-    first = _bench(repo, ansible_env, fleet.inventory, _campaign(tmp_path, test_image, **over), results)
+    first = _bench(repo, ansible_env, fleet.inventory, _campaign(tmp_path, test_image, **over), results, *models_dir)
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
     host_dir = Path(host.work_dir, "results/changing", host.name)
     ledger = (host_dir / "ledger.jsonl").read_text()
@@ -182,13 +207,14 @@ def test_a_changed_campaign_is_refused_naming_what_changed_or_runs_under_a_new_i
 
     changed = _campaign(tmp_path, test_image, **{**over, "iterations": 2,
                                                   "workloads": [{**small, "requests": 3}]})
-    refused = _bench(repo, ansible_env, fleet.inventory, changed, results)
+    refused = _bench(repo, ansible_env, fleet.inventory, changed, results, *models_dir)
     assert refused.returncode != 0
     assert "campaign 'changing' was started with another configuration" in refused.stdout
     assert "iterations: 1 -> 2" in refused.stdout and "workloads[small].requests: 2 -> 3" in refused.stdout
     assert (host_dir / "ledger.jsonl").read_text() == ledger  # nothing ran
 
-    renamed = _bench(repo, ansible_env, fleet.inventory, changed, results, "-e", "sparkfleet_campaign_on_change=new")
+    renamed = _bench(repo, ansible_env, fleet.inventory, changed, results, *models_dir,
+                     "-e", "sparkfleet_campaign_on_change=new")
     assert renamed.returncode == 0, renamed.stdout[-6000:]
     (new_dir,) = [p for p in results.iterdir() if p.name.startswith("changing-")]
     assert {(r["campaign"], r["iteration"]) for r in _records(new_dir)} == {(new_dir.name, 1), (new_dir.name, 2)}
@@ -198,7 +224,7 @@ def test_a_changed_campaign_is_refused_naming_what_changed_or_runs_under_a_new_i
     # The controller's copy of the campaign is gone (another checkout, a wiped results directory): the host,
     # which keeps its own, still refuses.
     (results / "changing" / "campaign.json").unlink()
-    on_host = _bench(repo, ansible_env, fleet.inventory, changed, results)
+    on_host = _bench(repo, ansible_env, fleet.inventory, changed, results, *models_dir)
     assert on_host.returncode != 0
     assert f"{host.name}: campaign 'changing' was started with another configuration (on this host" in on_host.stdout
     assert "iterations: 1 -> 2" in on_host.stdout

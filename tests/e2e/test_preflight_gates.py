@@ -50,14 +50,20 @@ def test_hot_gpu_fails_its_host_only(fleet_factory, ansible_env, repo, tmp_path)
 def test_max_fail_percentage_stops_the_whole_fleet_before_any_change(fleet_factory, ansible_env, repo, tmp_path):
     fleet = fleet_factory(3, host_env={"spark2": {"SPARKFLEET_FAKE_IDLE_TEMP": "85"}})
     extra = tmp_path / "vars.json"
+    models_dir = tmp_path / "models"  # trtllm reads the model from its local directory, under the models dir
+    (models_dir / "org" / "m").mkdir(parents=True)
     extra.write_text(json.dumps({"preflight_gates_max_load_per_cpu": 1000, "preflight_gates_min_free_memory_gib": 0.01,
                                  "preflight_gates_min_free_disk_gib": 0.01, "sparkfleet_max_fail_percentage": 20,
-                                 "sparkfleet_campaign": {"name": "mfp", "models": ["m"], "environments": ["native"],
+                                 "sparkfleet_models_dir": str(models_dir),
+                                 "sparkfleet_results_dir": str(tmp_path / "results"),  # not the checkout's
+                                 "sparkfleet_campaign": {"name": "mfp", "environments": ["native"],
+                                                         "models": [{"name": "m", "path": str(models_dir / "org/m")}],
                                                          "workloads": ["T1"]}}))
     # One host of three (33 %) fails a gate: above the 20 % allowed, so no host may go on to the matrix.
     run = subprocess.run(["ansible-playbook", "-i", fleet.inventory, "-e", f"@{extra}", "bench.yml"],
                          env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
+    assert "gpu_temperature measured 85.0 C" in run.stdout, run.stdout[-5000:]  # stopped by the gate, not before
     assert "NO MORE HOSTS LEFT" in run.stdout
     assert "Provision, tune and run" not in run.stdout and "PLAY [Benchmark matrix]" not in run.stdout
     for host in fleet.hosts:

@@ -81,7 +81,7 @@ def test_run_reports_an_unreachable_host_and_keeps_the_others_going(fleet_factor
     assert proc.returncode == 4, proc.stdout + proc.stderr  # ansible-playbook's rc for unreachable hosts
     unreachable = [e for e in events if e["event"] == "host_unreachable"]
     assert [e["host"] for e in unreachable] == [gone.name]
-    assert "Connection refused" in unreachable[0]["msg"]
+    assert unreachable[0]["msg"].strip()  # the reason is passed on (its wording is OpenSSH's, not asserted)
     done = defaultdict(int)
     for e in events:
         if e["event"] == "run":
@@ -110,7 +110,8 @@ def test_doctor_names_the_unreachable_host(fleet_factory, ansible_env, repo):
     rows = _rows(proc.stdout)
     assert sorted(rows) == sorted(h.name for h in fleet.hosts)
     assert rows[gone.name][1] == "NO"
-    assert f"unreachable: cannot connect to {gone.address}:22: Connection refused" in rows[gone.name][7]
+    # doctor's own words and the address; the OS's reason after them is not asserted
+    assert rows[gone.name][7].startswith(f"unreachable: cannot connect to {gone.address}:22: ")
     for host in fleet.hosts:
         if host is gone:
             continue

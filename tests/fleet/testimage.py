@@ -1,8 +1,13 @@
 """A real Docker engine and a small TensorRT-LLM-shaped test image, built offline and cached.
 
 The image is Debian bookworm minbase (debootstrap) with python3 and python3-numpy, plus the GPU-software
-stand-ins a TensorRT-LLM image carries (``trtllm-bench`` and an importable ``tensorrt_llm`` package that
-reports a version). Its config sets PATH/LD_LIBRARY_PATH/CUDA_HOME the way NVIDIA's images do, so the
+stand-ins a TensorRT-LLM image carries: ``trtllm-bench``, an importable ``tensorrt_llm`` package laid out as in
+NVIDIA's images (``/usr/local/lib/python3.X/dist-packages/tensorrt_llm/version.py``), the package modules that
+tell its CLI surface (``bench/dataset/prepare_dataset.py`` where the version has ``prepare-dataset``), and
+``/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py`` where the version has the standalone script. The
+version is a parameter (default :data:`TRTLLM_VERSION`, the version of ``spark-single-gpu-dev``); the
+stand-ins enforce that version's command tree (tests/data/trtllm-cli). Its config sets
+PATH/LD_LIBRARY_PATH/CUDA_HOME the way NVIDIA's images do, so the
 chroot launcher's "environment from the image config" is exercised for real.
 
 The debootstrap tarball is cached in ``$SPARKFLEET_CACHE`` (default ``~/.cache/sparkfleet``); the image is
@@ -30,6 +35,11 @@ PACKAGES = "python3,python3-numpy"
 MIRROR = os.environ.get("SPARKFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 IMAGE_TOOLS = ("trtllm-bench",)  # stand-ins that live inside the image (the engine's software)
 TRTLLM_VERSION = "1.1.0rc3"
+#: Versions the test image can be built as (each has a command tree in tests/data/trtllm-cli).
+TRTLLM_VERSIONS = ("1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.3.0rc13")
+CLI_TREES = STANDINS.parent.parent / "data" / "trtllm-cli"
+PYTHON_LIB = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 reads it, as NGC images' python does
+SCRIPT = "app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py"
 IMAGE_ENV = {
     "PATH": "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "LD_LIBRARY_PATH": "/usr/local/cuda/lib64:/usr/lib/python3/dist-packages/tensorrt_llm/libs",
@@ -78,10 +88,12 @@ def stop_dockerd() -> None:
         _run(["kill", pid_file.read_text().strip()], check=False)
 
 
-def _recipe_hash() -> str:
-    h = hashlib.sha256(f"{SUITE}|{PACKAGES}|{TRTLLM_VERSION}|{sorted(IMAGE_ENV.items())}".encode())
-    for tool in IMAGE_TOOLS:
+def _recipe_hash(version: str = TRTLLM_VERSION) -> str:
+    h = hashlib.sha256(f"{SUITE}|{PACKAGES}|{version}|{sorted(IMAGE_ENV.items())}".encode())
+    for tool in (*IMAGE_TOOLS, "prepare_dataset.py"):
         h.update((STANDINS / tool).read_bytes())
+    for tree in sorted(CLI_TREES.glob("*.json")):
+        h.update(tree.read_bytes())
     h.update(Path(__file__).read_bytes())
     return h.hexdigest()[:12]
 
@@ -108,16 +120,52 @@ def base_tarball() -> Path:
     return out
 
 
-def _overlay_tar(path: Path) -> None:
-    """Files the image adds on top of the base: the engine stand-ins and a tensorrt_llm package."""
+def cli_tree(version: str) -> dict:
+    """The command trees (tests/data/trtllm-cli) that cover ``version``."""
+    import json
+    import re
+
+    for path in sorted(CLI_TREES.glob("*.json")):
+        data = json.loads(path.read_text())
+        applies = data["applies_to"]
+        if version in applies.get("versions", []) or re.fullmatch(applies.get("pattern") or "^$", version):
+            return data
+    raise FleetError(f"no command tree for TensorRT-LLM {version} in {CLI_TREES}")
+
+
+def _add_file(tar: tarfile.TarFile, src: Path, name: str, mode: int) -> None:
+    info = tar.gettarinfo(str(src), arcname=name)
+    info.mode, info.uid, info.gid, info.uname, info.gname = mode, 0, 0, "root", "root"
+    with open(src, "rb") as fh:
+        tar.addfile(info, fh)
+
+
+def _overlay_tar(path: Path, version: str = TRTLLM_VERSION) -> None:
+    """Files the image adds on top of the base: the engine stand-ins and a tensorrt_llm package of ``version``
+    whose files say what its CLI offers (as engine_probe reads them)."""
+    tree = cli_tree(version)
+    bench = tree["programs"]["trtllm-bench"]["commands"]
+    pkg = f"./{PYTHON_LIB}/tensorrt_llm"
     with tarfile.open(path, "w") as tar:
         for tool in IMAGE_TOOLS:
-            info = tar.gettarinfo(str(STANDINS / tool), arcname=f"./usr/local/bin/{tool}")
-            info.mode, info.uid, info.gid, info.uname, info.gname = 0o755, 0, 0, "root", "root"
-            with open(STANDINS / tool, "rb") as fh:
-                tar.addfile(info, fh)
-        init = f'"""Stand-in for the TensorRT-LLM package (tests only)."""\n__version__ = "{TRTLLM_VERSION}"\n'
-        _add_text(tar, "./usr/lib/python3/dist-packages/tensorrt_llm/__init__.py", init)
+            _add_file(tar, STANDINS / tool, f"./usr/local/bin/{tool}", 0o755)
+        for tree_file in sorted(CLI_TREES.glob("*.json")):  # the stand-ins enforce the version's tree
+            _add_file(tar, tree_file, f"./usr/local/share/sparkfleet-standin/trtllm-cli/{tree_file.name}", 0o644)
+        init = '"""Stand-in for the TensorRT-LLM package (tests only)."""\nfrom .version import __version__\n'
+        _add_text(tar, f"{pkg}/__init__.py", init)
+        _add_text(tar, f"{pkg}/version.py", f'__version__ = "{version}"\n')
+        _add_text(tar, f"{pkg}/bench/__init__.py", "")
+        # What the benchmark modules spell (engine_probe reads the option names, nothing else).
+        tput = bench["throughput"]["options"]
+        _add_text(tar, f"{pkg}/bench/benchmark/throughput.py", "".join(
+            f'@optgroup.option("{name}")\n' for name in tput if name in ("--extra_llm_api_options", "--config")))
+        lat = bench["latency"]["options"]
+        _add_text(tar, f"{pkg}/bench/benchmark/low_latency.py", '@click.command(name="latency")\n' + "".join(
+            f'@optgroup.option("{name}")\n' for name in lat if name in ("--extra_llm_api_options", "--config")))
+        if "prepare-dataset" in bench:
+            _add_text(tar, f"{pkg}/bench/dataset/prepare_dataset.py", '@click.group(name="prepare-dataset")\n')
+        if "prepare_dataset.py" in tree["programs"]:
+            _add_file(tar, STANDINS / "prepare_dataset.py", f"./{SCRIPT}", 0o755)
         _add_text(tar, "./usr/local/cuda/lib64/.keep", "")
         _add_text(tar, "./usr/local/cuda/bin/.keep", "")
 
@@ -139,21 +187,28 @@ def _cache_lock():
         yield
 
 
-def ensure_test_image() -> str:
-    """Return the test image reference, building it when its recipe changed."""
+def ensure_test_image(version: str = TRTLLM_VERSION) -> str:
+    """Return the test image reference for TensorRT-LLM ``version``, building it when its recipe changed."""
     with _cache_lock():
-        return _ensure_test_image()
+        return _ensure_test_image(version)
 
 
-def _ensure_test_image() -> str:
-    ref = f"{IMAGE_REPO}:{_recipe_hash()}"
+def build_image(version: str = TRTLLM_VERSION) -> str:
+    """The test image as TensorRT-LLM ``version`` (one of TRTLLM_VERSIONS); its own tag per version."""
+    return ensure_test_image(version)
+
+
+def _ensure_test_image(version: str = TRTLLM_VERSION) -> str:
+    suffix = "" if version == TRTLLM_VERSION else f"{version}-"
+    ref = f"{IMAGE_REPO}:{suffix}{_recipe_hash(version)}"
+    latest = f"{IMAGE_REPO}:latest" if version == TRTLLM_VERSION else f"{IMAGE_REPO}:{version}"
     if _run(["docker", "image", "inspect", ref], check=False).returncode == 0:
-        _run(["docker", "tag", ref, f"{IMAGE_REPO}:latest"])
+        _run(["docker", "tag", ref, latest])
         return ref
     base = base_tarball()
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         overlay = Path(tmp) / "overlay.tar"
-        _overlay_tar(overlay)
+        _overlay_tar(overlay, version)
         combined = Path(tmp) / "image.tar"
         shutil.copyfile(base, combined)
         # Append the overlay's members to a copy of the base tarball: one import, no extraction.
@@ -161,5 +216,5 @@ def _ensure_test_image() -> str:
         changes = [arg for k, v in IMAGE_ENV.items() for arg in ("--change", f"ENV {k}={v}")]
         changes += ["--change", 'CMD ["/bin/bash"]']
         _run(["docker", "import", *changes, str(combined), ref])
-    _run(["docker", "tag", ref, f"{IMAGE_REPO}:latest"])
+    _run(["docker", "tag", ref, latest])
     return ref

@@ -33,6 +33,8 @@ SHARED_TRTLLM_FIXTURES = (
 OWN_FIXTURE_FILES = (
     "trtllm-bench/report-1.2.0-pytorch-streaming.json",
     "trtllm-bench/report-1.1.0rc3-pytorch.json",
+    "trtllm-bench/report-1.3.0rc13-gb10-machine-null.json",
+    "trtllm-bench/throughput-1.3.0rc13-gb10-no-gpu-info-kv-v2.log",
     "vllm/throughput-v0.10.txt",
     "vllm/throughput-v0.5-old.txt",
 )

@@ -30,7 +30,7 @@ def _expected(path: Path) -> str:
 def test_there_are_enough_bad_files_with_unique_numbers():
     assert len(FILES) >= 30
     numbers = [p.name.split("-", 1)[0] for p in FILES]
-    assert all(n.isdigit() and len(n) == 2 for n in numbers) and len(set(numbers)) == len(numbers)
+    assert all(n.isdigit() and len(n) in (2, 3) for n in numbers) and len(set(numbers)) == len(numbers)
     assert all(_expected(p) for p in FILES)
 
 

@@ -22,11 +22,14 @@ def standin_path(monkeypatch):
 def _run(tmp_path: Path, workload: dict, environment: dict | None = None) -> dict:
     environment = environment or {"name": "bare", "kind": "bare"}
     runs = [{"run_id": record.run_id("c1", "h1", "m", environment["name"], workload["name"], 1), "order_index": 0,
-             "model": {"name": "m"}, "environment": environment,
+             "model": {"name": "m", "path": str(STANDINS)}, "environment": environment,
              "workload": {"engine": "trtllm", "preset": "T1", "requests": 2, **workload},
              "iteration": 1, "warmup": False}]
     args = {"runs": runs, "campaign": "c1", "host": "h1", "results_root": str(tmp_path / "results"),
             "cooldown": {"enabled": False}, "timeout_s": 60, "telemetry_interval_s": 0.05,
+            # the bare host's trtllm-bench is the 1.1.0rc3 stand-in; datasets from the script stand-in
+            "trtllm": {"version": "1.1.0rc3",
+                       "surface": {"prepare_dataset_script": str(STANDINS / "prepare_dataset.py")}},
             "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.3", "SPARKFLEET_FAKE_ALLOC_MIB": "1"}}
     out = run_module(load_module("bench_run"), args)
     assert not out.get("failed"), out

@@ -129,6 +129,22 @@ def test_validate_command(tmp_path, capsys):
     assert "campaign.iterations" in capsys.readouterr().err
 
 
+def test_validate_command_refuses_a_model_outside_the_models_dir_it_is_given(tmp_path, capsys):
+    models = [{"name": "deepseek", "path": "/data/models/huggingface/deepseek"}]
+    campaign = tmp_path / "c.yml"
+    campaign.write_text(yaml.safe_dump(_good(models=models)))
+    assert main(["validate", str(campaign)]) == 0  # no models dir given: nothing to compare with
+    capsys.readouterr()
+    assert main(["validate", str(campaign), "--models-dir", "/data/models/huggingface"]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(campaign), "--models-dir", "/var/lib/sparkfleet/models"]) == 2
+    err = capsys.readouterr().err
+    assert "model deepseek: path /data/models/huggingface/deepseek lies outside the models directory " \
+           "/var/lib/sparkfleet/models" in err
+    assert main(["validate", str(campaign), "--models-dir", "models"]) == 2
+    assert "--models-dir: must be an absolute path" in capsys.readouterr().err
+
+
 def test_the_plan_carries_each_runs_full_launch_spec():
     """Resolved once on the controller (issue 14): a container's docker flags from the host's settings, the
     timeout and the cooldown; the matrix role passes the plan to bench_run as it is."""

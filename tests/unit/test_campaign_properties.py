@@ -20,6 +20,7 @@ from sparkfleet_host import settings as defs
 from sparkfleet_host import thermal
 from sparkfleet_host.record import run_id
 from sparkfleet_host.runexec import engine_steps
+from sparkfleet_host.trtllm_cli import supported_versions
 
 NAME = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,10}[A-Za-z0-9])?", fullmatch=True)
 
@@ -70,9 +71,9 @@ def workloads(draw, name):
 @st.composite
 def campaigns(draw):
     top = {f.name: f for f in defs.CAMPAIGN_FIELDS}
-    models = draw(st.lists(NAME, min_size=1, max_size=2, unique=True))
+    models = draw(st.lists(NAME, min_size=1, max_size=2, unique_by=str.casefold))  # Llama ~ llama
     envs = draw(st.lists(st.sampled_from(["native", "container", "bare"]), min_size=1, max_size=3, unique=True))
-    wnames = draw(st.lists(NAME, min_size=1, max_size=2, unique=True))
+    wnames = draw(st.lists(NAME, min_size=1, max_size=2, unique_by=str.casefold))
     c = {"name": draw(NAME), "models": models, "environments": envs,
          "workloads": [draw(workloads(n)) for n in wnames],
          "iterations": draw(st.integers(1, 3)), "warmup_runs": draw(st.integers(0, 1)),
@@ -128,8 +129,11 @@ def _host_side_checks(campaign, host):
         d = run.to_dict()
         assert run_id(campaign["name"], host, d["model"]["name"], d["environment"]["name"], d["workload"]["name"],
                       int(d["iteration"])) == d["run_id"]
-        steps = engine_steps(d["workload"]["engine"], d["workload"], d["model"], "/r/run", "/r/w")
-        assert steps and all(isinstance(a, str) for _, argv in steps for a in argv)
+        model = {**d["model"], "path": d["model"].get("path") or f"/models/{d['model']['name']}"}
+        for version in supported_versions():  # every supported engine version accepts the plan's runs
+            steps = engine_steps(d["workload"]["engine"], d["workload"], model, "/r/run", "/r/w",
+                                 trtllm={"version": version.replace("N", "13")})
+            assert steps and all(isinstance(a, str) for _, argv, _ in steps for a in argv)
     return runs
 
 

@@ -172,3 +172,104 @@ def test_check_mode_command_is_not_run(tmp_path):
     (tmp_path / sc.MARKER).write_text(json.dumps({"digest": "sha256:" + "0" * 64, "env": IMAGE_ENV}))
     res = run_module(load_module("chroot_command"), {"rootfs": str(tmp_path), "argv": ["false"]}, check_mode=True)
     assert res["skipped"] and res["cmd"][-1] == "false" and "rc" not in res
+
+
+# ---- native = docker run minus isolation (issue 21): Entrypoint + argv, Cmd replaced, WorkingDir, User ----------
+
+NGC_CONFIG = {"entrypoint": ["/opt/nvidia/nvidia_entrypoint.sh"], "cmd": ["/bin/bash"], "working_dir": "/workspace",
+              "user": "", "recorded": True}
+
+
+def test_entrypoint_runs_with_argv_in_place_of_cmd():
+    cmd = sc.chroot_argv("/r", ["PATH=/bin"], ["trtllm-bench", "--model", "x"], config=NGC_CONFIG)
+    assert cmd == ["chroot", "/r", "/usr/bin/env", "-i", "-C", "/workspace", "--", "HOME=/root", "PATH=/bin",
+                   "/opt/nvidia/nvidia_entrypoint.sh", "trtllm-bench", "--model", "x"]
+
+
+def test_no_argv_runs_entrypoint_with_cmd_and_run_dir_overrides_working_dir():
+    cmd = sc.chroot_argv("/r", [], [], config=NGC_CONFIG, cwd="/results/run1")
+    assert cmd[4:6] == ["-C", "/results/run1"]
+    assert cmd[-2:] == ["/opt/nvidia/nvidia_entrypoint.sh", "/bin/bash"]
+
+
+def test_empty_entrypoint_runs_argv_itself_and_cmd_when_no_argv():
+    config = dict(NGC_CONFIG, entrypoint=[], working_dir="")
+    assert sc.chroot_argv("/r", [], ["python3", "-V"], config=config)[-2:] == ["python3", "-V"]
+    assert sc.chroot_argv("/r", [], [], config=config)[-1] == "/bin/bash"
+    with pytest.raises(ValueError, match="entrypoint or Cmd"):
+        sc.chroot_argv("/r", [], [], config=dict(config, cmd=[]))
+    assert "-C" not in sc.chroot_argv("/r", [], ["ls"], config=config)
+
+
+def test_docker_run_semantics_table():
+    assert sc.docker_run_argv(["e", "-x"], ["c"], ["a"]) == ["e", "-x", "a"]
+    assert sc.docker_run_argv(["e"], ["c", "d"], []) == ["e", "c", "d"]
+    assert sc.docker_run_argv([], ["c"], None) == ["c"]
+    assert sc.docker_run_argv(None, None, ["a"]) == ["a"]
+
+
+def test_image_user_becomes_userspec_root_does_not():
+    assert sc.chroot_argv("/r", [], ["ls"], config=dict(NGC_CONFIG, user="1000:1000"))[:3] == [
+        "chroot", "--userspec=1000:1000", "/r"]
+    for root in ("", "root", "0", "0:0"):
+        assert sc.chroot_argv("/r", [], ["ls"], config=dict(NGC_CONFIG, user=root))[1] == "/r"
+
+
+def test_path_default_like_docker_when_the_image_sets_none():
+    cmd = sc.chroot_argv("/r", ["A=1"], ["ls"])
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in cmd
+
+
+def test_image_config_from_inspect_and_markers(tmp_path):
+    inspect = {"Entrypoint": None, "Cmd": ["python3"], "WorkingDir": "", "User": "", "Env": ["A=1"]}
+    assert sc.image_config_from_inspect(inspect) == {"entrypoint": [], "cmd": ["python3"], "working_dir": "",
+                                                     "user": ""}
+    assert sc.image_config_from_inspect({"Entrypoint": ["/e.sh"]})["entrypoint"] == ["/e.sh"]
+    digest = "sha256:" + "0" * 64
+    (tmp_path / sc.MARKER).write_text(json.dumps({"schema": 2, "digest": digest, "env": [], **{
+        k: NGC_CONFIG[k] for k in sc.IMAGE_CONFIG_KEYS}}))
+    config = sc.load_image_config(str(tmp_path))
+    assert config["recorded"] and config["entrypoint"] == ["/opt/nvidia/nvidia_entrypoint.sh"]
+    assert sc.stale_marker_warning(str(tmp_path), config) is None
+    # A schema-1 marker: no entrypoint known; argv runs directly, with a warning naming the fix.
+    (tmp_path / sc.MARKER).write_text(json.dumps({"schema": 1, "digest": digest, "env": []}))
+    old = sc.load_image_config(str(tmp_path))
+    assert not old["recorded"] and old["entrypoint"] == []
+    assert "provision" in sc.stale_marker_warning(str(tmp_path), old)
+    assert sc.chroot_argv("/r", [], ["ls"], config=old)[-1] == "ls"
+    # An overlay rootfs has no entrypoint by nature: no warning.
+    (tmp_path / sc.MARKER).write_text(json.dumps({"schema": 2, "source": "overlay", "digest": "overlay:/"}))
+    assert sc.stale_marker_warning(str(tmp_path), sc.load_image_config(str(tmp_path))) is None
+
+
+def test_native_command_reads_the_marker_and_warns_on_an_old_one(tmp_path):
+    runexec = host_util("runexec")
+    digest = "sha256:" + "0" * 64
+    (tmp_path / sc.MARKER).write_text(json.dumps({"schema": 2, "digest": digest, "env": [], **{
+        k: NGC_CONFIG[k] for k in sc.IMAGE_CONFIG_KEYS}}))
+    warnings: list[str] = []
+    cmd = runexec.native_command(str(tmp_path), {"PATH": "/bin"}, ["trtllm-bench"], {"X": "1"}, "/run", warnings)
+    assert cmd[-2:] == ["/opt/nvidia/nvidia_entrypoint.sh", "trtllm-bench"] and "X=1" in cmd and warnings == []
+    (tmp_path / sc.MARKER).write_text(json.dumps({"schema": 1, "digest": digest, "env": []}))
+    cmd = runexec.native_command(str(tmp_path), {}, ["trtllm-bench"], {}, "/run", warnings)
+    assert cmd[-1] == "trtllm-bench" and cmd[-2] != "/opt/nvidia/nvidia_entrypoint.sh"
+    assert len(warnings) == 1 and "schema-1" in warnings[0]
+
+
+def test_entrypoint_script_really_runs_and_bash_sources_bash_env(tmp_path):
+    """The launcher's argv minus `chroot ROOTFS`, on this host: an NGC-like entrypoint (bash, `exec "$@"`) with
+    BASH_ENV pointing at a shinit-like file; the program sees what that file exported."""
+    shinit = tmp_path / "shinit_v2"
+    shinit.write_text('export LD_LIBRARY_PATH="/opt/trt/lib:${LD_LIBRARY_PATH}"\nexport SHINIT_MARKER=sourced\n')
+    entry = tmp_path / "entrypoint.sh"
+    entry.write_text('#!/bin/bash\nset -e\nif [[ $# -eq 0 ]]; then exec /bin/bash; else exec "$@"; fi\n')
+    entry.chmod(0o755)
+    pydir = str(Path(sys.executable).parent)
+    script = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('LD_LIBRARY_PATH', 'SHINIT_MARKER')}))"
+    config = {"entrypoint": [str(entry)], "cmd": [], "working_dir": str(tmp_path), "user": ""}
+    cmd = sc.chroot_argv("/unused", [f"PATH={pydir}:/usr/bin:/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64",
+                                     f"BASH_ENV={shinit}"],
+                         [Path(sys.executable).name, "-c", script], config=config)
+    out = subprocess.run(cmd[2:], capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
+    assert json.loads(out.stdout) == {"LD_LIBRARY_PATH": "/opt/trt/lib:/usr/local/cuda/lib64",
+                                      "SHINIT_MARKER": "sourced"}

@@ -178,7 +178,9 @@ def test_results_with_only_unreadable_records_are_exit_2_naming_each(tmp_path, c
     run_dir = results / "c" / "h" / "runs" / "r"
     run_dir.mkdir(parents=True)
     record = _make(run_dir, kind, "record.json", b"{}", b"{not json", 0)
-    argv = ["report", str(results)] if command == "report" else ["compare", str(results), str(results)]
+    other = tmp_path / "other"  # compare refuses one directory on both sides: the baseline is read first
+    other.mkdir()
+    argv = ["report", str(results)] if command == "report" else ["compare", str(results), str(other)]
     code = main(argv)
     out = capsys.readouterr()
     assert code == 2 and "Traceback" not in out.err, out.err

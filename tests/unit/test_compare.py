@@ -236,3 +236,65 @@ def test_compare_refuses_a_threshold_or_alpha_that_is_not_a_finite_number_in_ran
         code = exc.code
     assert code == 2
     assert option[0] in capsys.readouterr().err
+
+
+# --- overlapping trees (issue 23): CURRENT inside BASELINE once made both sides the same runs ---------------
+
+
+def _halved(tmp_path: Path, outer: str, inner: str) -> tuple[Path, Path]:
+    """A baseline at 100 tok/s and a current at 50 (same campaign, so the same run ids), one inside the other."""
+    outer_dir = tmp_path / "results"
+    inner_dir = outer_dir / "cur"
+    dirs = {"outer": outer_dir, "inner": inner_dir}
+    write_campaign(dirs[outer], {("m", "native"): {"output_tok_s": _normal(100, 1, 10, 1)}})
+    write_campaign(dirs[inner], {("m", "native"): {"output_tok_s": _normal(50, 1, 10, 2)}})
+    return dirs[outer], dirs[inner]
+
+
+def test_current_inside_baseline_gives_the_separate_directory_verdict(tmp_path: Path, capsys) -> None:
+    base, cur = _halved(tmp_path, "outer", "inner")  # baseline results/, current results/cur
+    assert main(["compare", str(base), str(cur), "--json"]) == 1
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    (row,) = out["comparisons"]
+    assert row["verdict"] == "regression" and row["change_pct"] == pytest.approx(-50, abs=2)
+    assert row["n_baseline"] == 10 and row["n_current"] == 10
+    assert f"current {cur} lies inside baseline {base}" in captured.err
+    separate = tmp_path / "separate"  # the same data side by side: the same answer
+    (separate / "base").mkdir(parents=True)
+    (base / "h1").rename(separate / "base" / "h1")
+    cur.rename(separate / "cur")
+    assert main(["compare", str(separate / "base"), str(separate / "cur"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["comparisons"] == out["comparisons"]
+
+
+def test_baseline_inside_current_is_left_out_of_the_current(tmp_path: Path, capsys) -> None:
+    base, cur = _halved(tmp_path, "inner", "outer")  # baseline results/cur at 100, current results/ at 50
+    assert main(["compare", str(base), str(cur), "--json"]) == 1
+    captured = capsys.readouterr()
+    (row,) = json.loads(captured.out)["comparisons"]
+    assert row["verdict"] == "regression" and row["n_baseline"] == 10 and row["n_current"] == 10
+    assert row["change_pct"] == pytest.approx(-50, abs=2)
+    assert f"baseline {base} lies inside current {cur}" in captured.err
+
+
+def test_the_same_directory_on_both_sides_is_refused(tmp_path: Path, capsys) -> None:
+    base = write_campaign(tmp_path / "base", {("m", "native"): {"output_tok_s": _normal(100, 1, 10, 1)}})
+    (tmp_path / "link").symlink_to(base)
+    for other in (base, tmp_path / "link", base / "." ):
+        assert main(["compare", str(base), str(other)]) == 2
+        err = capsys.readouterr().err
+        assert "are the same directory" in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_report_baseline_nested_either_way_gives_the_separate_directory_verdict(tmp_path: Path, capsys) -> None:
+    for outer_role in ("baseline", "current"):
+        root = tmp_path / outer_role
+        base, cur = _halved(root, "outer", "inner") if outer_role == "baseline" else _halved(root, "inner", "outer")
+        assert main(["report", str(cur), "--baseline", str(base), "--json", "--out", str(tmp_path / "out")]) == 0
+        out = json.loads(capsys.readouterr().out)
+        (row,) = [r for r in out["baseline"]["comparisons"] if r["metric"] == "output_tok_s"]
+        assert row["verdict"] == "regression" and row["n_baseline"] == 10 and row["n_current"] == 10, row
+    same = tmp_path / "baseline" / "results"
+    assert main(["report", str(same), "--baseline", str(same)]) == 2
+    assert "are the same directory" in capsys.readouterr().err

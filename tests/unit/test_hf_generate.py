@@ -147,6 +147,9 @@ def test_local_path_model_loads_without_network(libs, tmp_path):
     assert result.missing == [] and result.warnings == []
     assert result.extra["model_source"] == "path"
     assert result.extra["parameters"] == parameters
+    # what it built, for the provenance check: the directory's own config, and the parameters it counted
+    assert result.loaded == {"model_path": os.path.realpath(model_dir), "architecture": "LlamaForCausalLM",
+                             "dtype": "float32", "num_hidden_layers": 3, "hidden_size": 32, "param_count": parameters}
     assert iteration_tokens(proc.stdout) == [3, 3]
     assert_consistent(result, batch=1, input_len=5, output_len=3)
     # 3 layers, 1 KV head, head_dim 32/4 = 8, float32, 5 + 3 - 1 cached tokens

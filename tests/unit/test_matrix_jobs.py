@@ -137,11 +137,17 @@ def test_bench_stop_module_stops_only_the_named_campaign(tmp_path):
 # ------------------------------------------------------------------------------------------ bench_run
 
 
+# The bare host's trtllm-bench is the 1.1.0rc3 stand-in: datasets come from the script stand-in, the tokenizer
+# from the model's local directory (any directory serves the stand-ins).
+TRTLLM = {"version": "1.1.0rc3", "surface": {"prepare_dataset_script": str(STANDINS / "prepare_dataset.py")}}
+MODEL = {"name": "m", "path": str(STANDINS)}
+
+
 def _plan(campaign: str, host: str, n: int) -> list[dict]:
     runs = []
     for i in range(1, n + 1):
         runs.append({"run_id": record.run_id(campaign, host, "m", "bare", "w", i), "order_index": i - 1,
-                     "model": {"name": "m"}, "environment": {"name": "bare", "kind": "bare"},
+                     "model": MODEL, "environment": {"name": "bare", "kind": "bare"},
                      "workload": {"name": "w", "engine": "trtllm", "preset": "T1", "requests": 2},
                      "iteration": i, "warmup": False})
     return runs
@@ -149,7 +155,7 @@ def _plan(campaign: str, host: str, n: int) -> list[dict]:
 
 def _args(tmp_path: Path, runs: list, runtime: float) -> dict:
     return {"runs": runs, "campaign": "c1", "host": "h1", "results_root": str(tmp_path / "results"),
-            "cooldown": {"enabled": False}, "timeout_s": 60,
+            "cooldown": {"enabled": False}, "timeout_s": 60, "trtllm": TRTLLM,
             "env": {"SPARKFLEET_FAKE_RUNTIME_S": str(runtime), "SPARKFLEET_FAKE_ALLOC_MIB": "1"}}
 
 

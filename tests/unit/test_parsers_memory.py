@@ -8,8 +8,8 @@ from _shared import trtllm_fixture
 from sparkfleet_host.parsers import parse_file, parse_log, parse_memory_lines
 from sparkfleet_host.parsers.trtllm_memory import (
     SRC_ALLOC,
-    SRC_AVAILABLE,
     SRC_CPP_TOTAL,
+    SRC_KV_BUDGET,
     SRC_PEAK,
     SRC_RESIDUAL,
     SRC_RESIDUAL_NO_TMP,
@@ -87,7 +87,8 @@ def test_gb10_excerpt_exact():
 def test_every_peak_line_variant(tail, expected):
     result = parse_memory_lines(PREFIX + PEAK_HEAD + tail + "\n")
     assert result.metrics == pytest.approx(expected)
-    assert result.sources["kv_cache_gib"] == SRC_AVAILABLE  # no allocation line: the profiling's figure
+    assert result.sources["kv_cache_gib"] == SRC_KV_BUDGET  # no allocation line: the profiling's figure
+    assert result.sources["kv_cache_gib"].startswith("budget: ") and result.extra["kv_cache_source"] == "budget"
     if "device total" in tail:
         assert result.sources["kv_budget_residual_gib"] == (SRC_RESIDUAL if "tmp_kv_gib" in expected
                                                              else SRC_RESIDUAL_NO_TMP)
@@ -155,7 +156,8 @@ def test_allocation_alone_and_cpp_runtime_usage_line():
 def test_estimated_line_is_the_last_resort_for_kv():
     result = parse_memory_lines(PREFIX + "Estimated max memory in KV cache : 5.95 GiB\n")
     assert result.metrics == {"kv_cache_gib": 5.95}
-    assert result.sources["kv_cache_gib"] == "log: Estimated max memory in KV cache"
+    assert result.sources["kv_cache_gib"] == \
+        "budget: log Estimated max memory in KV cache (no [MemUsageChange] allocation line)"
 
 
 def test_cut_numbers_without_unit_are_not_taken():

@@ -151,5 +151,6 @@ def test_to_dict_is_plain_data():
         "extra",
         "probe",
         "samples",
+        "loaded",
     }
     assert data["samples"]["matmul_s"] == data["extra"]["iteration_s"]  # raw per-iteration timings, kept

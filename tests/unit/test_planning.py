@@ -15,7 +15,8 @@ from sparkfleet.campaign import plan, resolve
 from sparkfleet_host import resume
 
 REPO = Path(__file__).resolve().parents[2]
-RAW = {"name": "c1", "models": ["m"], "environments": ["native"], "workloads": ["T1"]}
+RAW = {"name": "c1", "models": [{"name": "m", "path": "/var/lib/sparkfleet/models/org/m"}],  # trtllm needs a path
+       "environments": ["native"], "workloads": ["T1"]}
 
 
 def _campaign(**over):
@@ -84,8 +85,10 @@ def test_the_fleet_plan_gives_each_host_its_runs_async_limit_and_follower(tmp_pa
         assert len(hp.runs) == 4 and hp.needs_native is False and hp.needs_container is True
         # 2 x (4 runs x (timeout 50 + max cooldown 100 + 120 slack) + 600 slack)
         assert hp.async_s == 2 * (4 * (50 + 100 + 120) + 600) == 3360
-        assert hp.summary == f"campaign c1 ({fleet.campaign['config_hash']}): 4 runs planned on {host}, " \
-                             "order interleaved"
+        # the estimate: 4 x (50 s timeout + 100 s max cooldown) at most; the nominal trtllm run is capped by timeout
+        assert hp.summary.startswith(f"campaign c1 ({fleet.campaign['config_hash']}): 4 runs planned on {host}, "
+                                     "order interleaved; estimated about ")
+        assert ", at most 10 min per host (typical: cooldown" in hp.summary
     assert fleet.hosts["h1"].follow == {"poll_interval_s": 2.0, "report_after_s": 60.0,
                                         "retries": 4 * 2 + 3360 // 60 + 10}
     assert fleet.hosts["h2"].follow == {"poll_interval_s": 0.5, "report_after_s": 10, "retries": 4 * 2 + 336 + 10}
@@ -200,3 +203,72 @@ def test_the_host_command_reports_missing_paths_and_kept_configurations(tmp_path
     assert configs == [{"config_hash": "abc", "resolved": {"name": "c1"}}, None, None]
     with pytest.raises(AnsibleActionFail, match="could not read the host's answer"):
         action.parse_probe("garbage", paths, files)
+
+
+# ------------------------------------------------------------- models are where the engine looks
+
+
+def _with_models(*paths, environments=("native",)):
+    return {"name": "c1", "models": [{"name": f"m{i}", "path": p} for i, p in enumerate(paths)],
+            "environments": list(environments), "workloads": ["T1"]}
+
+
+def test_a_model_outside_the_models_directory_is_refused_naming_model_path_and_directory():
+    campaign = _with_models("/var/lib/sparkfleet/models/org/ok", "/data/models/huggingface/org/far")
+    with pytest.raises(planning.PlanningError) as err:
+        planning.check_host("h1", campaign, {})
+    message = str(err.value)
+    assert "h1: model m1: path /data/models/huggingface/org/far lies outside the models directory " \
+           "/var/lib/sparkfleet/models (sparkfleet_models_dir)" in message
+    assert "m0" not in message and "\n" not in message  # one line, the model inside is not named
+    # the directory follows the host's settings: its own models dir, or <work_dir>/models
+    assert planning.check_host("h1", _with_models("/data/models/huggingface/org/far"),
+                               {"sparkfleet_models_dir": "/data/models/"}).host == "h1"
+    with pytest.raises(planning.PlanningError, match="outside the models directory /srv/sf/models"):
+        planning.check_host("h1", campaign, {"sparkfleet_work_dir": "/srv/sf"})
+    # '..' does not lead out unnoticed, a sibling with a common prefix is not inside
+    with pytest.raises(planning.PlanningError, match="model m0: path /var/lib/sparkfleet/models/../x"):
+        planning.check_host("h1", _with_models("/var/lib/sparkfleet/models/../x"), {})
+    with pytest.raises(planning.PlanningError, match="model m0: path /var/lib/sparkfleet/models-old/x"):
+        planning.check_host("h1", _with_models("/var/lib/sparkfleet/models-old/x"), {})
+
+
+def test_a_trtllm_model_without_a_path_is_refused_naming_it_unless_a_hugging_face_cache_is_bound():
+    campaign = {"name": "c1", "models": [{"name": "org/ok", "path": "/var/lib/sparkfleet/models/org/ok"}, "org/bare"],
+                "environments": ["native"], "workloads": ["T1"]}
+    with pytest.raises(planning.PlanningError) as err:
+        planning.check_host("h1", campaign, {})
+    message = str(err.value)
+    assert message.startswith("sparkfleet_campaign") and "h1: model org/bare: no path" in message
+    assert "org/ok" not in message and "\n" not in message
+    assert planning.check_host("h1", campaign, {"sparkfleet_hf_cache_dir": "/data/hf"}).host == "h1"
+
+
+def test_only_environments_that_see_the_host_through_binds_need_the_models_directory():
+    far = "/data/models/huggingface/org/far"
+    assert planning.check_host("h1", _with_models(far, environments=[{"name": "b", "kind": "bare"}]), {})
+    with pytest.raises(planning.PlanningError, match="model m0: path /data/models"):
+        planning.check_host("h1", _with_models(far, environments=["container"]), {})
+
+
+def test_the_shipped_default_campaigns_lie_under_the_default_models_directory():
+    for groups, kind in ((["sparks"], "campaign"), ([], "reference")):
+        campaign = planning.default_campaign(groups, kind, str(REPO))
+        assert all(m.get("path") for m in campaign["models"])
+        assert planning.check_host("h1", campaign, {}).campaign["models"]
+
+
+def test_the_host_command_tells_a_model_linked_out_of_the_models_directory(tmp_path):
+    action = _action()
+    models, far = tmp_path / "models", tmp_path / "far"
+    (models / "org" / "real").mkdir(parents=True)
+    (far / "m").mkdir(parents=True)
+    (models / "org" / "linked").symlink_to(far / "m")
+    (tmp_path / "dir-link").symlink_to(models)  # a models dir that is itself a link is fine
+    paths = [str(tmp_path / "dir-link" / "org" / "real"), str(models / "org" / "linked"), str(models / "gone")]
+    out = subprocess.run(["sh", "-c", action.probe_command(paths, [], str(tmp_path / "dir-link"))],
+                         capture_output=True, text=True)
+    assert out.returncode == 0
+    assert action.parse_probe(out.stdout, paths, []) == ([paths[2]], [])
+    assert action.linked_outside(out.stdout, paths, str(tmp_path / "dir-link")) == \
+        [(paths[1], str(far / "m"), str(models))]

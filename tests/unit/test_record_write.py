@@ -16,15 +16,21 @@ record = host_util("record")
 parsers = host_util("parsers")
 
 
+# The bare host's trtllm-bench is the 1.1.0rc3 stand-in: datasets come from the script stand-in, the tokenizer
+# from the model's local directory (any directory serves the stand-ins).
+TRTLLM = {"version": "1.1.0rc3", "surface": {"prepare_dataset_script": str(STANDINS / "prepare_dataset.py")}}
+MODEL = {"name": "m", "path": str(STANDINS)}
+
+
 def _plan(campaign: str, host: str, workload: dict, n: int = 1) -> list[dict]:
     return [{"run_id": record.run_id(campaign, host, "m", "bare", workload["name"], i), "order_index": i - 1,
-             "model": {"name": "m"}, "environment": {"name": "bare", "kind": "bare"}, "workload": workload,
+             "model": MODEL, "environment": {"name": "bare", "kind": "bare"}, "workload": workload,
              "iteration": i, "warmup": False} for i in range(1, n + 1)]
 
 
 def _args(tmp_path: Path, runs: list) -> dict:
     return {"runs": runs, "campaign": "c1", "host": "h1", "results_root": str(tmp_path / "results"),
-            "cooldown": {"enabled": False}, "timeout_s": 60,
+            "cooldown": {"enabled": False}, "timeout_s": 60, "trtllm": TRTLLM,
             "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.1", "SPARKFLEET_FAKE_ALLOC_MIB": "1"}}
 
 

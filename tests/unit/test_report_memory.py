@@ -20,7 +20,7 @@ from sparkfleet.cli import main
 from sparkfleet.load import load_runs
 from sparkfleet.report.memory import aa_pairs, noise_floor
 from sparkfleet_host import record as contract
-from sparkfleet_host.parsers import parse_file
+from sparkfleet_host.parsers import parse_file, parse_log
 
 TOTAL = 119.64
 ENGINE = 20.0  # the engine's own peak
@@ -308,3 +308,47 @@ def test_kv_residual_takes_the_records_tmp_kv_from_a_real_gb10_log(tmp_path: Pat
     # said in the decomposition's text and in the KV-budget section's, and marked in the table
     assert html.count("No run&#x27;s record carries tmp_kv_gib") == 2
     assert "<td>not recorded</td>" in html
+
+
+def test_runs_whose_kv_figure_is_a_budget_are_flagged_per_cell_and_marked(tmp_path: Path) -> None:
+    """Native runs: the real GB10 log (an allocation line). Container runs: the same log without its
+    '[MemUsageChange] ... paged KV cache' lines, as TensorRT-LLM 1.3+ with the KV cache manager V2 may write it,
+    so their kv_cache_gib is the profiling's budget; and a third environment with records written before the
+    sources said so ('log: available KV cache memory ...'). One warning per budget cell, a marker in the tables."""
+    real = trtllm_fixture("gb10-1.1.0rc3-memory-excerpt.log").read_text()
+    allocated = parse_log(real)
+    budget = parse_log("\n".join(line for line in real.splitlines() if "[MemUsageChange]" not in line))
+    assert allocated.sources["kv_cache_gib"] != budget.sources["kv_cache_gib"]
+    root = tmp_path / "r"
+    rng = np.random.default_rng(5)
+    order = 0
+    for iteration in range(3):
+        for environment, kind, parsed in (("native", "native", allocated), ("container", "container", budget),
+                                          ("old-container", "container", budget)):
+            rec = _record(environment, kind, 0.9, False, iteration, order, rng)
+            rec["metrics"] = {"output_tok_s": 100.0 + iteration, **parsed.metrics}
+            rec["metric_sources"] = dict(parsed.sources)
+            if environment == "old-container":
+                rec["metric_sources"]["kv_cache_gib"] = "log: available KV cache memory when calculating max tokens"
+            assert contract.validate(rec) == []
+            contract.write_json_atomic(root / "spark-01" / "runs" / rec["run_id"] / "record.json", rec)
+            order += 1
+    out = report_json(root)
+    flagged = [w for w in out["warnings"] if w["kind"] == "kv-source"]
+    assert sorted(w["subject"] for w in flagged) == ["spark-01 / deepseek / container / study.kv0.9.keep",
+                                                     "spark-01 / deepseek / old-container / study.kv0.9.keep"]
+    assert all("KV figure is a budget, not an allocation" in w["message"] and "3 of 3 run(s)" in w["message"]
+               for w in flagged)
+    dec = {r["environment"]: r for r in out["memory"]["decomposition"]}
+    assert (dec["native"]["n_kv_budget"], dec["container"]["n_kv_budget"], dec["old-container"]["n_kv_budget"]) \
+        == (0, 3, 3)
+    html = (root / "report" / "index.html").read_text()
+    assert "<th>KV figure</th>" in html and html.count("<td>budget</td>") == 2  # the two budget cells' mark
+    assert "logged no &#x27;[MemUsageChange] Allocated ... paged KV cache&#x27; line" in html
+    assert html.count("(budget)") == 6  # the six budget runs in the per-run residual table, not the native ones
+
+
+def test_no_kv_source_warning_where_the_sources_do_not_say(tmp_path: Path) -> None:
+    out = report_json(build_memory_campaign(tmp_path / "r", iterations=1))  # sources are just "log"
+    assert not [w for w in out["warnings"] if w["kind"] == "kv-source"]
+    assert {r["n_kv_budget"] for r in out["memory"]["decomposition"]} == {0}

@@ -15,22 +15,28 @@ ledger = host_util("ledger")
 HOSTILE = "m; rm -rf / $(touch /tmp/pwned) `id` 'q' \"d\"\nx"
 
 
+TRTLLM = {"version": "1.2.0rc8"}  # the per-version argv: tests/unit/test_trtllm_cli.py
+LOCAL = {"name": "d", "path": "/m/d"}
+
+
 def test_trtllm_steps_prepare_a_dataset_then_bench_with_report_json():
     steps = runexec.engine_steps("trtllm", {"name": "T4", "batch": 4, "input_len": 512, "output_len": 128,
                                             "mode": "throughput"},
-                                 {"name": "qwen", "hf_id": "Qwen/Qwen2.5-72B-Instruct", "path": "/m/q"}, "/r/run", "/w")
-    (prep_name, prep), (bench_name, bench) = steps
-    assert (prep_name, bench_name) == ("prepare", "bench")
-    assert prep[:5] == ["trtllm-bench", "--model", "Qwen/Qwen2.5-72B-Instruct", "--model_path", "/m/q"]
+                                 {"name": "qwen", "hf_id": "Qwen/Qwen2.5-72B-Instruct", "path": "/m/q"}, "/r/run", "/w",
+                                 trtllm=TRTLLM)
+    (prep_name, prep, prep_out), (bench_name, bench, bench_out) = steps
+    assert (prep_name, bench_name, prep_out, bench_out) == ("prepare", "bench", None, None)
+    assert prep[:4] == ["trtllm-bench", "--model", "/m/q", "prepare-dataset"]  # the tokenizer: the local path
     assert prep[prep.index("--input-mean") + 1] == "512" and prep[prep.index("--output-mean") + 1] == "128"
+    assert bench[:5] == ["trtllm-bench", "--model", "Qwen/Qwen2.5-72B-Instruct", "--model_path", "/m/q"]
     assert bench[5:8] == ["throughput", "--dataset", "/r/run/dataset.jsonl"]
     assert bench[bench.index("--report_json") + 1] == "/r/run/report.json"
     assert bench[bench.index("--max_batch_size") + 1] == "4"
 
 
 def test_study_workload_uses_its_request_count():
-    _, (_, bench) = runexec.engine_steps("trtllm", {"name": "study", "requests": 50, "input_len": 128,
-                                                    "output_len": 128}, {"name": "d"}, "/r", "/w")
+    _, (_, bench, _) = runexec.engine_steps("trtllm", {"name": "study", "requests": 50, "input_len": 128,
+                                                       "output_len": 128}, LOCAL, "/r", "/w", trtllm=TRTLLM)
     assert bench[bench.index("--num_requests") + 1] == "50"
 
 
@@ -126,13 +132,13 @@ def test_ledger_last_event_wins_and_a_torn_line_is_skipped(tmp_path):
 
 def test_kv_fraction_goes_through_the_llm_api_options_file_and_the_cli():
     workload = {"name": "study", "engine": "trtllm", "requests": 5, "kv_fraction": 0.5}
-    _, (_, bench) = runexec.engine_steps("trtllm", workload, {"name": "d"}, "/r/run", "/w")
+    _, (_, bench, _) = runexec.engine_steps("trtllm", workload, LOCAL, "/r/run", "/w", trtllm=TRTLLM)
     assert bench[bench.index("--extra_llm_api_options") + 1] == "/r/run/extra_llm_api_options.yaml"
     assert bench[bench.index("--kv_cache_free_gpu_mem_fraction") + 1] == "0.5"
     assert runexec.llm_api_options(workload) == "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n"
     assert runexec.llm_api_options({"engine": "trtllm"}) is None
     assert runexec.llm_api_options({"engine": "matmul", "kv_fraction": 0.5}) is None
-    _, (_, plain) = runexec.engine_steps("trtllm", {"name": "study"}, {"name": "d"}, "/r/run", "/w")
+    _, (_, plain, _) = runexec.engine_steps("trtllm", {"name": "study"}, LOCAL, "/r/run", "/w", trtllm=TRTLLM)
     assert "--extra_llm_api_options" not in plain
 
 
@@ -140,4 +146,4 @@ def test_kv_fraction_goes_through_the_llm_api_options_file_and_the_cli():
     {"kv_fraction": 0.5, "extra_args": ["--extra_llm_api_options", "/x.yaml"]}, {"kv_fraction": 1.5}])
 def test_kv_fraction_conflicts_are_setup_errors(workload):
     with pytest.raises(runexec.RunSetupError):
-        runexec.engine_steps("trtllm", {"name": "w", **workload}, {"name": "d"}, "/r", "/w")
+        runexec.engine_steps("trtllm", {"name": "w", **workload}, LOCAL, "/r", "/w", trtllm=TRTLLM)

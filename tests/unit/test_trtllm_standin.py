@@ -15,6 +15,10 @@ from _shared import STANDIN_TRTLLM
 from sparkfleet_host.parsers import parse_log, parse_report_json
 
 MODEL = "meta-llama/Llama-3.1-8B"
+# prepare-dataset exists from 1.2 (the 1.1 stand-in refuses it as click does); its tokenizer is --model, a local
+# directory (the test host reaches no Hub).
+PREPARE_ENV = {"SPARKFLEET_FAKE_VERSION": "1.2.0rc8"}
+TOKENIZER = str(Path(__file__).resolve().parent)
 
 
 def standin(
@@ -32,9 +36,10 @@ def standin(
 def dataset(tmp_path_factory):
     path = tmp_path_factory.mktemp("ds") / "synthetic_128_64.jsonl"
     proc = standin(
-        [
+        env=PREPARE_ENV,
+        args=[
             "--model",
-            MODEL,
+            TOKENIZER,
             "prepare-dataset",
             "--output",
             str(path),
@@ -159,9 +164,10 @@ def test_output_length_changes_the_figures(tmp_path):
     for osl in (32, 256):
         path = tmp_path / f"ds{osl}.jsonl"
         standin(
-            [
+            env=PREPARE_ENV,
+            args=[
                 "--model",
-                MODEL,
+                TOKENIZER,
                 "prepare-dataset",
                 "--output",
                 str(path),

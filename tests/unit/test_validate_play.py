@@ -89,3 +89,36 @@ def test_hosts_given_different_campaigns_are_refused(play, tmp_path):
     assert split.returncode != 0
     assert "the hosts were given different campaigns (h1: campaign sanity" in split.stdout
     assert "h2: campaign c1" in split.stdout
+
+
+def test_a_model_outside_the_models_directory_is_refused_before_any_host_is_changed(play, tmp_path):
+    models = tmp_path / "models"
+    (models / "org" / "inside").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "outside").mkdir(parents=True)  # it exists: only where it lies is wrong
+    hosts = {"h1": {"sparkfleet_models_dir": str(models)}, "h2": {"sparkfleet_models_dir": str(models)}}
+    outside = {**CAMPAIGN, "models": [{"name": "inside", "path": str(models / "org" / "inside")},
+                                      {"name": "far", "path": str(tmp_path / "elsewhere" / "outside")}]}
+    refused = play(campaign=outside, hosts=hosts)
+    assert refused.returncode != 0
+    assert (f"model far: path {tmp_path / 'elsewhere' / 'outside'} lies outside the models directory {models} "
+            "(sparkfleet_models_dir)") in refused.stdout
+    assert "model inside:" not in refused.stdout
+    assert not (tmp_path / "results").exists() and not (tmp_path / "h1").exists()  # nothing written anywhere
+
+    # the default models directory, <work_dir>/models, when the host does not set one
+    refused = play(campaign={**CAMPAIGN, "models": [{"name": "inside", "path": str(models / "org" / "inside")}]})
+    assert refused.returncode != 0
+    assert f"h1: model inside: path {models / 'org' / 'inside'} lies outside the models directory " \
+           f"{tmp_path / 'h1' / 'models'}" in refused.stdout
+
+    # a link under the models directory that leads out of it: the chroot and the container cannot follow it
+    (models / "org" / "linked").symlink_to(tmp_path / "elsewhere" / "outside")
+    linked = play(campaign={**CAMPAIGN, "models": [{"name": "linked", "path": str(models / "org" / "linked")}]},
+                  hosts=hosts)
+    assert linked.returncode != 0
+    assert f"model path {models / 'org' / 'linked'} is a link to {tmp_path / 'elsewhere' / 'outside'}, outside " \
+           f"the models directory {models}" in linked.stdout
+
+    ok = play(campaign={**CAMPAIGN, "models": [{"name": "inside", "path": str(models / "org" / "inside")}]},
+              hosts=hosts)
+    assert ok.returncode == 0, ok.stdout[-3000:]

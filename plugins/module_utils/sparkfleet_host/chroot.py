@@ -8,11 +8,19 @@ a remote host.
 
 The launcher (:func:`chroot_argv`) builds an argv, never a shell line::
 
-    chroot ROOTFS /usr/bin/env -i [-C CWD] -- K=V ... ARGV0 ARGV1 ...
+    chroot [--userspec=USER] ROOTFS /usr/bin/env -i [-C CWD] -- K=V ... [ENTRYPOINT ...] ARGV0 ARGV1 ...
 
-``env -i`` starts from an empty environment and sets exactly the image's own ``Config.Env`` (recorded in
-the rootfs marker at extraction) plus what the caller adds, the way ``docker run`` would; GNU ``env``
-looks ``ARGV0`` up on that new ``PATH``.
+It runs what ``docker run IMAGE ARGV...`` runs, minus the namespaces and cgroups: the image's
+``Config.Entrypoint`` followed by ``ARGV`` (which replaces ``Config.Cmd``; with no ARGV, ``Cmd`` is used),
+in ``Config.WorkingDir`` unless the caller names a directory (``docker run --workdir``), as ``Config.User``.
+``env -i`` starts from an empty environment and sets exactly what Docker would: ``HOME``/``PATH`` defaults,
+the image's own ``Config.Env``, then what the caller adds (``--env``). GNU ``env`` looks the first word up on
+that new ``PATH``. Because the image's entrypoint runs (NGC images: ``/opt/nvidia/nvidia_entrypoint.sh``, a
+bash script), bash sources ``BASH_ENV``/``ENV`` from that environment exactly as in the container.
+
+The entrypoint, Cmd, WorkingDir and User are recorded in the rootfs marker at extraction (schema 2). A
+marker of schema 1 lacks them: :func:`load_image_config` says so (``recorded: False``) and the caller runs
+the program directly, warning that the rootfs must be provisioned again.
 """
 
 from __future__ import annotations
@@ -27,10 +35,16 @@ from typing import Any
 
 MARKER = ".sparkfleet-rootfs.json"
 PARTIAL_PREFIX = ".partial-"
-MARKER_SCHEMA = 1
+#: Marker format: 1 = digest, image, env; 2 = also entrypoint, cmd, working_dir, user (the image config the
+#: launcher needs to run what `docker run` runs). A schema-1 marker is still read (see load_image_config).
+MARKER_SCHEMA = 2
+#: The image config keys a schema-2 marker holds, as `docker image inspect` names them under Config.
+IMAGE_CONFIG_KEYS = {"entrypoint": "Entrypoint", "cmd": "Cmd", "working_dir": "WorkingDir", "user": "User"}
 
-# What `docker run` adds to an image's environment when the image does not set it.
-DOCKER_DEFAULT_ENV = {"HOME": "/root"}
+# What `docker run` adds to an image's environment when the image does not set it (HOME for root; PATH is
+# the daemon's default, moby oci/defaults.go DefaultPathEnv for Linux).
+DOCKER_DEFAULT_ENV = {"HOME": "/root", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+_ROOT_USERS = ("", "root", "0", "root:root", "0:0")
 
 # Sonames of the NVIDIA driver's user-space libraries, as `ldconfig -p` lists them (shell globs).
 # libcuda/libnvidia-* are what the container toolkit injects for the compute and utility capabilities.
@@ -94,6 +108,53 @@ def load_image_env(rootfs: str) -> dict[str, str]:
     return env_list_to_dict(read_marker(rootfs).get("env") or [])
 
 
+def image_config_from_inspect(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The launcher's part of ``docker image inspect``'s ``Config``: entrypoint, cmd (lists), working_dir,
+    user (strings). ``null`` in Docker's JSON (no entrypoint) becomes ``[]``."""
+    config = config or {}
+
+    def words(value: Any) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):  # an old engine may give a string; Docker runs it through /bin/sh -c
+            return ["/bin/sh", "-c", value]
+        return [str(v) for v in value]
+
+    return {"entrypoint": words(config.get("Entrypoint")), "cmd": words(config.get("Cmd")),
+            "working_dir": str(config.get("WorkingDir") or ""), "user": str(config.get("User") or "")}
+
+
+def image_config(marker: Mapping[str, Any]) -> dict[str, Any]:
+    """The image config a marker records: entrypoint, cmd, working_dir, user and ``recorded`` (False for a
+    schema-1 marker or an overlay rootfs's marker without them: no entrypoint is then known)."""
+    recorded = "entrypoint" in marker
+    return {"entrypoint": [str(a) for a in (marker.get("entrypoint") or [])],
+            "cmd": [str(a) for a in (marker.get("cmd") or [])],
+            "working_dir": str(marker.get("working_dir") or ""), "user": str(marker.get("user") or ""),
+            "recorded": recorded, "schema": marker.get("schema", 1), "source": marker.get("source", "image")}
+
+
+def load_image_config(rootfs: str) -> dict[str, Any]:
+    """:func:`image_config` of the rootfs's marker."""
+    return image_config(read_marker(rootfs))
+
+
+def stale_marker_warning(rootfs: str, config: Mapping[str, Any]) -> str | None:
+    """A one-line warning when the marker predates the image config (schema 1), else None."""
+    if config.get("recorded") or config.get("source") == "overlay":
+        return None
+    return (f"rootfs {rootfs} has a schema-{config.get('schema', 1)} marker without the image's entrypoint: "
+            f"the program runs directly, not through the entrypoint as docker run does (BASH_ENV/ENV not "
+            f"sourced); run playbooks/provision.yml again to record it")
+
+
+def docker_run_argv(entrypoint: Sequence[str] | None, cmd: Sequence[str] | None,
+                    argv: Sequence[str] | None) -> list[str]:
+    """What ``docker run IMAGE ARGV...`` executes: Entrypoint + (ARGV if given, else the image's Cmd)."""
+    args = [str(a) for a in argv] if argv else [str(a) for a in (cmd or [])]
+    return [str(a) for a in (entrypoint or [])] + args
+
+
 def launch_env(image_env: Mapping[str, str] | Iterable[str] | None,
                extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a command in the chroot gets: Docker's defaults, the image's, then the caller's."""
@@ -114,25 +175,36 @@ def chroot_argv(
     cwd: str | None = None,
     chroot: str = "chroot",
     env_bin: str = "/usr/bin/env",
+    config: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """argv that runs ``argv`` in ``rootfs`` with a clean environment (see the module docstring).
+    """argv that runs ``argv`` in ``rootfs`` as ``docker run`` would (see the module docstring).
 
-    ``argv`` is passed element by element, never through a shell. Its first element must not contain
-    ``=`` (``env`` would take it for an assignment).
+    ``config`` is the image config (:func:`image_config`: entrypoint, cmd, working_dir, user); without it
+    ``argv`` runs directly (schema-1 behaviour). ``cwd`` overrides the image's WorkingDir like
+    ``docker run --workdir``. ``argv`` is passed element by element, never through a shell. The first word
+    run must not contain ``=`` (``env`` would take it for an assignment).
     """
     if isinstance(argv, (str, bytes)):
         raise TypeError("argv must be a list of arguments, not a string")
-    args = [str(a) for a in argv]
+    config = config or {}
+    args = docker_run_argv(config.get("entrypoint"), config.get("cmd"), argv)
     if not args or not args[0]:
-        raise ValueError("argv must name a program")
+        raise ValueError("argv must name a program (and the image has no entrypoint or Cmd to run)")
     if "=" in args[0]:
         raise ValueError(f"the program name {args[0]!r} contains '=': env would read it as an assignment")
     if not os.path.isabs(rootfs):
         raise ValueError(f"rootfs must be an absolute path, got {rootfs!r}")
     env = launch_env(image_env, extra_env)
-    cmd = [chroot, rootfs, env_bin, "-i"]
-    if cwd:
-        cmd += ["-C", cwd]
+    user = str(config.get("user") or "")
+    if "\n" in user or "\0" in user:
+        raise ValueError(f"invalid image user {user!r}")
+    cmd = [chroot]
+    if user not in _ROOT_USERS:
+        cmd.append(f"--userspec={user}")
+    cmd += [rootfs, env_bin, "-i"]
+    workdir = cwd or str(config.get("working_dir") or "")
+    if workdir:
+        cmd += ["-C", workdir]
     cmd.append("--")
     cmd += [f"{k}={v}" for k, v in env.items()]
     cmd += args
@@ -294,3 +366,125 @@ def classify_pull_error(stderr: str) -> str:
 
 def docker_arch(machine: str) -> str:
     return DOCKER_ARCH.get(machine, machine)
+
+
+# ------------------------------------------------------------------ ld cache and CUDA forward compatibility
+#
+# What the NVIDIA container toolkit does for `docker run --gpus` after it has injected the driver, done the
+# same way for the chroot (nvidia-container-toolkit @90988f7a):
+# * cmd/nvidia-cdi-hook/cudacompat/cudacompat.go (enable-cuda-compat): when the container has
+#   /usr/local/cuda/compat and an /etc/ld.so.cache, and exactly one /usr/local/cuda/compat/libcuda.so.*.*
+#   whose MAJOR version is greater than the host driver's, it writes that directory into
+#   /etc/ld.so.conf.d/00-compat-*.conf (the 00- prefix puts it before every other entry);
+# * cmd/nvidia-cdi-hook/update-ldcache/update-ldcache.go (update-ldcache): runs ldconfig for the container's
+#   root with -f /etc/ld.so.conf and -C /etc/ld.so.cache (-N when the container has no cache).
+
+CUDA_COMPAT_PATH = "/usr/local/cuda/compat"
+#: The ld.so.conf.d entry sparkfleet writes (the toolkit's pattern 00-compat-*.conf, with a fixed name so
+#: that undo finds it).
+CUDA_COMPAT_CONF = "/etc/ld.so.conf.d/00-compat-sparkfleet.conf"
+LD_CACHE = "/etc/ld.so.cache"
+#: A copy of the image's own ld cache, taken before the first refresh; undo puts it back.
+LD_CACHE_BACKUP = "/etc/ld.so.cache.sparkfleet-orig"
+#: What chroot_mounts changed inside the rootfs (ld cache, compat entry), for the run record and for undo.
+NATIVE_STATE = ".sparkfleet-native-state.json"
+
+_LIBCUDA_VERSION = re.compile(r"^libcuda\.so\.(\d+(?:\.\d+)+)$")
+_DRIVER_VERSION = re.compile(r"(?<![\d.])(\d{2,4}\.\d+(?:\.\d+)?)(?![\d.])")
+
+
+def major_version(version: str) -> int:
+    """The toolkit's extractMajorVersion: the integer before the first dot; ValueError when there is none."""
+    return int(str(version).split(".", 1)[0])
+
+
+def host_driver_version(driver_libraries: Iterable[str] = (),
+                        version_files: Sequence[str] = ("/sys/module/nvidia/version",
+                                                        "/proc/driver/nvidia/version")) -> str | None:
+    """The host driver version (``580.95.05``): from the file name the bound libcuda resolves to, else from
+    the kernel module. None when neither says."""
+    for path in driver_libraries:
+        m = _LIBCUDA_VERSION.match(os.path.basename(os.path.realpath(path)))
+        if m:
+            return m.group(1)
+    for path in version_files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        m = _DRIVER_VERSION.search(text)
+        if m:
+            return m.group(1)
+    return None
+
+
+def cuda_compat_decision(rootfs: str, host_version: str | None) -> dict[str, Any]:
+    """Whether the image's CUDA forward-compat libcuda goes first, decided as the toolkit's
+    enable-cuda-compat hook decides it. Returns ``enabled``, ``reason``, ``host_driver_version``,
+    ``compat_version``, ``compat_library`` and ``compat_dir`` (paths inside the rootfs)."""
+    out: dict[str, Any] = {"enabled": False, "host_driver_version": host_version, "compat_version": None,
+                           "compat_library": None, "compat_dir": None, "reason": ""}
+    compat = resolve_in_root(rootfs, CUDA_COMPAT_PATH)
+    if not host_version:
+        out["reason"] = "host driver version unknown"
+        return out
+    if not os.path.isdir(compat):
+        out["reason"] = f"no {CUDA_COMPAT_PATH} in the image"
+        return out
+    libs = sorted(n for n in os.listdir(compat)
+                  if fnmatch.fnmatchcase(n, "libcuda.so.*.*") and os.path.isfile(os.path.join(compat, n)))
+    if libs:
+        out["compat_version"] = libs[0][len("libcuda.so."):]
+        out["compat_library"] = f"{CUDA_COMPAT_PATH}/{libs[0]}"
+    if not os.path.lexists(resolve_in_root(rootfs, LD_CACHE)):
+        out["reason"] = f"the image has no {LD_CACHE}"
+        return out
+    if not libs:
+        out["reason"] = f"no libcuda.so.*.* in {CUDA_COMPAT_PATH}"
+        return out
+    if len(libs) != 1:
+        out["reason"] = f"{len(libs)} compat libcuda libraries in {CUDA_COMPAT_PATH}: {', '.join(libs)}"
+        return out
+    try:
+        compat_major, host_major = major_version(out["compat_version"]), major_version(host_version)
+    except ValueError:
+        out["reason"] = f"cannot read a major version from {out['compat_version']!r} or {host_version!r}"
+        return out
+    if host_major >= compat_major:
+        out["reason"] = (f"host driver {host_version} is not older than the compat libcuda "
+                         f"{out['compat_version']} (major {host_major} >= {compat_major})")
+        return out
+    real = os.path.realpath(os.path.join(compat, libs[0]))
+    root = os.path.realpath(rootfs)
+    inside = "/" + os.path.relpath(os.path.dirname(real), root) if is_under(real, root) else CUDA_COMPAT_PATH
+    out.update(enabled=True, compat_dir=inside,
+               reason=f"compat libcuda {out['compat_version']} is newer than the host driver {host_version} "
+                      f"(major {compat_major} > {host_major})")
+    return out
+
+
+def ldconfig_in_root(rootfs: str) -> str | None:
+    """The image's own ldconfig binary (path inside the rootfs): Ubuntu's /sbin/ldconfig is a shell wrapper
+    around ldconfig.real, which the toolkit runs directly (NormalizeLDConfigPath)."""
+    for path in ("/sbin/ldconfig.real", "/usr/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        host = resolve_in_root(rootfs, path)
+        if os.path.isfile(host) and os.access(host, os.X_OK):
+            return path
+    return None
+
+
+def ldconfig_argv(rootfs: str, ldconfig: str, has_cache: bool, chroot: str = "chroot") -> list[str]:
+    """``chroot ROOTFS LDCONFIG -f /etc/ld.so.conf (-C /etc/ld.so.cache | -N)``: the update-ldcache hook's
+    arguments, with the image's own ldconfig run inside the rootfs."""
+    return [chroot, rootfs, ldconfig, "-f", "/etc/ld.so.conf"] + (["-C", LD_CACHE] if has_cache else ["-N"])
+
+
+def read_native_state(rootfs: str) -> dict[str, Any] | None:
+    """What chroot_mounts recorded in the rootfs (ld cache refresh, compat decision), or None."""
+    try:
+        with open(os.path.join(rootfs, NATIVE_STATE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

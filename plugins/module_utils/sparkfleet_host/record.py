@@ -64,6 +64,85 @@ METRICS: Dict[str, str] = {
     "matmul_s_mean": "s",
 }
 
+_GIB_MAX = 4096.0  # 4 TiB: beyond any single device's memory (a GB10 has 128 GB)
+_LATENCY_MS_MAX = 7 * 86400 * 1000.0  # a week: no run may last longer (campaign timeout_s)
+#: Metric name -> (low, high): the physical range of its value, both ends included. A value outside it (a
+#: negative throughput, 1.7e308 tok/s, NaN) is a parse or unit error, never a measurement: the producer and the
+#: loader reject that metric (the run is kept, the reason named: :func:`screen_metrics`).
+METRIC_RANGES: Dict[str, Tuple[float, float]] = {
+    "output_tok_s": (0.0, 1e7),
+    "total_tok_s": (0.0, 1e7),
+    "req_s": (0.0, 1e6),
+    "latency_ms_avg": (0.0, _LATENCY_MS_MAX),
+    "latency_ms_p50": (0.0, _LATENCY_MS_MAX),
+    "latency_ms_p90": (0.0, _LATENCY_MS_MAX),
+    "latency_ms_p95": (0.0, _LATENCY_MS_MAX),
+    "latency_ms_p99": (0.0, _LATENCY_MS_MAX),
+    "ttft_ms": (0.0, _LATENCY_MS_MAX),
+    "tpot_ms": (0.0, _LATENCY_MS_MAX),
+    "peak_memory_gib": (0.0, _GIB_MAX),
+    "kv_cache_gib": (0.0, _GIB_MAX),
+    "device_total_gib": (0.0, _GIB_MAX),
+    "kv_fraction": (0.0, 1.0),
+    "tmp_kv_gib": (0.0, _GIB_MAX),
+    "kv_budget_residual_gib": (-_GIB_MAX, _GIB_MAX),  # a difference: either sign
+    "gflops": (0.0, 1e9),  # 1 EFLOP/s
+    "matmul_s_mean": (0.0, 7 * 86400.0),
+}
+#: How a rejected metric is named in ``parse_warnings`` (the loader finds the rejections by it).
+REJECTED_METRIC = "rejected metric "
+
+
+def metric_problem(name: str, value: Any) -> Optional[str]:
+    """Why ``value`` cannot be metric ``name``: not a number, not finite, or outside METRIC_RANGES; None when
+    it can (or is None, or the name is not a metric: :func:`validate` reports unknown names)."""
+    if value is None or name not in METRIC_RANGES:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "%r is not a number" % (value,)
+    if not math.isfinite(value):
+        return "%r is not a finite number" % (value,)
+    low, high = METRIC_RANGES[name]
+    if not low <= value <= high:
+        return "%r is outside its physical range %g to %g %s" % (value, low, high, METRICS[name])
+    return None
+
+
+def screen_metrics(metrics: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """``(the metrics without any that metric_problem refuses, one line per refused metric)``; each line
+    starts with REJECTED_METRIC, e.g. ``rejected metric 'output_tok_s': -5 is outside its physical range...``."""
+    kept: Dict[str, Any] = {}
+    notes: List[str] = []
+    for name, value in metrics.items():
+        problem = metric_problem(name, value)
+        if problem is None:
+            kept[name] = value
+        else:
+            notes.append("%s%r: %s" % (REJECTED_METRIC, name, problem))
+    return kept, notes
+
+
+def screened(record: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """The record with its refused metrics removed and named in ``parse_warnings`` (the run stays as it was:
+    counted, its other figures kept); the notes. A record whose metrics or parse_warnings are not of their
+    type is returned as it is (:func:`validate` names that)."""
+    metrics, warnings = record.get("metrics"), record.get("parse_warnings")
+    if not isinstance(metrics, dict) or not isinstance(warnings, (list, type(None))):
+        return record, []
+    kept, notes = screen_metrics(metrics)
+    if not notes:
+        return record, []
+    return {**record, "metrics": kept, "parse_warnings": list(warnings or []) + notes}, notes
+
+
+def rejected_metrics(record: Dict[str, Any]) -> List[str]:
+    """The metric rejections a record names in its ``parse_warnings`` (by the producer or the loader)."""
+    warnings = record.get("parse_warnings")
+    if not isinstance(warnings, list):
+        return []
+    return [w for w in warnings if isinstance(w, str) and w.startswith(REJECTED_METRIC)]
+
+
 #: Raw per-iteration samples (``samples``: name -> list, one value per measured iteration, in order) -> unit.
 SAMPLES: Dict[str, str] = {
     "matmul_s": "s",  # matmul: seconds of each timed product
@@ -80,6 +159,10 @@ KV_BUDGET_METRICS = ("tmp_kv_gib", "kv_budget_residual_gib")
 MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction", *KV_BUDGET_METRICS)
 
 ENVIRONMENT_KINDS = ("native", "container", "bare")
+
+#: ``provenance.status``: the engine's output showed the requested model (an identifying field matched and
+#: none differed), showed nothing that identifies it, showed another one, or the workload loads no model.
+PROVENANCE_STATUSES = ("confirmed", "unconfirmed", "mismatch", "not_applicable")
 
 IDENTITY_FIELDS = ("campaign", "host", "model", "environment", "workload", "iteration")
 
@@ -182,6 +265,13 @@ class RunRecord:
     parse_missing: Optional[List[str]] = _field((_A, _NULL), "expected figures the engine's output lacked")
     probe: Optional[Dict[str, Any]] = _field((_O, _NULL), "where the workload ran (its probe lines)")
     memory: Optional[Dict[str, Any]] = _field((_O, _NULL), "memory state of the host at the run's start and peak")
+    fingerprint: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "environment fingerprint of the running benchmark process: NVIDIA/CUDA libraries mapped "
+        "(name, version, path, source), LD_LIBRARY_PATH, Python/torch/tensorrt_llm versions (sparkfleet_host."
+        "fingerprint); optional in format version 2 (absent or null in records written before it)")
+    provenance: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "whether the engine loaded the requested model: status (PROVENANCE_STATUSES), reason, "
+        "expected (the model directory's card), loaded (what the engine's output shows), checks (per field)")
     extra: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "producer-specific data outside the contract, kept verbatim (a v1 record's unknown fields)")
 
@@ -233,6 +323,9 @@ def json_schema() -> Dict[str, Any]:
     properties["metrics"].update({
         "propertyNames": {"enum": list(METRICS)},
         "additionalProperties": {"type": ["number", "null"]},
+        # the physical range of each (METRIC_RANGES): a value outside it is rejected, the run kept
+        "properties": {name: {"type": ["number", "null"], "minimum": METRIC_RANGES[name][0],
+                              "maximum": METRIC_RANGES[name][1]} for name in METRICS if name in METRIC_RANGES},
         "x-units": dict(METRICS),
     })
     properties["metric_sources"]["additionalProperties"] = {"type": "string"}
@@ -340,6 +433,8 @@ _METRIC_NAMES = frozenset(METRICS)
 _SAMPLE_NAMES = frozenset(SAMPLES)
 #: Metric value types accepted without a closer look (bool, an int subclass, is accepted by the slow path).
 _PLAIN_METRIC_TYPES = frozenset((int, float, type(None)))
+_LOW = {name: METRIC_RANGES.get(name, (-math.inf, math.inf))[0] for name in METRICS}
+_HIGH = {name: METRIC_RANGES.get(name, (-math.inf, math.inf))[1] for name in METRICS}
 _isfinite = math.isfinite
 
 
@@ -377,7 +472,7 @@ def validate(record: Any) -> List[str]:
     if isinstance(metrics, dict):
         values = metrics.values()
         if not (metrics.keys() <= _METRIC_NAMES and _PLAIN_METRIC_TYPES.issuperset(map(type, values))
-                and all(v is None or _isfinite(v) for v in values)):
+                and all(v is None or _LOW[k] <= v <= _HIGH[k] for k, v in metrics.items())):  # NaN: False
             for name, value in metrics.items():
                 if name not in METRICS:
                     errors.append(f"unknown metric '{name}'")
@@ -385,6 +480,8 @@ def validate(record: Any) -> List[str]:
                     errors.append(f"metric '{name}' is not a number")
                 elif value is not None and not _isfinite(value):
                     errors.append(f"metric '{name}' is not finite ({value!r})")
+                elif metric_problem(name, value):
+                    errors.append(f"metric '{name}': {metric_problem(name, value)}")
         sources = record.get("metric_sources")
         sources = sources if isinstance(sources, dict) else {}
         for name in MEMORY_METRICS:
@@ -393,6 +490,9 @@ def validate(record: Any) -> List[str]:
     samples = record.get("samples")
     if isinstance(samples, dict) and samples:
         errors += _sample_problems(samples)
+    provenance = record.get("provenance")
+    if isinstance(provenance, dict) and provenance.get("status") not in PROVENANCE_STATUSES:
+        errors.append(f"provenance.status {provenance.get('status')!r} is not one of {', '.join(PROVENANCE_STATUSES)}")
     if keys >= _IDENTITY_AND_RUN_ID:
         try:
             expected: Optional[str] = run_id(*_identity(record))
@@ -454,7 +554,7 @@ def sealed(record: RunRecord) -> Tuple[Dict[str, Any], List[str]]:
     figures dropped and every field that broke the contract at its default — a failed run with its
     reason, never a file the loader would skip. Raises :class:`ContractError` when even that is invalid.
     """
-    data = record.to_dict()
+    data, _ = screened(record.to_dict())  # a metric outside its physical range: rejected, named, the run kept
     problems = validate(data)
     if not _json_ok(data):
         problems += [f"field '{name}' holds NaN, an infinity or a value JSON cannot hold"

@@ -15,13 +15,14 @@ import signal
 import subprocess
 import time
 
-from .chroot import chroot_argv
+from . import trtllm_cli
+from .chroot import ChrootError, chroot_argv, load_image_config, stale_marker_warning
 
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
 WORKLOADS_SUBDIR = ".sparkfleet/workloads"
 #: The run's TensorRT-LLM LLM API options file (kv_cache_config from the workload's kv_fraction), in its run dir.
-LLM_API_OPTIONS = "extra_llm_api_options.yaml"
+LLM_API_OPTIONS = trtllm_cli.LLM_API_OPTIONS
 #: Words of a flag or variable name that mark its value as a secret. A name is split into words at '_', '-',
 #: '.' and lower-to-upper case changes: HF_TOKEN, --hf-token, hfToken, OPENAI_API_KEY are secrets;
 #: TOKENIZERS_PARALLELISM and --max_num_tokens are not (a word must BE the secret word, or end with it:
@@ -42,62 +43,46 @@ class RunSetupError(Exception):
 # ------------------------------------------------------------------------------------------ argv
 
 
-def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloads_dir: str) -> list:
-    """The commands (argv lists) one run executes inside its environment, in order: [(name, argv), ...].
+def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloads_dir: str, trtllm=None,
+                 hf_cache: bool = False) -> list:
+    """The commands one run executes inside its environment, in order: [(name, argv, stdout_path), ...].
 
-    The last step is the measured one; its output is bench.log. Arguments are list elements, never
-    shell text: a model name with spaces or `$()` reaches the engine literally.
+    The last step is the measured one; its output is bench.log. ``stdout_path`` (else None) is a file the
+    step's standard output goes to (its standard error still goes to its log). Arguments are list elements,
+    never shell text: a model name with spaces or `$()` reaches the engine literally.
+
+    ``trtllm`` (engine trtllm): the image's TensorRT-LLM detection (trtllm_cli.detect, the engine_probe
+    module), optionally with ``unknown_version``; the commands are built for that version (trtllm_cli).
+    ``hf_cache``: a Hugging Face cache is bound (else the tokenizer must come from ``model.path``).
     """
     extra = [str(a) for a in (workload.get("extra_args") or [])]
     name = str(model.get("name") or "")
-    model_ref = str(model.get("hf_id") or name)
     path = model.get("path")
     if engine == "matmul":
         argv = ["python3", f"{workloads_dir}/matmul.py", "--model", name,
                 "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 1))]
         if workload.get("size"):
             argv += ["--size", str(workload["size"])]
-        return [("bench", argv + extra)]
+        return [("bench", argv + extra, None)]
     if engine == "hf-generate":
         argv = ["python3", f"{workloads_dir}/hf_generate.py", "--model", str(path or name),
                 "--batch", str(workload.get("batch", 1)), "--input-len", str(workload.get("input_len", 128)),
                 "--output-len", str(workload.get("output_len", 128)),
                 "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 2))]
-        return [("bench", argv + extra)]
+        return [("bench", argv + extra, None)]
     if engine == "trtllm":
-        dataset = f"{run_dir}/dataset.jsonl"
-        requests = int(workload.get("requests") or max(int(workload.get("batch", 1)) * 10, 10))
-        base = ["trtllm-bench", "--model", model_ref]
-        if path:
-            base += ["--model_path", str(path)]
-        prepare = base + ["prepare-dataset", "--output", dataset, "token-norm-dist",
-                          "--num-requests", str(requests),
-                          "--input-mean", str(workload.get("input_len", 128)), "--input-stdev", "0",
-                          "--output-mean", str(workload.get("output_len", 128)), "--output-stdev", "0"]
-        mode = workload.get("mode", "throughput")
-        bench = base + [mode, "--dataset", dataset, "--backend", str(workload.get("backend", "pytorch")),
-                        "--report_json", f"{run_dir}/report.json", "--num_requests", str(requests)]
-        if workload.get("batch"):
-            bench += ["--max_batch_size", str(workload["batch"])]
-        if workload.get("concurrency"):
-            bench += ["--concurrency", str(workload["concurrency"])]
-        if workload.get("kv_fraction") is not None:
-            if any(str(a).split("=", 1)[0] in ("--extra_llm_api_options", "--config") for a in extra):
-                raise RunSetupError("kv_fraction and an --extra_llm_api_options file in extra_args: set "
-                                    "kv_cache_config in one place")
-            # The LLM API options file is what sizes the KV cache (PyTorch backend); the CLI flag says the same,
-            # so the engine's report (world_info.kv_cache_percentage, from the CLI) agrees with its log.
-            bench += ["--kv_cache_free_gpu_mem_fraction", _fraction_text(workload["kv_fraction"]),
-                      "--extra_llm_api_options", f"{run_dir}/{LLM_API_OPTIONS}"]
-        return [("prepare", prepare), ("bench", bench + extra)]
+        try:
+            return trtllm_cli.steps(workload, model, run_dir, trtllm_cli.resolve(trtllm), hf_cache=hf_cache)
+        except trtllm_cli.TrtllmCliError as exc:
+            raise RunSetupError(str(exc)) from None
     raise RunSetupError(f"engine {engine!r} is not supported by the run executor")
 
 
 def _fraction_text(value) -> str:
-    value = float(value)
-    if not 0.0 < value <= 1.0:
-        raise RunSetupError(f"kv_fraction {value!r} is not in (0, 1]")
-    return repr(value)
+    try:
+        return trtllm_cli.fraction_text(value)
+    except trtllm_cli.TrtllmCliError as exc:
+        raise RunSetupError(str(exc)) from None
 
 
 def llm_api_options(workload: dict):
@@ -141,10 +126,22 @@ def redact(argv: list) -> list:
 # ---------------------------------------------------------------------------------- environments
 
 
-def native_command(rootfs: str, image_env: dict, argv: list, env: dict, cwd: str) -> list:
+def native_command(rootfs: str, image_env: dict, argv: list, env: dict, cwd: str, warnings=None) -> list:
+    """What ``container_command`` runs, minus the namespaces and cgroups: the image's Entrypoint + argv (as
+    ``docker run IMAGE argv`` does), its Env and HOME default, the run directory as ``--workdir``.
+
+    The image config comes from the rootfs marker. A marker without it (schema 1) runs argv directly and
+    appends a one-line warning to ``warnings`` (when given)."""
     if not rootfs or not os.path.isdir(rootfs):
         raise RunSetupError(f"native rootfs {rootfs!r} does not exist: run playbooks/provision.yml first")
-    return chroot_argv(rootfs, image_env, argv, extra_env=env, cwd=cwd)
+    try:
+        config = load_image_config(rootfs)
+    except ChrootError as exc:
+        raise RunSetupError(str(exc)) from None
+    note = stale_marker_warning(rootfs, config)
+    if note and warnings is not None and note not in warnings:
+        warnings.append(note)
+    return chroot_argv(rootfs, image_env, argv, extra_env=env, cwd=cwd, config=config)
 
 
 def strip_gpu_flags(flags: list) -> list:
@@ -215,17 +212,26 @@ def cgroup_memory_file_of(pid: int, sysfs: str = "/sys/fs/cgroup"):
 # ----------------------------------------------------------------------------------------- launch
 
 
-def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_timeout=None) -> dict:
-    """Run argv with stdout+stderr appended to log_path; kill the whole process group at the timeout."""
+def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_timeout=None,
+                stdout_path=None) -> dict:
+    """Run argv with stdout+stderr appended to log_path; kill the whole process group at the timeout.
+
+    ``stdout_path``: the standard output goes to this file instead (created or truncated), the standard
+    error still to log_path (a step whose output is data, e.g. a dataset written with ``--stdout``)."""
     started = time.monotonic()
-    with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(shlex.quote(str(a)) for a in redact(cmd)) + "\n").encode())
+    with open(log_path, "ab") as log, contextlib.ExitStack() as stack:
+        line = "$ " + " ".join(shlex.quote(str(a)) for a in redact(cmd))
+        if stdout_path:
+            line += " > " + shlex.quote(str(stdout_path))
+        log.write((line + "\n").encode())
         log.flush()
+        out = stack.enter_context(open(stdout_path, "wb")) if stdout_path else log
         # A stop (SIGTERM -> exception) must not fall between the start and the try below, or the workload
         # would outlive the job: hold the signal until the try is entered.
         held = _hold_sigterm()
         try:
-            proc = subprocess.Popen([str(a) for a in cmd], stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen([str(a) for a in cmd], stdout=out,
+                                    stderr=log if stdout_path else subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
             _release_sigterm(held)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 #: A field without a default must be given.
@@ -245,6 +246,47 @@ def find_non_finite(value: Any, where: str, _seen: Optional[set] = None) -> Opti
     return None
 
 
+def _invisible(char: str) -> bool:
+    """A character a reader cannot see or tell from a space: Unicode format (zero-width, BOM, direction
+    marks), control, private-use and unassigned characters, and every space other than ' '."""
+    return unicodedata.category(char) in ("Cf", "Cc", "Co", "Cs", "Cn") or (char.isspace() and char != " ")
+
+
+def name_key(name: str) -> str:
+    """What a reader sees of a name: NFKC-normalised, case-folded, without spaces or invisible characters.
+    Two names with the same key but other spellings are the same name to a reader (``Native`` and
+    ``native``, ``llama`` and ``llama\u200b``): a campaign must not hold both."""
+    text = unicodedata.normalize("NFKC", name)
+    return "".join(c for c in text if not (c.isspace() or _invisible(c))).casefold()
+
+
+def name_problem(name: str) -> Optional[str]:
+    """Why a name is unfit to identify runs: a leading or trailing space, or an invisible character."""
+    if name != name.strip():
+        return "%r has a leading or trailing space" % name
+    bad = [c for c in name if _invisible(c)]
+    if bad:
+        return "%r contains an invisible character U+%04X (%s)" % (
+            name, ord(bad[0]), unicodedata.name(bad[0], unicodedata.category(bad[0])))
+    return None
+
+
+def confusable_names(names: Sequence[Tuple[str, str]]) -> List[str]:
+    """``where: 'Llama' differs from 'llama' (other-where) only by case, spaces or invisible characters`` for
+    each (where, name) whose name a reader cannot tell from an earlier, differently spelled one."""
+    first = {}  # type: Dict[str, Tuple[str, str]]
+    problems = []
+    for where, name in names:
+        if not isinstance(name, str):
+            continue
+        key = name_key(name)
+        if key in first and first[key][1] != name:
+            problems.append("%s: %r differs from %r (%s) only by case, spaces or invisible characters"
+                            % (where, name, first[key][1], first[key][0]))
+        first.setdefault(key, (where, name))
+    return problems
+
+
 def check_mapping(data: Mapping[str, Any], fields: Sequence[Field], where: str, problems: List[str],
                   unknown: bool = True, required: bool = True) -> None:
     """Append ``where.key: problem`` for every unknown key, missing required field and bad value."""
@@ -373,7 +415,10 @@ ENGINES = ("trtllm", "matmul", "hf-generate")
 ORDERS = ("interleaved", "randomized", "sequential")
 #: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation).
 ENVIRONMENT_KINDS = ("native", "container", "bare")
-DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev"
+#: The tag NVIDIA's DGX Spark TensorRT-LLM playbook uses (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md
+#: @9809e38, 2026-04-29; earlier: spark-single-gpu-dev = TensorRT-LLM 1.1.0rc3 until 2025-12, then 1.2.0rc6,
+#: 1.3.0rc5). README.md "On a real Spark" lists the tags sparkfleet supports.
+DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_SEED = 2 ** 63 - 1
 
@@ -383,6 +428,65 @@ def _env_vars(value: Any) -> Optional[str]:
                and not isinstance(v, bool) and not (isinstance(v, float) and not math.isfinite(v))
                for k, v in value.items()):
         return "names must be identifiers and values strings or numbers"
+    return None
+
+
+# Docker's image reference grammar, as the Docker CLI and daemon parse it (distribution/reference: regexp.go
+# @00a09fa3799203fc887e667b0d82142ee831939a, ParseNormalizedNamed and splitDockerDomain in normalize.go
+# @4ca14034c40611bc3536fc703ffa6a22fb8e6659, NameTotalLengthMax = 255 in reference.go). RE2's \w is ASCII.
+_REF_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_REF_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REF_DOMAIN = (r"(?:%s(?:\.%s)*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?"
+               % (_REF_DOMAIN_COMPONENT, _REF_DOMAIN_COMPONENT))
+_REF_NAME = r"(?:%s/)?%s(?:/%s)*" % (_REF_DOMAIN, _REF_PATH_COMPONENT, _REF_PATH_COMPONENT)
+_REF_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_REF_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_REFERENCE = re.compile(r"(%s)(?::(%s))?(?:@(%s))?" % (_REF_NAME, _REF_TAG, _REF_DIGEST))
+_REF_IDENTIFIER = re.compile(r"[a-f0-9]{64}")
+_REF_NAME_MAX = 255
+
+
+#: ``overlay:<absolute path>``: the label of a native rootfs that is an overlay of a host directory
+#: (``sparkfleet_rootfs_source: overlay``, rootfs_overlay's marker): no image at all, so no container either.
+OVERLAY_IMAGE_PREFIX = "overlay:/"
+
+
+def image_reference_problem(value: str) -> Optional[str]:
+    """Why Docker cannot parse ``value`` as an image reference (``docker pull``/``run``), or None. The overlay
+    label ``overlay:<absolute path>`` is accepted too (the campaign then refuses container environments)."""
+    if value.startswith(OVERLAY_IMAGE_PREFIX) and "\n" not in value and "\x00" not in value:
+        return None
+    if len(value) > 4096:
+        return "is %d characters long: not an image reference" % len(value)
+    if _REF_IDENTIFIER.fullmatch(value):
+        return "%r is a 64-hex identifier, not an image name" % value
+    first, sep, rest = value.partition("/")
+    if not sep:
+        domain, remainder = "docker.io", "library/" + value
+    elif first == "localhost" or any(c in first for c in ".:") or first.lower() != first:
+        domain, remainder = first, rest
+    else:
+        domain, remainder = "docker.io", value
+    remote = remainder.split(":", 1)[0]
+    if remote.lower() != remote:
+        return "%r is not an image reference Docker can parse: the repository name %r must be lowercase" % (
+            value, remote)
+    match = _REFERENCE.fullmatch(domain + "/" + remainder)
+    if match is None:
+        return ("%r is not an image reference Docker can parse ([registry[:port]/]name[:tag][@digest]: a lowercase "
+                "name of letters, digits and single . _ __ or - separators; a tag of at most 128 letters, digits, "
+                "'_', '.', '-'; no spaces)" % value)
+    if len(match.group(1)) > _REF_NAME_MAX:
+        return "%r is not an image reference Docker can parse: the name is longer than %d characters" % (
+            value, _REF_NAME_MAX)
+    return None
+
+
+def results_dir_problem(value: str) -> Optional[str]:
+    """A path starting with '~' is not expanded (Ansible and sparkfleet take it literally): refused."""
+    if value.startswith("~"):
+        return ("%r starts with '~', which is not expanded here (it would make a directory named '~'): give the "
+                "full path, or a path relative to the working directory" % value)
     return None
 
 
@@ -426,12 +530,16 @@ CAMPAIGN_FIELDS = (
     Field("workloads", "list", REQUIRED, "Workloads: preset names, or {name, preset, engine, ...}."),
     Field("iterations", "int", 10, "Measured runs per cell.", "runs", 1, 10000),
     Field("warmup_runs", "int", 0, "Unmeasured runs per cell before the measured ones.", "runs", 0, 100),
+    Field("max_runs", "int", 10000, "Most runs a host may be planned (warm-ups included): a larger matrix is "
+          "refused unless this is raised to at least its size.", "runs", 1, 10 ** 7, resolved=False),
     Field("order", "str", "interleaved", "Run order.", choices=ORDERS),
     Field("seed", "int", 0, "Seed of the randomized order.", "", -_MAX_SEED - 1, _MAX_SEED),
     Field("cooldown", "dict", {}, "Cooldown before each run (see the cooldown fields)."),
     Field("timeout_s", "float", 3600, "Wall-clock limit of one run's commands.", "s", 0.0, WEEK_S, low_open=True),
-    Field("results_dir", "path", "results", "Controller results directory (relative: to the working directory)."),
-    Field("image", "str", DEFAULT_IMAGE, "Container image; the native rootfs is extracted from it."),
+    Field("results_dir", "path", "results", "Controller results directory (relative: to the working directory; "
+          "'~' is not expanded).", check=results_dir_problem),
+    Field("image", "str", DEFAULT_IMAGE, "Container image; the native rootfs is extracted from it (a reference "
+          "Docker can parse).", check=image_reference_problem),
     Field("image_build", "dict", None, "Build the image on the host (debootstrap + docker import) when absent.",
           nullable=True),
     Field("preset", "str", None, "Campaign preset whose keys the campaign's own override (memory-study).",
@@ -448,7 +556,8 @@ MODEL_FIELDS = (
 )
 ENVIRONMENT_FIELDS = (
     Field("name", "str", REQUIRED, "Environment name (identity of its runs)."),
-    Field("kind", "str", None, "native, container or bare (default: the name, else container).",
+    Field("kind", "str", None, "native, container or bare (default: the name when it is exactly one, container "
+          "when docker_flags or variant is given; never guessed otherwise: required).",
           choices=ENVIRONMENT_KINDS),
     Field("docker_flags", "list", None, "docker run flags of this container environment.", elements="str",
           nullable=True),
@@ -536,9 +645,10 @@ SETTINGS = (
     Field("sparkfleet_work_dir", "abs_path", "/var/lib/sparkfleet",
           "Per-host work directory: rootfs trees, results, ledgers, saved state."),
     Field("sparkfleet_models_dir", "abs_path", "{{ sparkfleet_work_dir }}/models",
-          "Models directory, bind-mounted read-only into the chroot and the container."),
+          "Models directory, bind-mounted read-only into the chroot and the container: every model path of a "
+          "campaign with native or container environments must lie under it (validate refuses one outside)."),
     Field("sparkfleet_results_dir", "path", None, "Controller results directory (default the campaign's "
-          "results_dir).", nullable=True),
+          "results_dir).", nullable=True, check=results_dir_problem),
     Field("sparkfleet_workload_env", "dict", {}, "Environment variables for every workload on the host "
           "(names and values literal).", check=_workload_env),
     Field("sparkfleet_docker_flags", "list", STUDY_DOCKER_FLAGS, "The container environment's docker run "
@@ -549,13 +659,19 @@ SETTINGS = (
           "{extra_flags, remove_flags} each; a remove_flags entry ending in '=' drops every flag with that "
           "prefix.", check=_variants),
     Field("sparkfleet_image", "str", None, "Image the native rootfs comes from (default the campaign's image).",
-          nullable=True),
+          nullable=True, check=image_reference_problem),
     Field("sparkfleet_image_offline", "bool", False, "Never pull the image."),
     Field("sparkfleet_image_archive", "path", None, "A docker save tarball on the host to load the image from.",
           nullable=True),
     Field("sparkfleet_rootfs_source", "str", "image", "Where the native rootfs comes from: image or overlay.",
           choices=("image", "overlay")),
     Field("sparkfleet_rootfs_prune", "bool", False, "Remove rootfs trees of other image digests."),
+    Field("sparkfleet_trtllm_unknown_version", "str", "refuse", "An image whose TensorRT-LLM version sparkfleet "
+          "does not support: refuse (naming it and the supported ones) or warn (run it with the nearest "
+          "version's commands; the records say so).", choices=("refuse", "warn")),
+    Field("sparkfleet_hf_cache_dir", "abs_path", None, "A Hugging Face cache on the hosts, bound at "
+          "/root/.cache/huggingface into the chroot and the container (null: none; trtllm runs are offline "
+          "and read the tokenizer from the model's path).", nullable=True),
     Field("sparkfleet_telemetry_interval_s", "float", 1.0, "Telemetry sampling period.", "s", 0.0, 60.0,
           low_open=True),
     Field("sparkfleet_retry_failed", "bool", False, "Run again runs whose last attempt failed or timed out."),
@@ -577,8 +693,8 @@ SETTINGS = (
           "GiB", 0.0, 10 ** 6),
     Field("sparkfleet_preflight_max_gpu_processes", "int", 0, "Gate: processes on the GPU.", "", 0, 100000),
     Field("sparkfleet_preflight_fail_on_unknown", "bool", False, "Gate: fail a gate whose value is unknown."),
-    Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host further than this from the fleet "
-          "median is named.", "%", 0.0, 100.0, low_open=True),
+    Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
+          "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True),
     Field("sparkfleet_gpu_persistence_mode", "bool", None, "GPU persistence mode (null: leave as is).",
           nullable=True),
     Field("sparkfleet_gpu_locked_clocks", "dict", None, "Lock GPU clocks to {min, max} MHz (null: leave as is).",

@@ -20,6 +20,7 @@ iteration; TPOT = (mean latency - mean TTFT) / (output_len - 1). Prints a stable
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -295,6 +296,32 @@ class Bench:
         return latency, ttft, self.new_tokens(out), out
 
 
+def loaded_config_lines(model: Any, ref: str, source: str) -> list[str]:
+    """What was loaded, from the model built (its config as read), for sparkfleet's provenance check: the
+    directory, the config's architecture, layers, hidden size and dtype (the checkpoint's, not the run's)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    archs = getattr(config, "architectures", None) or []
+    declared = None
+    if source == "path":  # the checkpoint's dtype as its config.json says (from_pretrained overwrites the
+        # loaded config's with the dtype the run asked for)
+        with open(os.path.join(ref, "config.json"), encoding="utf-8") as fh:
+            raw = json.load(fh)
+        declared = raw.get("torch_dtype") or raw.get("dtype") or (raw.get("text_config") or {}).get("torch_dtype")
+
+    def value(obj: Any, name: str) -> str:
+        got = getattr(obj, name, None)
+        return "n/a" if got is None else str(got)
+
+    return [
+        f"model_path: {os.path.realpath(ref) if source == 'path' else 'n/a'}",
+        f"config_architecture: {archs[0] if archs else 'n/a'}",
+        f"num_hidden_layers: {value(text, 'num_hidden_layers')}",
+        f"hidden_size: {value(text, 'hidden_size')}",
+        f"config_dtype: {str(declared).replace('torch.', '') if declared is not None else 'n/a'}",
+    ]
+
+
 def run(args: argparse.Namespace) -> list[str]:
     torch, transformers = import_libraries()
     device, device_name = choose_device(torch, args.device)
@@ -358,6 +385,7 @@ def run(args: argparse.Namespace) -> list[str]:
         f"model_source: {source}",
         f"architecture: {type(model).__name__}",
         f"parameters: {params}",
+        *loaded_config_lines(model, args.model, source),
         f"attn_implementation: {getattr(model.config, '_attn_implementation', None) or 'default'}",
         f"batch: {args.batch}",
         f"input_len: {args.input_len}",

@@ -19,6 +19,7 @@ from .matmul import looks_like_matmul, parse_matmul
 from .probe import parse_probe
 from .report_json import parse_report_json
 from .result import ParseResult, as_text
+from .trtllm_loading import parse_loading_lines
 from .trtllm_memory import MEMORY_EXPECTED, parse_memory_lines
 from .trtllm_report import REPORT_EXPECTED, STREAMING_EXPECTED, parse_report_text
 from .vllm import looks_like_vllm, parse_vllm
@@ -90,6 +91,7 @@ def merge_into(base: ParseResult, other: ParseResult, prefer_other: bool) -> Non
             setattr(base, attr, theirs)
     base.extra = {**other.extra, **base.extra} if not prefer_other else {**base.extra, **other.extra}
     base.samples = {**other.samples, **base.samples} if not prefer_other else {**base.samples, **other.samples}
+    base.loaded = {**other.loaded, **base.loaded} if not prefer_other else {**base.loaded, **other.loaded}
     base.warnings.extend(w for w in other.warnings if w not in base.warnings)
 
 
@@ -101,6 +103,7 @@ def _parse_trtllm(text: str) -> ParseResult:
     merge_into(merged, memory, prefer_other=False)
     merge_into(merged, report, prefer_other=False)
     merged.model, merged.backend = report.model, report.backend
+    merged.loaded = {**parse_loading_lines(text), **report.loaded}
     merged.engine_version = report.engine_version or memory.engine_version
     if report.kind == "unknown":
         merged.kind = memory.kind if memory.kind != "unknown" else "trtllm"

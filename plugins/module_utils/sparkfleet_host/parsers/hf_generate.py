@@ -11,6 +11,13 @@ Layout (one ``key: value`` per line between the markers; metric keys are the rec
     dtype: bfloat16
     model: NAME_OR_PATH
     model_source: preset | path
+    architecture: LlamaForCausalLM    (the class built)
+    parameters: N
+    model_path: /abs/dir | n/a        (what was loaded, for the provenance check; n/a for a preset)
+    config_architecture: LlamaForCausalLM
+    num_hidden_layers: 32
+    hidden_size: 4096
+    config_dtype: bfloat16            (the checkpoint's dtype, whatever dtype the run uses)
     batch: 4
     input_len: 512
     output_len: 128
@@ -133,6 +140,24 @@ def _check(fields: dict[str, str], rows: list[tuple[float, float, float]], resul
         result.warnings.append(f"hf-generate status: {status}")
 
 
+def _loaded(fields: dict[str, str], result: ParseResult) -> None:
+    """Provenance (modelcard.judge): what the workload says it built. Older outputs lack the config lines;
+    a preset (no directory) has model_path n/a."""
+    def text(key: str) -> str | None:
+        value = (fields.get(key) or "").strip()
+        return value if value and value.lower() not in ("n/a", "none") else None
+
+    for key, name in (("model_path", "model_path"), ("config_architecture", "architecture"),
+                      ("config_dtype", "dtype")):
+        if text(key):
+            result.loaded[name] = text(key)
+    for key, name in (("num_hidden_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                      ("parameters", "param_count")):
+        number = to_number(text(key))
+        if number is not None and number >= 0:
+            result.loaded[name] = int(number)
+
+
 def parse_hf_generate(text: str) -> ParseResult:
     """Parse the hf-generate workload's output; never raises."""
     result = ParseResult(kind="unknown", engine=ENGINE)
@@ -162,6 +187,7 @@ def parse_hf_generate(text: str) -> ParseResult:
     result.set_samples("latency_ms", [r[0] for r in rows], SOURCE)
     result.set_samples("ttft_ms", [r[1] for r in rows], SOURCE)
     result.set_samples("output_tokens", [r[2] for r in rows], SOURCE)
+    _loaded(fields, result)
     _check(fields, rows, result)
     result.note_missing(HF_GENERATE_EXPECTED)
     return result

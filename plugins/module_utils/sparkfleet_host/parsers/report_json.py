@@ -1,7 +1,8 @@
 """``trtllm-bench ... --report_json FILE``: the same figures as the text report, unrounded.
 
 Key names follow ``ReportUtility.get_statistics_dict()`` in TensorRT-LLM
-(tensorrt_llm/bench/dataclasses/reporting.py): top-level ``engine``, ``machine`` (1.2+), ``world_info``,
+(tensorrt_llm/bench/dataclasses/reporting.py): top-level ``engine``, ``machine`` (1.2+; ``null`` where
+trtllm-bench could not query the GPU, as on a GB10 whose NVML has no memory clock), ``world_info``,
 ``request_info``, ``performance``, ``streaming_metrics`` (streaming runs only), ``dataset``; percentile
 blocks have ``p50 p90 p95 p99 minimum maximum average``; ``world_info.kv_cache_percentage`` is a fraction.
 """
@@ -108,6 +109,11 @@ def _record_engine(report: dict[str, Any], result: ParseResult) -> None:
     backend = _as_name(dig(report, ("engine", "backend")))
     if backend:
         result.backend = _BACKENDS.get(backend.lower(), backend.lower())
+    # provenance (modelcard.judge): the path the engine was given and what it read from the checkpoint config
+    for key in ("model_path", "dtype", "quantization", "kv_cache_dtype"):
+        value = _as_name(dig(report, ("engine", key)))
+        if value:
+            result.loaded[key] = value
 
 
 def _record_memory(report: dict[str, Any], result: ParseResult) -> None:
@@ -116,12 +122,25 @@ def _record_memory(report: dict[str, Any], result: ParseResult) -> None:
         result.warnings.append(f"world_info.kv_cache_percentage {fraction} looks like a percentage; divided by 100")
         fraction /= 100.0
     result.set_metric("kv_fraction", fraction, f"{SRC_REPORT_JSON}: world_info.kv_cache_percentage")
+    # ``machine`` (1.2+): {name, memory.total, clocks.mem}, or null where trtllm-bench could not query the GPU
+    # (ReportUtility._query_gpu_info returns None; the text report then says "No GPU info available"). Then the
+    # device total comes from the log's Peak memory line alone.
+    result.extra["machine_details"] = machine_details(report)
     # machine.memory.total is torch's total_memory / 2**30, i.e. GiB.
     total = as_number(dig(report, ("machine", "memory.total")))
     result.set_metric("device_total_gib", total, f"{SRC_REPORT_JSON}: machine.memory.total")
     gpu = _as_name(dig(report, ("machine", "name")))
     if gpu:
         result.extra["gpu_name"] = gpu
+
+
+def machine_details(report: dict[str, Any]) -> str:
+    """'present', 'null' (no GPU info available), 'absent' (reports before 1.2 have no machine block) or
+    'malformed' (not an object)."""
+    if "machine" not in report:
+        return "absent"
+    machine = report["machine"]
+    return "null" if machine is None else "present" if isinstance(machine, dict) else "malformed"
 
 
 def parse_report_json(data: str | bytes | dict[str, Any]) -> ParseResult:

@@ -37,6 +37,10 @@ class ParseResult:
     probe: dict[str, str] = field(default_factory=dict)
     #: Raw per-iteration samples with the record's names (``sparkfleet_host.record.SAMPLES``), in order.
     samples: dict[str, list[float]] = field(default_factory=dict)
+    #: What the output shows of the model the engine loaded (provenance, sparkfleet_host.modelcard.judge):
+    #: model_path, weight_files, architecture, num_hidden_layers, hidden_size, dtype, param_count,
+    #: checkpoint_bytes, weights_bytes (one rank's), quantization; only what the output really shows.
+    loaded: dict[str, Any] = field(default_factory=dict)
 
     def set_metric(self, name: str, value: float | None, source: str, overwrite: bool = False) -> bool:
         """Record one figure; refuses names outside the contract and non-finite values."""

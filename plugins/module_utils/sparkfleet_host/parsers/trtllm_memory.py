@@ -14,6 +14,9 @@ line whose tail grew over releases::
 so every piece is matched on its own. The C++ runtime then logs what it really allocated
 (``[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N).``); the TensorRT-engine path
 logs ``Memory usage when calculating max tokens in paged kv cache: total: T GiB, available: A GiB``.
+The allocation line comes from the C++ KVCacheManager (V1); where TensorRT-LLM 1.3+ picks the Python KV cache
+manager V2 (``KvCacheConfig.use_kv_cache_manager_v2``) it may be absent, and ``kv_cache_gib`` is then the
+profiling's budget: its source says which (``allocation: ...`` or ``budget: ...``, :func:`kv_source_kind`).
 
 Besides the four memory metrics, the Peak memory line gives two record metrics of the budget itself:
 ``tmp_kv_gib`` (the tmp_kv term, where the line prints it) and ``kv_budget_residual_gib`` (how far the line's
@@ -37,8 +40,13 @@ SRC_TOTAL = "log: Peak memory line, device total memory"
 SRC_TMP_KV = "log: Peak memory line, tmp kv_mem / temporary kv cache memory during profiling"
 SRC_RESIDUAL = "log: Peak memory line, available - fraction x (device total - peak + tmp kv)"
 SRC_RESIDUAL_NO_TMP = "log: Peak memory line, available - fraction x (device total - peak); the line has no tmp kv"
-SRC_ALLOC = "log: [MemUsageChange] Allocated ... for max tokens in paged KV cache"
-SRC_ESTIMATED = "log: Estimated max memory in KV cache"
+#: kv_cache_gib's sources say what the figure is: ``allocation:`` the KV cache the C++ KVCacheManager allocated
+#: (V1; TensorRT-LLM 1.3+ may pick the Python KV cache manager V2, which does not log that line), ``budget:``
+#: the profiling's figure, which is what the engine meant to allocate, not what it did.
+SRC_ALLOC = "allocation: log [MemUsageChange] Allocated ... for max tokens in paged KV cache"
+SRC_ESTIMATED = "budget: log Estimated max memory in KV cache (no [MemUsageChange] allocation line)"
+SRC_KV_BUDGET = ("budget: log Peak memory line, available KV cache memory when calculating max tokens "
+                 "(no [MemUsageChange] allocation line)")
 SRC_CPP_TOTAL = "log: Memory usage when calculating max tokens in paged kv cache"
 
 _NUM = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
@@ -223,16 +231,32 @@ def _final_allocations(profile: ProfilingLine | None, found: _Found) -> list[All
     return []
 
 
+def kv_source_kind(source: str | None) -> str | None:
+    """What a record's kv_cache_gib is, from its metric source: 'allocation' (the [MemUsageChange] line),
+    'budget' (the profiling's available or estimated figure), None (another engine or unknown). Sources
+    written before these labels had the prefix are recognised by their line."""
+    text = source or ""
+    if text.startswith("allocation:") or ("[MemUsageChange]" in text and not text.startswith("budget:")):
+        return "allocation"
+    if text.startswith("budget:") or SRC_AVAILABLE in text or "Estimated max memory in KV cache" in text:
+        return "budget"
+    return None
+
+
 def _record_kv_cache(profile: ProfilingLine | None, found: _Found, result: ParseResult) -> None:
-    """The KV cache really allocated; the profiling's estimate when the log stops before that."""
+    """The KV cache really allocated; without that line (the log stops before it, or the engine's KV cache
+    manager does not log it) the profiling's budget, labelled as one."""
     final = _final_allocations(profile, found)
     if final:
         result.set_metric("kv_cache_gib", final[-1].gib, SRC_ALLOC)
         result.extra["kv_max_tokens"] = final[-1].tokens
+        result.extra["kv_cache_source"] = "allocation"
     elif profile is not None and profile.available is not None:
-        result.set_metric("kv_cache_gib", profile.available, SRC_AVAILABLE)
+        result.set_metric("kv_cache_gib", profile.available, SRC_KV_BUDGET)
+        result.extra["kv_cache_source"] = "budget"
     elif "estimated_kv_gib" in result.extra:
         result.set_metric("kv_cache_gib", result.extra["estimated_kv_gib"], SRC_ESTIMATED)
+        result.extra["kv_cache_source"] = "budget"
     elif found.allocations:
         result.extra["kv_alloc_unconfirmed_gib"] = found.allocations[-1].gib
         result.warnings.append(

@@ -62,6 +62,14 @@ _LABEL_EXTRA: dict[str, str] = {
     "max runtime tokens": "max_num_tokens",
 }
 
+#: Normalised label in the backend section -> key of ``ParseResult.loaded`` (the model it loaded).
+_LOADED_LABELS: dict[str, str] = {
+    "model path": "model_path",
+    "dtype": "dtype",
+    "quantization": "quantization",
+    "kv cache dtype": "kv_cache_dtype",
+}
+
 #: ``[Latency] P50 : x`` style breakdown lines: tag -> {row -> metric}.
 _BREAKDOWN_METRICS: dict[str, dict[str, str]] = {
     "latency": {
@@ -91,6 +99,9 @@ _MACHINE = re.compile(
     r"^(?P<gpu>.+?),\s*memory\s+(?P<mem>[\d.]+|N/A)\s*(?P<unit>[GM]i?B)?\s*,\s*(?P<clk>.*)$", re.IGNORECASE
 )
 _DETAILS_SECTIONS = ("PYTORCH BACKEND", "ENGINE DETAILS", "AUTODEPLOY BACKEND")
+#: The MACHINE DETAILS body when ``_query_gpu_info`` returned None (TensorRT-LLM
+#: tensorrt_llm/bench/dataclasses/reporting.py @0249976575050d2c624a5f285683c66de311a3b7, report_statistics).
+NO_GPU_INFO = "No GPU info available"
 _BANNER_VERSION = re.compile(r"TensorRT[- ]LLM\]?\s*TensorRT[- ]LLM\s+version\s*:\s*([0-9][\w.+-]*)", re.IGNORECASE)
 
 
@@ -197,6 +208,8 @@ class _ReportScan:
     def enter_section(self, name: str) -> None:
         self.section = name
         self.breakdown_unit = None
+        if name == "MACHINE DETAILS":
+            self.result.extra["machine_details"] = "unreadable"  # until a line says what it holds
         backend = backend_of(name)
         if backend:
             self.seen_report = True
@@ -207,10 +220,18 @@ class _ReportScan:
             self.streaming = True
 
     def machine_line(self, line: str) -> None:
-        """'NVIDIA GB10, memory 119.70 GB, N/A GHz' (1.2+); the 'GB' figure is total_memory / 2**30."""
-        match = _MACHINE.match(line.strip())
+        """'NVIDIA H100 80GB HBM3, memory 79.11 GB, 2.62 GHz' (1.2+); the 'GB' figure is total_memory / 2**30;
+        an unknown figure is 'N/A' ('NVIDIA GB10, memory 119.70 GB, N/A'). Where trtllm-bench could not query
+        the GPU the section holds 'No GPU info available' (reporting.py @0249976, PR #17732), as on a GB10: no
+        figure then, the device total comes from the log's Peak memory line."""
+        text = line.strip()
+        if text.lower().rstrip(".") == NO_GPU_INFO.lower():
+            self.result.extra["machine_details"] = "null"
+            return
+        match = _MACHINE.match(text)
         if not match:
             return
+        self.result.extra["machine_details"] = "present"
         self.result.extra["gpu_name"] = match.group("gpu").strip()
         total = to_gib(to_number(match.group("mem")), match.group("unit") or "GB")
         self.result.set_metric("device_total_gib", total, f"{SRC_REPORT_TEXT}: MACHINE DETAILS")
@@ -223,6 +244,10 @@ class _ReportScan:
         if name == "model" and self.section in _DETAILS_SECTIONS:
             if value and value.lower() != "none":
                 self.result.model = value
+        elif name in _LOADED_LABELS and self.section in _DETAILS_SECTIONS:
+            # provenance (modelcard.judge): the path the engine was given, and what it read from its config
+            if value and value.lower() != "none":
+                self.result.loaded[_LOADED_LABELS[name]] = value
         elif name == "tensorrt llm version":
             self.result.engine_version = value.split()[0] if value.split() else None
         elif name == "kv memory percentage":
@@ -277,6 +302,7 @@ def parse_report_text(text: str) -> ParseResult:
             result.extra["engine_version_source"] = "log banner: TensorRT-LLM version"
     if scan.seen_report:
         result.kind = ENGINE
+        result.extra.setdefault("machine_details", "absent")  # before 1.2, or a report cut short
     result.extra["streaming"] = scan.streaming
     expected = list(REPORT_EXPECTED) + (list(STREAMING_EXPECTED) if scan.streaming else [])
     result.note_missing(expected + ["model", "engine_version"])

@@ -1,0 +1,196 @@
+"""`sparkfleet plan CAMPAIGN.yml`: every run's exact command lines, native and container, offline.
+
+What a careful owner reads before a 14-hour campaign: for each planned run (in the host's order), each step
+as the host would execute it - the chroot argv of a native run, the ``docker run`` argv of a container run,
+``env -C`` of a bare one - built by the same functions bench_run uses (sparkfleet_host.runexec and
+trtllm_cli), secrets redacted. Nothing is touched: no host, no image, no network. What only the host knows
+(the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown as a placeholder and
+said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the image tag names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+from typing import Any
+
+import yaml
+
+from sparkfleet.campaign import load, plan
+from sparkfleet.errors import UsageError
+from sparkfleet_host import runexec, settings, trtllm_cli
+from sparkfleet_host.chroot import MARKER
+
+HOST = "HOST"
+ENTRYPOINT = "<image-entrypoint>"  # the image's Entrypoint, recorded in the rootfs marker on the host
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="print every run's exact command lines (native and container), offline")
+    p.add_argument("campaign", metavar="CAMPAIGN.yml")
+    p.add_argument("--trtllm-version", metavar="V",
+                   help="TensorRT-LLM version to build the trtllm commands for (default: the image tag's)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--vars", metavar="FILE.yml", action="append", default=[],
+                   help="sparkfleet_* settings of the host (a group_vars/host_vars file); repeatable")
+    p.add_argument("-e", "--extra-var", metavar="NAME=VALUE", action="append", default=[],
+                   help="one sparkfleet_* setting (VALUE read as YAML); repeatable, wins over --vars")
+    p.add_argument("--host", default=HOST, help=f"host name in the run ids and paths (default {HOST})")
+    p.set_defaults(func=run)
+
+
+def _settings(args) -> dict[str, Any]:
+    variables: dict[str, Any] = {}
+    for path in args.vars:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+        if not isinstance(data, dict):
+            raise UsageError(f"{path}: must be a mapping of sparkfleet_* settings")
+        variables.update({k: v for k, v in data.items() if str(k).startswith("sparkfleet_")})
+    for item in args.extra_var:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("sparkfleet_"):
+            raise UsageError(f"-e {item!r}: give sparkfleet_NAME=VALUE")
+        variables[name] = yaml.safe_load(value)
+    errors, _ = settings.setting_problems(args.host, variables)
+    if errors:
+        raise UsageError("; ".join(errors))
+    values = {**settings.defaults(settings.SETTINGS), **variables}
+    reference = re.compile(r"\{\{\s*(sparkfleet_\w+)\s*\}\}")
+    for _ in range(5):  # the defaults' own references ({{ sparkfleet_work_dir }}/models)
+        known = dict(values)
+        values = {k: reference.sub(lambda m, known=known: str(known.get(m.group(1), m.group(0))), v)
+                  if isinstance(v, str) else v for k, v in values.items()}
+    return values
+
+
+def _trtllm(args, campaign: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    if args.trtllm_version:
+        version, how = args.trtllm_version, "--trtllm-version"
+    else:
+        version, how = trtllm_cli.version_from_image(values.get("sparkfleet_image") or campaign["image"])
+        if version is None:
+            raise UsageError(f"{how}: give --trtllm-version")
+    detection = {"version": version, "unknown_version": values["sparkfleet_trtllm_unknown_version"],
+                 "hf_cache_dir": values.get("sparkfleet_hf_cache_dir")}
+    try:
+        resolved = trtllm_cli.resolve(detection)
+    except trtllm_cli.TrtllmCliError as exc:
+        raise UsageError(str(exc)) from None
+    return {**detection, "resolved": resolved}, how
+
+
+def _env(run, values: dict[str, Any], trtllm: dict[str, Any]) -> dict[str, str]:
+    """The run's environment variables, as bench_run composes them (inventory, workload, probe, trtllm)."""
+    env = {str(k): str(v) for k, v in (values.get("sparkfleet_workload_env") or {}).items()}
+    env.update({str(k): str(v) for k, v in (run.workload.get("env") or {}).items()})
+    env.setdefault("SPARKFLEET_ENV_PROBE", f"{run.environment.get('kind')}/{run.environment['name']}")
+    if run.workload.get("engine", "trtllm") == "trtllm":
+        for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
+            env.setdefault(key, value)
+    return env
+
+
+def _placeholder_rootfs(tmp: str) -> str:
+    """A rootfs directory for runexec.native_command: its marker records an Entrypoint placeholder."""
+    os.makedirs(tmp, exist_ok=True)
+    with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
+        json.dump({"digest": "sha256:offline", "schema": 2, "entrypoint": [ENTRYPOINT], "cmd": [], "env": [],
+                   "working_dir": "", "user": ""}, fh)
+    return tmp
+
+
+def _commands(campaign, values, trtllm, runs, rootfs_tmp, host):
+    work_dir = values["sparkfleet_work_dir"]
+    results_root = f"{work_dir}/results"
+    models_dir = values["sparkfleet_models_dir"]
+    rootfs_shown = f"{work_dir}/rootfs/<sha256-image-id>"
+    image = values.get("sparkfleet_image") or campaign["image"]
+    out = []
+    for run in runs:
+        run_dir = f"{results_root}/{campaign['name']}/{host}/runs/{run.run_id}"
+        kind = run.environment.get("kind", "native")
+        env = _env(run, values, trtllm)
+        try:
+            steps = runexec.engine_steps(run.workload.get("engine", "trtllm"), run.workload, run.model, run_dir,
+                                         f"{results_root}/{runexec.WORKLOADS_SUBDIR}", trtllm=trtllm,
+                                         hf_cache=bool(trtllm.get("hf_cache_dir")))
+        except runexec.RunSetupError as exc:
+            out.append({"run_id": run.run_id, "environment": run.environment["name"], "kind": kind,
+                        "warmup": run.warmup, "error": f"setup: {exc}", "steps": []})
+            continue
+        shown = []
+        for name, argv, stdout in steps:
+            if kind == "bare":
+                cmd = ["/usr/bin/env", "-C", run_dir] + [f"{k}={v}" for k, v in env.items()] + list(argv)
+            elif kind == "native":
+                cmd = runexec.native_command(rootfs_tmp, {}, argv, env, run_dir)
+                cmd = [rootfs_shown if a == rootfs_tmp else a for a in cmd]
+            else:
+                binds = [(results_root, results_root, False), (models_dir, models_dir, True)]
+                if trtllm.get("hf_cache_dir") and run.workload.get("engine", "trtllm") == "trtllm":
+                    binds.append((trtllm["hf_cache_dir"], trtllm_cli.HF_CACHE_TARGET, False))
+                labels = {"sparkfleet.run_id": run.run_id, "sparkfleet.campaign": campaign["name"],
+                          "sparkfleet.step": name}
+                cmd = runexec.container_command("docker", ("sf-" + run.run_id)[:120], image,
+                                                run.environment.get("docker_flags") or [], argv, env, run_dir,
+                                                binds, labels)
+            cmd = runexec.redact(cmd)
+            line = shlex.join(cmd) + (f" > {shlex.quote(stdout)}" if stdout else "")
+            shown.append({"name": name, "argv": cmd, "stdout": stdout, "line": line})
+        out.append({"run_id": run.run_id, "environment": run.environment["name"], "kind": kind,
+                    "warmup": run.warmup, "steps": shown})
+    return out
+
+
+def run(args) -> int:
+    campaign = load(args.campaign)  # CampaignError -> one clear message per problem, exit 2
+    values = _settings(args)
+    has_trtllm = any(w.get("engine") == "trtllm" for w in campaign["workloads"])
+    trtllm, how = _trtllm(args, campaign, values) if has_trtllm else ({}, "")
+    try:
+        runs = plan(campaign, host=args.host, host_settings=values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="sparkfleet-plan-") as tmp:
+        rows = _commands(campaign, values, {k: v for k, v in trtllm.items() if k != "resolved"}, runs,
+                         _placeholder_rootfs(os.path.join(tmp, "rootfs")), args.host)
+    image = values.get("sparkfleet_image") or campaign["image"]
+    notes = [f"offline: nothing was touched; host {args.host!r}, work dir {values['sparkfleet_work_dir']}",
+             f"native: {ENTRYPOINT} stands for the image's Entrypoint and <sha256-image-id> for its ID, both "
+             f"recorded on the host when the rootfs is extracted (unknown offline); the image's own Env (Config.Env) "
+             f"is added there too, and is not shown",
+             f"container: runs image {image} (on the host: the ID the native rootfs was extracted from)"]
+    resolved = trtllm.get("resolved")
+    if resolved:
+        maker = ("trtllm-bench prepare-dataset" if resolved["dataset"] == "subcommand"
+                 else f"{resolved['script_path']} --stdout")
+        notes.insert(0, f"TensorRT-LLM {resolved['version']} ({how}; profile {resolved['profile']}): dataset by "
+                        f"{maker}, LLM API options flag {resolved['config_flag']}; on the host the image's own files "
+                        f"decide (engine_probe)")
+        notes += resolved["warnings"]
+        hf_cache = trtllm.get("hf_cache_dir")
+        notes.append(f"Hugging Face: cache {hf_cache} bound at {trtllm_cli.HF_CACHE_TARGET}" if hf_cache else
+                     "Hugging Face: offline (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1); tokenizers from model paths")
+    if args.json:
+        print(json.dumps({"campaign": campaign["name"], "config_hash": campaign["config_hash"], "host": args.host,
+                          "trtllm": resolved, "notes": notes, "runs": rows}, indent=2, sort_keys=True))
+        return 1 if any(r.get("error") for r in rows) else 0
+    lines = [f"# sparkfleet plan: campaign {campaign['name']!r} (config hash {campaign['config_hash']}), "
+             f"{len(rows)} runs per host, in the order host {args.host!r} runs them"]
+    lines += [f"# {note}" for note in notes]
+    for index, row in enumerate(rows, 1):
+        lines.append(f"\n## {index}/{len(rows)} {row['run_id']} ({row['kind']}{', warm-up' if row['warmup'] else ''})")
+        if row.get("error"):
+            lines.append(f"!! {row['error']}")
+        lines += [f"{step['name']}: {step['line']}" for step in row["steps"]]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `sparkfleet plan ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1 if any(r.get("error") for r in rows) else 0

@@ -1,0 +1,65 @@
+"""Like for like? The environment fingerprints of a cell's native and container runs, compared.
+
+Each run record may carry a ``fingerprint`` (docs/RECORD.md): the NVIDIA/CUDA libraries the benchmark
+process really mapped, its ``LD_LIBRARY_PATH``, Python/torch/TensorRT-LLM versions. Native and container are
+meant to differ only in isolation; when their fingerprints differ in anything else (another libcuda, the
+image's compat driver on one side only, another library path), the environment verdict of that cell is not
+like for like, and its line says so (:func:`caveats`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparkfleet_host import fingerprint as fp_mod
+
+Cell = tuple[str, str, str]  # (model, workload, environment)
+
+
+def _record_fingerprint(root: Path, record_dir: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads((root / record_dir / "record.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = data.get("fingerprint") if isinstance(data, dict) else None
+    return value if isinstance(value, dict) and value.get("libraries") is not None else None
+
+
+def cell_fingerprints(runs: pd.DataFrame, root: Path | None) -> dict[Cell, dict[str, Any]]:
+    """(model, workload, environment) -> the richest fingerprint among the cell's ok, measured runs."""
+    if root is None or runs.empty or "record_dir" not in runs:
+        return {}
+    chosen = runs
+    if "status" in runs:
+        chosen = chosen[chosen["status"] == "ok"]
+    if "warmup" in chosen:
+        chosen = chosen[chosen["warmup"].fillna(False).astype(bool) == False]  # noqa: E712 (nullable column)
+    out: dict[Cell, list[dict[str, Any]]] = {}
+    for row in chosen[["model", "workload", "environment", "record_dir"]].itertuples(index=False):
+        fp = _record_fingerprint(Path(root), str(row.record_dir))
+        if fp is not None:
+            out.setdefault((str(row.model), str(row.workload), str(row.environment)), []).append(fp)
+    return {cell: fp_mod.richest(prints) for cell, prints in out.items()}
+
+
+def caveats(prints: dict[Cell, dict[str, Any]], model: str, workload: str, native: str,
+            environment: str) -> list[str]:
+    """What differs between the two environments' fingerprints besides isolation ([] when like for like or
+    when either side has none)."""
+    a, b = prints.get((model, workload, native)), prints.get((model, workload, environment))
+    if not a or not b:
+        return []
+    # Only native against a container is meant to differ by isolation alone; bare runs the host's own userland.
+    kinds = (a.get("environment_kind") or "native", b.get("environment_kind") or "container")
+    if kinds != ("native", "container"):
+        return []
+    return fp_mod.differences(a, b, native, environment)
+
+
+def caveat_text(differences: list[str]) -> str:
+    """"not like for like: native loaded libcuda 580.95.05 from the host, container libcuda 590.44.01 compat"."""
+    return "not like for like: " + "; ".join(differences) if differences else ""

@@ -1,0 +1,96 @@
+"""`sparkfleet plan`: every run's exact command lines per TensorRT-LLM version, offline, secrets redacted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from sparkfleet.cli import main
+
+MODEL_PATH = "/var/lib/sparkfleet/models/meta-llama/Llama-3.1-8B"
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    def write(image="nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13", models=None, **over):
+        data = {"name": "demo", "image": image,
+                "models": models or [{"name": "llama", "hf_id": "meta-llama/Llama-3.1-8B", "path": MODEL_PATH}],
+                "environments": ["native", "container"],
+                "workloads": [{"name": "t4", "preset": "T4", "kv_fraction": 0.5},
+                              {"name": "lat", "preset": "T2", "mode": "latency", "env": {"HF_TOKEN": "hf_secret"}}],
+                "iterations": 1, **over}
+        path = tmp_path / "campaign.yml"
+        path.write_text(yaml.safe_dump({"sparkfleet_campaign": data}))
+        return str(path)
+    return write
+
+
+def plan_json(capsys, *args):
+    code = main(["plan", *args, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    return code, out
+
+
+def steps(out, kind, workload, step):
+    run = next(r for r in out["runs"] if r["kind"] == kind and f".{workload}." in r["run_id"])
+    return next(s for s in run["steps"] if s["name"] == step)
+
+
+@pytest.mark.parametrize("version", ["1.1.0rc3", "1.2.0rc8", "1.3.0rc13"])
+def test_each_version_gets_its_own_commands(campaign, capsys, version):
+    code, out = plan_json(capsys, campaign(), "--trtllm-version", version)
+    assert code == 0 and out["trtllm"]["version"] == version
+    prep = steps(out, "native", "t4", "prepare")
+    assert prep["argv"][:2] == ["chroot", "/var/lib/sparkfleet/rootfs/<sha256-image-id>"]
+    tail = prep["argv"][prep["argv"].index("<image-entrypoint>") + 1:]
+    if version == "1.1.0rc3":
+        assert tail[:5] == ["python3", "/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py", "--tokenizer",
+                            MODEL_PATH, "--stdout"]
+        assert prep["stdout"].endswith("/dataset.jsonl") and prep["line"].endswith("> " + prep["stdout"])
+    else:
+        assert tail[:4] == ["trtllm-bench", "--model", MODEL_PATH, "prepare-dataset"] and prep["stdout"] is None
+    bench = steps(out, "container", "t4", "bench")["argv"]
+    assert bench[:2] == ["docker", "run"] and "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13" in bench
+    flag = "--config" if version.startswith("1.3") else "--extra_llm_api_options"
+    assert flag in bench and "HF_HUB_OFFLINE=1" in bench
+    latency = steps(out, "native", "lat", "bench")["argv"]
+    assert "latency" in latency and "--max_batch_size" not in latency
+    assert "HF_TOKEN=***" in latency and "hf_secret" not in json.dumps(out)
+
+
+def test_text_output_says_what_is_unknown_offline(campaign, capsys):
+    assert main(["plan", campaign(image="nvcr.io/nvidia/tensorrt-llm/release:spark-single-gpu-dev")]) == 0
+    text = capsys.readouterr().out
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert "TensorRT-LLM 1.1.0rc3" in header[1] and "spark-single-gpu-dev" in header[1]
+    assert any("offline: nothing was touched" in line for line in header)
+    assert any("<image-entrypoint>" in line and "unknown offline" in line for line in header)
+    assert text.count("\n## ") == 4 and "prepare: chroot" in text and "bench: docker run" in text
+
+
+def test_unknown_versions_are_refused_unless_the_inventory_says_warn(campaign, capsys, tmp_path):
+    assert main(["plan", campaign(), "--trtllm-version", "1.4.0"]) == 2
+    assert "1.4.0 is not a supported version" in capsys.readouterr().err
+    varfile = tmp_path / "vars.yml"
+    varfile.write_text("sparkfleet_trtllm_unknown_version: warn\nsparkfleet_work_dir: /srv/sf\n")
+    code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.4.0", "--vars", str(varfile))
+    assert code == 0 and out["trtllm"]["profile"] == "1.3"
+    assert any("1.4.0 is not a supported version" in n for n in out["notes"])
+    assert steps(out, "native", "t4", "bench")["argv"][1] == "/srv/sf/rootfs/<sha256-image-id>"
+
+
+def test_a_model_without_path_is_named_and_an_hf_cache_lets_it_through(campaign, capsys):
+    path = campaign(models=[{"name": "q", "hf_id": "Qwen/Qwen2.5-0.5B"}])
+    code, out = plan_json(capsys, path)
+    assert code == 1 and all("has no path" in r["error"] for r in out["runs"])
+    code, out = plan_json(capsys, path, "-e", "sparkfleet_hf_cache_dir=/srv/hf")
+    assert code == 0
+    bench = steps(out, "container", "t4", "bench")["argv"]
+    assert "type=bind,source=/srv/hf,target=/root/.cache/huggingface" in bench and "HF_HUB_OFFLINE=1" not in bench
+
+
+def test_an_image_tag_without_a_version_needs_the_flag(campaign, capsys):
+    assert main(["plan", campaign(image="nvcr.io/nvidia/tensorrt-llm/release:latest")]) == 2
+    assert "--trtllm-version" in capsys.readouterr().err
