@@ -168,3 +168,13 @@ def test_differences_name_what_is_not_isolation():
     assert "torch 2.9.0 in native, 2.8.0 in docker" in diff
     assert fp.differences(_print(), {"missing": "no sample"}) == [] and fp.differences(None, _print()) == []
     assert fp.richest([None, {"libraries": []}, _print()]) == _print()
+
+
+def test_a_bare_run_maps_only_the_hosts_files():
+    libs = [{"name": "libcuda", "version": "580.159.04", "path": "/usr/lib/libcuda.so.580.159.04", "source": "image"},
+            {"name": "libcuda", "version": "580.95.05", "path": "/usr/local/cuda/compat/libcuda.so.1",
+             "source": "compat"}]
+    bare = fp.section({"libraries": libs}, "bare")
+    assert [lib["source"] for lib in bare["libraries"]] == ["host", "compat"]
+    assert [lib["source"] for lib in fp.section({"libraries": libs}, "container")["libraries"]] == [
+        "image", "compat"]

@@ -433,6 +433,9 @@ def section(fp, kind, launch=None, native_state=None, warnings=None, error=None)
     """The run record's ``fingerprint`` section: the richest sample plus how the run was launched."""
     out = dict(fp or {})
     out["environment_kind"] = kind
+    if kind == "bare" and out.get("libraries"):  # a bare run has no image: every file it maps is the host's
+        out["libraries"] = [dict(lib, source="host") if lib.get("source") == "image" else lib
+                            for lib in out["libraries"]]
     if launch is not None:
         out["launch"] = launch
     if native_state:
