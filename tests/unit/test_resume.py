@@ -18,7 +18,8 @@ record = host_util("record")
 
 
 def _campaign(**over):
-    data = {"name": "c1", "models": [{"name": "m", "path": str(STANDINS)}], "environments": [{"name": "bare", "kind": "bare"}],
+    data = {"name": "c1", "models": [{"name": "m", "path": str(STANDINS)}],
+            "environments": [{"name": "bare", "kind": "bare"}],
             "workloads": [{"name": "w", "preset": "T1", "requests": 2}], "iterations": 2}
     data.update(over)
     return resolve(data)
@@ -118,7 +119,8 @@ def _args(tmp_path: Path, campaign, config=None) -> dict:
     return {"runs": _plan(campaign), "campaign": campaign["name"], "host": "h1",
             "results_root": str(tmp_path / "results"), "cooldown": {"enabled": False}, "timeout_s": 60,
             # the 1.1.0rc3 stand-in makes its dataset with the script stand-in; any directory serves as tokenizer
-            "trtllm": {"version": "1.1.0rc3", "surface": {"prepare_dataset_script": str(STANDINS / "prepare_dataset.py")}},
+            "trtllm": {"version": "1.1.0rc3",
+                       "surface": {"prepare_dataset_script": str(STANDINS / "prepare_dataset.py")}},
             "env": {"SPARKFLEET_FAKE_RUNTIME_S": "0.05", "SPARKFLEET_FAKE_ALLOC_MIB": "1"},
             "campaign_config": _config(campaign) if config is None else config,
             "versions": {"campaign_config_hash": campaign["config_hash"]}}
