@@ -42,7 +42,7 @@ options:
     choices: [refuse, warn]
     default: refuse
   hf_cache_dir:
-    description: A Hugging Face cache on the host the runs bind (null - runs are offline); passed on in O(trtllm).
+    description: A Hugging Face cache on the host the runs bind (null - runs are offline); passed on in RV(trtllm).
     type: path
   runs:
     description:

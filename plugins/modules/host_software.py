@@ -49,7 +49,7 @@ cpu_model:
   type: str
   sample: Cortex-X925 + Cortex-A725
 cpu_model_source:
-  description: Where O(cpu_model) came from - C(lscpu), C(lscpu-bios), C(cpuinfo), or null.
+  description: Where RV(cpu_model) came from - C(lscpu), C(lscpu-bios), C(cpuinfo), or null.
   returned: always
   type: str
   sample: lscpu

@@ -153,6 +153,10 @@ extracted:
   description: Whether the image was (or in check mode would be) extracted by this run.
   returned: always
   type: bool
+marker_upgraded:
+  description: Whether the marker of a rootfs extracted by an older version (schema 1) was rewritten with the image config.
+  returned: always
+  type: bool
 needed_bytes:
   description: Free space the extraction requires.
   returned: always
