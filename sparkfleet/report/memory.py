@@ -107,7 +107,10 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     container = m["environment_kind"].astype("string") == "container"
     limit = _num(m, "mem_cgroup_limit_gib").fillna(_num(m, "mem_peak_cgroup_limit_gib"))
     limited = container & limit.notna() & (limit < total)
-    current = _num(m, "mem_peak_cgroup_current_gib").fillna(_num(m, "mem_cgroup_current_max_gib"))
+    # The cgroup's own high-water mark (the kernel's memory.peak), else the highest sampled charge: the charge at
+    # the machine-wide peak sample can predate the container's allocation (sampling races a short run).
+    current = (_num(m, "mem_cgroup_peak_gib").fillna(_num(m, "mem_cgroup_current_max_gib"))
+               .fillna(_num(m, "mem_peak_cgroup_current_gib")))
     file_pages = _num(m, "mem_peak_cgroup_file_gib").fillna(0.0)
     charged = (current - file_pages).clip(lower=0).fillna(0.0)  # the cgroup's charge beyond its page cache
     # The engine's own peak: what the reference (native) runs of the same cell had beyond the page cache.

@@ -352,3 +352,21 @@ def test_no_kv_source_warning_where_the_sources_do_not_say(tmp_path: Path) -> No
     out = report_json(build_memory_campaign(tmp_path / "r", iterations=1))  # sources are just "log"
     assert not [w for w in out["warnings"] if w["kind"] == "kv-source"]
     assert {r["n_kv_budget"] for r in out["memory"]["decomposition"]} == {0}
+
+
+def test_a_limited_containers_engine_part_comes_from_its_cgroups_own_peak() -> None:
+    """The cgroup charge at the machine-wide peak sample can predate the container's allocation (a short run,
+    a busy machine); the decomposition takes the cgroup's own high-water mark (memory.peak) instead."""
+    from sparkfleet.report.memory import run_parts
+
+    common = {"host": "h", "model": "m", "workload": "w", "status": "ok", "warmup": False, "run_id": "",
+              "device_total_gib": 100.0, "kv_fraction": 0.9, "mem_start_cached_gib": 2.0, "mem_peak_cached_gib": 2.0}
+    native = {**common, "run_id": "n", "environment": "native", "environment_kind": "native",
+              "peak_memory_gib": 2.5, "kv_cache_gib": 87.75}  # the engine's own peak: 0.5 GiB beyond the cache
+    limited = {**common, "run_id": "c", "environment": "limited", "environment_kind": "container",
+               "peak_memory_gib": 99.0, "kv_cache_gib": 0.9, "mem_cgroup_limit_gib": 1.0,
+               "mem_peak_cgroup_current_gib": 0.05,  # sampled before the engine allocated
+               "mem_cgroup_current_max_gib": 0.55, "mem_cgroup_peak_gib": 0.6, "mem_peak_cgroup_file_gib": 0.0}
+    parts = run_parts(pd.DataFrame([native, limited]), pd.DataFrame()).set_index("run_id")
+    assert parts.loc["c", "model_gib"] == pytest.approx(0.5)  # the engine's part, not the 0.05 of a racing sample
+    assert parts.loc["c", "cgroup_gib"] == pytest.approx(99.0 + 0.1)  # outside the limit + the charge beyond it
