@@ -62,6 +62,12 @@ def cooldown_typical_s(cooldown: dict[str, Any]) -> float:
     return max(float(cooldown["min_wait_s"]), float(cooldown["settle_window_s"]))
 
 
+def upper_s_per_run(campaign: dict[str, Any]) -> float:
+    """The longest one run may take: its longest cooldown and its timeout (also the async limit's base)."""
+    cooldown = campaign["cooldown"]
+    return (float(cooldown["max_wait_s"]) if cooldown["enabled"] else 0.0) + float(campaign["timeout_s"])
+
+
 def estimate_s(campaign: dict[str, Any]) -> tuple[float, float]:
     """(typical, upper bound) seconds of one host's runs; see the module doc for the assumptions."""
     per_workload = len(campaign["models"]) * len(campaign["environments"]) * (
@@ -71,8 +77,7 @@ def estimate_s(campaign: dict[str, Any]) -> tuple[float, float]:
     typical = sum(per_workload * (cooldown_typical_s(cooldown)
                                   + min(timeout, NOMINAL_RUN_S.get(w.get("engine"), UNKNOWN_ENGINE_S)))
                   for w in campaign["workloads"])
-    upper = count_runs(campaign) * ((float(cooldown["max_wait_s"]) if cooldown["enabled"] else 0.0)
-                                    + timeout)
+    upper = count_runs(campaign) * upper_s_per_run(campaign)
     return typical, upper
 
 

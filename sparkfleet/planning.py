@@ -212,8 +212,7 @@ class HostPlan:
 def async_limit_s(campaign: dict[str, Any], n_runs: int) -> int:
     """Ansible's async limit for a host's job: twice (a job left by a killed controller may run first) each
     run's timeout and longest cooldown, plus slack."""
-    cooldown = campaign["cooldown"]
-    per_run = float(campaign["timeout_s"]) + (float(cooldown["max_wait_s"]) if cooldown["enabled"] else 0.0)
+    per_run = estimate.upper_s_per_run(campaign)
     return int(2 * (n_runs * (per_run + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S))
 
 

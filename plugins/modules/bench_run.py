@@ -276,13 +276,11 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.r
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.resume import check_host, keep_config
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import (
-    LLM_API_OPTIONS,
     WORKLOADS_SUBDIR,
     RunSetupError,
     container_cgroup_memory_file,
     container_command,
     engine_steps,
-    llm_api_options,
     model_matches,
     native_command,
     redact,
@@ -499,9 +497,9 @@ class Run:
         from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler
 
         # Memory state (issue 15): the workload's page-cache factor, its LLM API options, the state at start.
-        options = llm_api_options(self.workload)
+        options = trtllm_cli.llm_api_options(self.workload)
         if options is not None:
-            with open(os.path.join(self.run_dir, LLM_API_OPTIONS), "w") as fh:
+            with open(os.path.join(self.run_dir, trtllm_cli.LLM_API_OPTIONS), "w") as fh:
                 fh.write(options)
         drop = memstate.drop_page_cache() if self.workload.get("drop_caches") else None
         if drop is not None and not drop["done"]:

@@ -10,6 +10,7 @@ import pytest
 from _ansible_modules import host_util
 
 runexec = host_util("runexec")
+trtllm_cli = host_util("trtllm_cli")
 ledger = host_util("ledger")
 
 HOSTILE = "m; rm -rf / $(touch /tmp/pwned) `id` 'q' \"d\"\nx"
@@ -135,9 +136,9 @@ def test_kv_fraction_goes_through_the_llm_api_options_file_and_the_cli():
     _, (_, bench, _) = runexec.engine_steps("trtllm", workload, LOCAL, "/r/run", "/w", trtllm=TRTLLM)
     assert bench[bench.index("--extra_llm_api_options") + 1] == "/r/run/extra_llm_api_options.yaml"
     assert bench[bench.index("--kv_cache_free_gpu_mem_fraction") + 1] == "0.5"
-    assert runexec.llm_api_options(workload) == "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n"
-    assert runexec.llm_api_options({"engine": "trtllm"}) is None
-    assert runexec.llm_api_options({"engine": "matmul", "kv_fraction": 0.5}) is None
+    assert trtllm_cli.llm_api_options(workload) == "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n"
+    assert trtllm_cli.llm_api_options({"engine": "trtllm"}) is None
+    assert trtllm_cli.llm_api_options({"engine": "matmul", "kv_fraction": 0.5}) is None
     _, (_, plain, _) = runexec.engine_steps("trtllm", {"name": "study"}, LOCAL, "/r/run", "/w", trtllm=TRTLLM)
     assert "--extra_llm_api_options" not in plain
 

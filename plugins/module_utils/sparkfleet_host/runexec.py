@@ -21,8 +21,6 @@ from .chroot import ChrootError, chroot_argv, load_image_config, stale_marker_wa
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
 WORKLOADS_SUBDIR = ".sparkfleet/workloads"
-#: The run's TensorRT-LLM LLM API options file (kv_cache_config from the workload's kv_fraction), in its run dir.
-LLM_API_OPTIONS = trtllm_cli.LLM_API_OPTIONS
 #: Words of a flag or variable name that mark its value as a secret. A name is split into words at '_', '-',
 #: '.' and lower-to-upper case changes: HF_TOKEN, --hf-token, hfToken, OPENAI_API_KEY are secrets;
 #: TOKENIZERS_PARALLELISM and --max_num_tokens are not (a word must BE the secret word, or end with it:
@@ -76,20 +74,6 @@ def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloa
         except trtllm_cli.TrtllmCliError as exc:
             raise RunSetupError(str(exc)) from None
     raise RunSetupError(f"engine {engine!r} is not supported by the run executor")
-
-
-def _fraction_text(value) -> str:
-    try:
-        return trtllm_cli.fraction_text(value)
-    except trtllm_cli.TrtllmCliError as exc:
-        raise RunSetupError(str(exc)) from None
-
-
-def llm_api_options(workload: dict):
-    """The ``--extra_llm_api_options`` YAML a trtllm workload needs (its kv_fraction), or None."""
-    if workload.get("engine", "trtllm") != "trtllm" or workload.get("kv_fraction") is None:
-        return None
-    return "kv_cache_config:\n  free_gpu_memory_fraction: %s\n" % _fraction_text(workload["kv_fraction"])
 
 
 def is_secret_name(name: str) -> bool:

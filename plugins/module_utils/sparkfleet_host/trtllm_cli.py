@@ -325,6 +325,13 @@ def fraction_text(value):
     return repr(value)
 
 
+def llm_api_options(workload):
+    """The LLM API options file (:data:`LLM_API_OPTIONS`) a trtllm workload needs (its kv_fraction), or None."""
+    if workload.get("engine", "trtllm") != "trtllm" or workload.get("kv_fraction") is None:
+        return None
+    return "kv_cache_config:\n  free_gpu_memory_fraction: %s\n" % fraction_text(workload["kv_fraction"])
+
+
 def steps(workload, model, run_dir, resolved, hf_cache=False):
     """The run's commands: [(name, argv, stdout_path or None), ...]; the last one is measured.
 
