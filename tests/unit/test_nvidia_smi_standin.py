@@ -239,15 +239,21 @@ def _loop(smi: Smi, *args: str) -> subprocess.Popen:
     # hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt.
     return subprocess.Popen(
         [sys.executable, str(SMI), *args], env=smi.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_interruptible,
     )
+
+
+def _interruptible() -> None:
+    # The signal mask is inherited across exec too: a worker thread that blocks SIGINT would hand it down blocked.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _end(proc: subprocess.Popen, sig: int) -> int:
     """Send ``sig`` and return the exit code; a loop that does not end is killed (never left to later tests)."""
     proc.send_signal(sig)
     try:
-        return proc.wait(timeout=5)
+        return proc.wait(timeout=20)  # generous: a loaded CI machine
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
