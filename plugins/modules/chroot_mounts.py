@@ -238,6 +238,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
     resolve_in_root,
     unmount_order,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
 
 
 def need_root(module: AnsibleModule, what: str) -> None:
@@ -431,10 +432,7 @@ def refresh_ld_cache(module: AnsibleModule, rootfs: str, driver_libs: list[str])
     state.update(ldcache=ldcache, cuda_compat=compat, compat_conf=compat["conf"])
     old = read_native_state(rootfs)
     if old != state:
-        tmp = os.path.join(rootfs, NATIVE_STATE + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh, indent=2, sort_keys=True)
-        os.rename(tmp, os.path.join(rootfs, NATIVE_STATE))
+        write_atomic(os.path.join(rootfs, NATIVE_STATE), json.dumps(state, indent=2, sort_keys=True))
     ldcache["changed"] = changed
     return ldcache, compat
 

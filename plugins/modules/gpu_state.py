@@ -211,10 +211,15 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (  # noqa: E402
     GpuSensorError,
     find_nvidia_smi,
+    lock_clocks_argv,
     parse_int,
     parse_number,
+    persistence_mode_argv,
+    power_limit_argv,
     query_gpu,
+    reset_clocks_argv,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
 
 STATE_FIELDS = (
     "index",
@@ -272,11 +277,7 @@ class GpuState:
 
     def write_records(self, records: dict[str, Any]) -> None:
         try:
-            os.makedirs(os.path.dirname(self.state_file) or ".", mode=0o755, exist_ok=True)
-            tmp = f"{self.state_file}.tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"locked_clocks": records}, fh, indent=1, sort_keys=True)
-            os.replace(tmp, self.state_file)
+            write_atomic(self.state_file, json.dumps({"locked_clocks": records}, indent=1, sort_keys=True))
         except OSError as exc:
             self.module.fail_json(msg=f"state_file {self.state_file} cannot be written: {exc}")
 
@@ -469,7 +470,7 @@ def plan_changes(
                 plan.skip("persistence_mode", f"not supported by {label}: persistence_mode is [N/A]")
             elif g["persistence_mode"] != want["persistence_mode"]:
                 plan.add("persistence_mode", idx, g["persistence_mode"], want["persistence_mode"],
-                         argv=lambda i=idx, v=want["persistence_mode"]: [smi(), "-i", str(i), "-pm", "1" if v else "0"])
+                         argv=lambda i=idx, v=want["persistence_mode"]: persistence_mode_argv(smi(), i, v))
         if "power_limit" in want:
             watts = want["power_limit"]
             if g["power_limit"] is None:
@@ -481,7 +482,7 @@ def plan_changes(
                         msg=f"power_limit {watts:g} W is outside {label}'s range {lo:g}-{hi:g} W"
                     )
                 plan.add("power_limit", idx, g["power_limit"], watts,
-                         argv=lambda i=idx, w=watts: [smi(), "-i", str(i), "-pl", f"{w:g}"])
+                         argv=lambda i=idx, w=watts: power_limit_argv(smi(), i, w))
         if "locked_clocks" in want:
             lock = want["locked_clocks"]
             if lock is not None:
@@ -489,12 +490,12 @@ def plan_changes(
                     st.module.fail_json(msg=f"locked_clocks: min ({lock['min']}) must not exceed max ({lock['max']})")
                 if g["locked_clocks"] != lock:
                     plan.add("locked_clocks", idx, g["locked_clocks"], lock,
-                             argv=lambda i=idx, lk=lock: [smi(), "-i", str(i), "-lgc", f"{lk['min']},{lk['max']}"])
+                             argv=lambda i=idx, lk=lock: lock_clocks_argv(smi(), i, lk["min"], lk["max"]))
             elif g["locked_clocks"] is not None or (not restore and not g["_locked_known"]):
                 # reset_locked_clocks resets unless the record says this module already did; a restore only
                 # undoes a lock this module recorded, and leaves clocks it knows nothing about alone.
                 plan.add("locked_clocks", idx, g["locked_clocks"], None,
-                         argv=lambda i=idx: [smi(), "-i", str(i), "-rgc"])
+                         argv=lambda i=idx: reset_clocks_argv(smi(), i))
     if governors is not None:
         current = before["cpu_governors"]
         if not current:

@@ -97,9 +97,9 @@ unchanged:
 """
 
 import os  # noqa: E402
-import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
 
 
 def bad_name(name: str) -> bool:
@@ -114,17 +114,16 @@ def current_bytes(path: str) -> bytes | None:
         return None
 
 
-def write_atomically(module: AnsibleModule, path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".result_files.", dir=os.path.dirname(path))
+def write_atomically(path: str, data: bytes) -> None:
+    """The one atomic writer; the file keeps the mode of the one it replaces (a new one gets 0666 less the
+    umask), as a move over it would, before O(mode) is applied."""
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)  # a module is single-threaded: nothing else creates files meanwhile
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    write_atomic(path, data, mode=mode)
 
 
 def make_dir(module: AnsibleModule, path: str, mode) -> bool:
@@ -178,7 +177,7 @@ def main():
             diffs.append({"before_header": path, "after_header": path,
                           "before": (before or b"").decode("utf-8", "replace"), "after": files[name]})
             if not module.check_mode:
-                write_atomically(module, path, data)
+                write_atomically(path, data)
         mode_changed = (module.set_mode_if_different(path, module.params["mode"], False)
                         if os.path.exists(path) else False)
         (written if content_changed or mode_changed else unchanged).append(name)

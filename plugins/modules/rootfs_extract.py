@@ -203,19 +203,14 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
     read_marker,
     read_mountinfo,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
 
 LABEL = "sparkfleet.rootfs"
 
 
 def write_marker(rootfs: str, marker: dict[str, Any]) -> None:
     """Replace the marker of a complete rootfs atomically (temporary file, fsync, rename)."""
-    tmp = os.path.join(rootfs, MARKER + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(marker, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, os.path.join(rootfs, MARKER))
+    write_atomic(os.path.join(rootfs, MARKER), json.dumps(marker, indent=2, sort_keys=True))
 
 
 def rootfs_dirname(digest: str) -> str:
@@ -303,15 +298,8 @@ class Extractor:
                 os.unlink(os.path.join(tmp, ".dockerenv"))
             os.chmod(tmp, 0o755)
             os.sync()  # the tree reaches the disk before the marker says it is complete
-            marker_tmp = os.path.join(tmp, MARKER + ".tmp")
-            with open(marker_tmp, "w", encoding="utf-8") as fh:
-                json.dump(marker, fh, indent=2, sort_keys=True)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(marker_tmp, 0o644)
-            os.rename(marker_tmp, os.path.join(tmp, MARKER))
-            os.rename(tmp, self.dest)
+            write_atomic(os.path.join(tmp, MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")
+            os.rename(tmp, self.dest)  # the whole tree appears at once (a directory, not a file write)
             dfd = os.open(self.parent, os.O_RDONLY)
             try:
                 os.fsync(dfd)

@@ -164,6 +164,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
     read_mountinfo,
     unmount_order,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
 
 DEFAULT_ENV_KEYS = [
     "PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
@@ -268,14 +269,7 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def write_marker(path: str, marker: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(marker, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, path)
+    write_atomic(path, json.dumps(marker, indent=2, sort_keys=True) + "\n")
 
 
 def run_module() -> None:

@@ -29,7 +29,8 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .gpu import GpuSensorError, parse_number, query_gpu
+from .gpu import NO_PROCESSES, GpuSensorError, compute_apps_argv, parse_number, query_gpu
+from .meminfo import MEMINFO, read_meminfo_kib
 from .settings import SETTINGS_BY_NAME, field_problem
 
 #: The gates, in the order they are evaluated, recorded and named in a failure.
@@ -47,10 +48,6 @@ LIMIT_SETTINGS = {
 LIMIT_DEFAULTS = {option: SETTINGS_BY_NAME[name].default for option, name in LIMIT_SETTINGS.items()}
 #: ``--query-gpu`` fields the GPU gates read (run with ``--format=csv,noheader,nounits`` by gpu.query_gpu).
 GPU_FIELDS = ("index", "temperature.gpu", "pstate")
-#: Arguments after nvidia-smi that list the compute processes, one CSV line each.
-APPS_ARGS = ("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader")
-#: What nvidia-smi prints instead of a process line when there is none.
-NO_PROCESSES = "No running processes"
 KIB_PER_GIB = 1024 * 1024
 
 
@@ -123,7 +120,7 @@ def query_gpus(nvidia_smi: str, run: CommandRunner) -> Tuple[List[Dict[str, Opti
 
 def query_apps(nvidia_smi: str, run: CommandRunner) -> Command:
     """``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``."""
-    return run([nvidia_smi, *APPS_ARGS])
+    return run(compute_apps_argv(nvidia_smi))
 
 
 def load_1min(path: str = "/proc/loadavg") -> float:
@@ -132,13 +129,12 @@ def load_1min(path: str = "/proc/loadavg") -> float:
         return float(fh.read().split()[0])
 
 
-def mem_available_kib(path: str = "/proc/meminfo") -> int:
+def mem_available_kib(path: str = MEMINFO) -> int:
     """``MemAvailable`` in KiB (the kernel's "kB")."""
-    with open(path, encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1])
-    raise ValueError("%s has no MemAvailable line" % path)
+    values = read_meminfo_kib(path, ("MemAvailable",))
+    if "MemAvailable" not in values:
+        raise ValueError("%s has no MemAvailable line" % path)
+    return values["MemAvailable"]
 
 
 def online_cpus() -> int:

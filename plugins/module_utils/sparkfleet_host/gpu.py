@@ -1,11 +1,18 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
-"""GPU sensors shared by the sparkfleet modules.
+"""The one NVML / nvidia-smi adapter of the host code: every module and module_utils file that asks the GPU
+driver anything goes through here (the argv of each nvidia-smi call, the parsing of its output, NVML's
+initialisation and getters).
 
 Two implementations of one small interface, :class:`GpuSensor`:
 
 * :class:`NvmlSensor` reads through the nvidia-ml-py bindings (``import pynvml``); no process per sample.
 * :class:`NvidiaSmiSensor` runs ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` once per sample.
+
+Besides: :func:`query_gpu` (any ``--query-gpu`` field list), :func:`query_argv` (also the persistent
+``-lms`` loop telemetry runs) with :func:`parse_readings` for its lines, :func:`memory_info` (what the driver
+reports free), :func:`compute_apps_argv` (the compute processes) and the ``*_argv`` of the settings gpu_state
+changes (persistence mode, power limit, locked clocks).
 
 Every field may be unavailable: a DGX Spark (GB10, unified memory) answers ``[N/A]`` for the memory fields
 and has no power cap; NVML raises ``NVMLError_NotSupported`` there. Such fields read as ``None``, never as 0,
@@ -28,6 +35,8 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .meminfo import MEMINFO, read_meminfo_kib, used_kib
 
 # (argv) -> (rc, stdout, stderr); AnsibleModule.run_command fits once wrapped, subprocess by default.
 # typing's generics: collections.abc's are subscriptable only from Python 3.9.
@@ -52,6 +61,13 @@ QUERY_FIELDS = (
     "pstate",
     "clocks_throttle_reasons.active",
 )
+
+#: ``--query-gpu`` fields of :func:`memory_info`.
+MEMORY_FIELDS = ("index", "memory.total", "memory.free")
+#: Arguments after nvidia-smi that list the compute processes, one CSV line each.
+APPS_ARGS = ("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader")
+#: What nvidia-smi prints instead of a process line when there is none.
+NO_PROCESSES = "No running processes"
 
 # Values nvidia-smi prints for a field it cannot report. The bracketed forms appear in CSV output,
 # the bare forms in `-q` and the table.
@@ -212,6 +228,12 @@ def _reading_from_row(row: dict[str, str | None]) -> GpuReading:
     )
 
 
+def parse_readings(text: str) -> list[GpuReading]:
+    """The readings in ``--query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits`` output (one line of the
+    ``-lms`` loop, or a whole answer)."""
+    return [_reading_from_row(row) for row in parse_query_csv(text, QUERY_FIELDS)]
+
+
 def subprocess_runner(argv: Sequence[str]) -> tuple[int, str, str]:
     """Default runner: no shell, C locale so that numbers are printed with a decimal point."""
     env = dict(os.environ, LC_ALL="C")
@@ -230,11 +252,45 @@ def find_nvidia_smi(path: str | None = None) -> str:
     return found
 
 
+def query_argv(
+    executable: str, fields: Sequence[str], loop_ms: int | None = None, gpus: Sequence[int] | None = None
+) -> list[str]:
+    """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits`` (``-lms LOOP_MS``: print a line per GPU
+    every LOOP_MS ms until killed; ``-i GPUS``: only those)."""
+    argv = [executable, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+    if loop_ms is not None:
+        argv += ["-lms", str(loop_ms)]
+    if gpus is not None:
+        argv += ["-i", ",".join(str(g) for g in gpus)]
+    return argv
+
+
+def compute_apps_argv(executable: str) -> list[str]:
+    """``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``."""
+    return [executable, *APPS_ARGS]
+
+
+def persistence_mode_argv(executable: str, index: int, enabled: bool) -> list[str]:
+    return [executable, "-i", str(index), "-pm", "1" if enabled else "0"]
+
+
+def power_limit_argv(executable: str, index: int, watts: float) -> list[str]:
+    return [executable, "-i", str(index), "-pl", f"{watts:g}"]
+
+
+def lock_clocks_argv(executable: str, index: int, min_mhz: int, max_mhz: int) -> list[str]:
+    return [executable, "-i", str(index), "-lgc", f"{min_mhz},{max_mhz}"]
+
+
+def reset_clocks_argv(executable: str, index: int) -> list[str]:
+    return [executable, "-i", str(index), "-rgc"]
+
+
 def query_gpu(
     fields: Sequence[str], executable: str, runner: Runner = subprocess_runner
 ) -> list[dict[str, str | None]]:
     """Run one ``--query-gpu`` and return its rows (see :func:`parse_query_csv`)."""
-    argv = [executable, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+    argv = query_argv(executable, fields)
     rc, out, err = runner(argv)
     if rc != 0:
         detail = (err or out).strip() or f"exit code {rc}"
@@ -281,26 +337,17 @@ class NvidiaSmiSensor(GpuSensor):
         self.runner = runner
 
     def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
-        rows = query_gpu(QUERY_FIELDS, self.executable, self.runner)
-        if not rows:
+        readings = [_reading_from_row(r) for r in query_gpu(QUERY_FIELDS, self.executable, self.runner)]
+        if not readings:
             raise GpuSensorError("nvidia-smi listed no GPU")
-        return _select([_reading_from_row(r) for r in rows], indices)
+        return _select(readings, indices)
 
 
 class NvmlSensor(GpuSensor):
     kind = "nvml"
 
     def __init__(self, nvml: Any | None = None) -> None:
-        if nvml is None:
-            try:
-                import pynvml as nvml  # type: ignore[import-not-found,no-redef]
-            except ImportError as exc:
-                raise GpuSensorError(f"pynvml (nvidia-ml-py) is not importable: {exc}") from exc
-        self.nvml = nvml
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:  # NVMLError and friends (no driver, no library)
-            raise GpuSensorError(f"nvmlInit failed: {exc}") from exc
+        self.nvml = nvml = load_nvml(nvml)
         self._open = True
         try:
             count = int(nvml.nvmlDeviceGetCount())
@@ -367,8 +414,64 @@ class NvmlSensor(GpuSensor):
     def close(self) -> None:
         if getattr(self, "_open", False):
             self._open = False
-            with contextlib.suppress(Exception):  # shutting down twice or after a driver loss
-                self.nvml.nvmlShutdown()
+            shutdown_nvml(self.nvml)
+
+
+def load_nvml(nvml: Any | None = None) -> Any:
+    """The NVML bindings (``import pynvml`` unless given), initialised; :class:`GpuSensorError` when they are
+    missing or ``nvmlInit`` fails (no driver, no library). Pair with :func:`shutdown_nvml`."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+        except ImportError as exc:
+            raise GpuSensorError(f"pynvml (nvidia-ml-py) is not importable: {exc}") from exc
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError and friends (no driver, no library)
+        raise GpuSensorError(f"nvmlInit failed: {exc}") from exc
+    return nvml
+
+
+def shutdown_nvml(nvml: Any) -> None:
+    with contextlib.suppress(Exception):  # shutting down twice or after a driver loss
+        nvml.nvmlShutdown()
+
+
+def memory_info(
+    nvml: Any | None = None, nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
+) -> tuple[str, list[dict[str, Any]]]:
+    """What the driver reports per GPU: ``(source, [{"index", "total_bytes", "free_bytes"}])``, from NVML
+    (``nvmlDeviceGetMemoryInfo``) when it works, else from one ``nvidia-smi --query-gpu`` of
+    :data:`MEMORY_FIELDS`; source is ``nvml`` or ``nvidia-smi``. A figure the GPU does not report (a GB10:
+    NotSupported, ``[N/A]``) is None. :class:`GpuSensorError` naming both failures when neither answers."""
+    try:
+        nv = load_nvml(nvml)
+        try:
+            rows = []
+            for i in range(int(nv.nvmlDeviceGetCount())):
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+                try:
+                    info = nv.nvmlDeviceGetMemoryInfo(handle)
+                    rows.append({"index": i, "total_bytes": info.total, "free_bytes": info.free})
+                except Exception:  # NVMLError_NotSupported on a GB10
+                    rows.append({"index": i, "total_bytes": None, "free_bytes": None})
+            return "nvml", rows
+        finally:
+            shutdown_nvml(nv)
+    except Exception as exc:  # no pynvml, no driver, a failing getter
+        nvml_error = str(exc)
+    try:
+        found = query_gpu(MEMORY_FIELDS, nvidia_smi, runner)
+    except GpuSensorError as exc:
+        raise GpuSensorError(f"nvml: {nvml_error}; nvidia-smi: {exc}") from exc
+    rows = []
+    for row in found:
+        index = parse_int(row["index"])
+        total, free = parse_number(row["memory.total"]), parse_number(row["memory.free"])  # MiB
+        if index is not None:
+            rows.append({"index": index, "total_bytes": None if total is None else total * 2**20,
+                         "free_bytes": None if free is None else free * 2**20})
+    return "nvidia-smi", rows
 
 
 def open_sensor(
@@ -414,27 +517,20 @@ TELEMETRY_COLUMNS = (
 )
 
 
-def host_memory_used_mib(meminfo: str = "/proc/meminfo") -> float | None:
+def host_memory_used_mib(meminfo: str = MEMINFO) -> float | None:
     """MemTotal − MemAvailable in MiB: on unified memory (GB10) the only memory figure there is."""
-    values: dict[str, int] = {}
     try:
-        with open(meminfo, encoding="ascii") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    values[key] = int(rest.split()[0])  # kB
-    except (OSError, ValueError, IndexError):
+        used = used_kib(read_meminfo_kib(meminfo, ("MemTotal", "MemAvailable")))
+    except OSError:
         return None
-    if len(values) != 2:
-        return None
-    return round((values["MemTotal"] - values["MemAvailable"]) / 1024.0, 1)
+    return None if used is None else round(used / 1024.0, 1)
 
 
 def sample_telemetry(
     sensor: GpuSensor,
     indices: Sequence[int] | None = None,
     clock: Callable[[], float] = time.time,
-    meminfo: str = "/proc/meminfo",
+    meminfo: str = MEMINFO,
 ) -> list[dict[str, Any]]:
     """One telemetry sample: a flat row per GPU with :data:`TELEMETRY_COLUMNS` as keys.
 

@@ -18,6 +18,8 @@ import signal
 import subprocess
 import time
 
+from .textfile import write_atomic
+
 JOBS_SUBDIR = os.path.join(".sparkfleet", "jobs")
 
 
@@ -38,10 +40,7 @@ def _start_ticks(pid: int):
 
 
 def _write(path: str, entry: dict) -> None:
-    tmp = "%s.tmp" % path
-    with open(tmp, "w") as fh:
-        json.dump(entry, fh, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(entry, sort_keys=True))
 
 
 class JobRegistration:

@@ -32,6 +32,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from .gpu import GpuSensorError, memory_info
+from .meminfo import MEMINFO, parse_meminfo_kib
+
 GIB = float(2**30)
 SECTION_VERSION = 1
 #: /proc/meminfo keys recorded, and their names in the record (GiB).
@@ -66,15 +69,7 @@ def _gib(n_bytes: Optional[float]) -> Optional[float]:
 
 def parse_meminfo(text: str) -> Dict[str, Optional[float]]:
     """The recorded /proc/meminfo figures in GiB (None for a key that is missing), plus the derived ones."""
-    raw: Dict[str, int] = {}
-    wanted = {k for k, _ in MEMINFO_KEYS}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in wanted:
-            try:
-                raw[key] = int(rest.split()[0]) * 1024  # kB
-            except (ValueError, IndexError):
-                continue
+    raw = {key: kib * 1024 for key, kib in parse_meminfo_kib(text, [k for k, _ in MEMINFO_KEYS]).items()}
     out: Dict[str, Optional[float]] = {name: _gib(raw.get(key)) for key, name in MEMINFO_KEYS}
     total = raw.get("MemTotal")
     out["used_gib"] = _gib(total - raw["MemAvailable"]) if total is not None and "MemAvailable" in raw else None
@@ -82,7 +77,7 @@ def parse_meminfo(text: str) -> Dict[str, Optional[float]]:
     return out
 
 
-def read_meminfo(path: str = "/proc/meminfo") -> Optional[Dict[str, Optional[float]]]:
+def read_meminfo(path: str = MEMINFO) -> Optional[Dict[str, Optional[float]]]:
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return parse_meminfo(fh.read())
@@ -221,44 +216,15 @@ def _cuda_from_rows(rows: Sequence[Dict[str, Any]], source: str) -> Dict[str, An
 
 def cuda_memory(nvml: Any = None, nvidia_smi: str = "nvidia-smi",
                 runner: Optional[Callable[[List[str]], tuple[int, str, str]]] = None) -> Dict[str, Any]:
-    """What the driver reports free per GPU: NVML when pynvml works, else one ``nvidia-smi --query-gpu``."""
-    errors = []
+    """What the driver reports free per GPU: NVML when pynvml works, else one ``nvidia-smi --query-gpu``
+    (both through :func:`gpu.memory_info`)."""
     try:
-        if nvml is None:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
-        nvml.nvmlInit()
-        try:
-            rows = []
-            for i in range(int(nvml.nvmlDeviceGetCount())):
-                handle = nvml.nvmlDeviceGetHandleByIndex(i)
-                try:
-                    info = nvml.nvmlDeviceGetMemoryInfo(handle)
-                    rows.append({"index": i, "free_gib": _gib(info.free), "total_gib": _gib(info.total)})
-                except Exception:  # NVMLError_NotSupported on a GB10
-                    rows.append({"index": i, "free_gib": None, "total_gib": None})
-            return _cuda_from_rows(rows, "nvml")
-        finally:
-            with contextlib.suppress(Exception):
-                nvml.nvmlShutdown()
-    except Exception as exc:  # no pynvml, no driver
-        errors.append(f"nvml: {exc}")
-    from .gpu import clean_value, parse_number
-
-    run = runner or run_quiet
-    argv = [nvidia_smi, "--query-gpu=index,memory.total,memory.free", "--format=csv,noheader,nounits"]
-    rc, out, err = run(argv)
-    if rc != 0:
-        errors.append(f"nvidia-smi: {(err or out).strip()[:200] or 'exit code %d' % rc}")
-        return {"source": None, "gpus": [], "free_gib": None, "note": "no GPU sensor: " + "; ".join(errors)}
-    rows = []
-    for line in out.splitlines():
-        cells = [clean_value(c) for c in line.split(",")]
-        if len(cells) != 3 or cells[0] is None:
-            continue
-        total, free = parse_number(cells[1]), parse_number(cells[2])
-        rows.append({"index": int(cells[0]), "total_gib": None if total is None else round(total / 1024, 4),
-                     "free_gib": None if free is None else round(free / 1024, 4)})
-    return _cuda_from_rows(rows, "nvidia-smi")
+        source, found = memory_info(nvml, nvidia_smi, runner or run_quiet)
+    except GpuSensorError as exc:
+        return {"source": None, "gpus": [], "free_gib": None, "note": f"no GPU sensor: {exc}"}
+    rows = [{"index": r["index"], "free_gib": _gib(r["free_bytes"]), "total_gib": _gib(r["total_bytes"])}
+            for r in found]
+    return _cuda_from_rows(rows, source)
 
 
 def cuda_free_from_readings(readings: Sequence[Any]) -> Optional[float]:

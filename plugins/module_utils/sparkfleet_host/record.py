@@ -30,12 +30,11 @@ import operator
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .settings import STATUSES  # the run statuses, defined once (re-exported for the record's readers)
+from .textfile import write_atomic
 
 #: The record format version this code writes. Older versions are read through ``MIGRATIONS``.
 SCHEMA_VERSION = 2
@@ -595,20 +594,9 @@ def write_record(path: "str | os.PathLike[str]", record: RunRecord) -> Tuple[Dic
 
 
 def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
-    """Write JSON so a reader (or a crash) never sees half a file: temp file, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON so a reader (or a crash) never sees half a file (:func:`textfile.write_atomic`; mode 0600,
+    as records have always been written)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600)
 
 
 if __name__ == "__main__":  # python -m sparkfleet_host.record > docs/record.schema.json

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -44,11 +43,13 @@ from .gpu import (
     GpuReading,
     GpuSensor,
     GpuSensorError,
-    _reading_from_row,
     decode_throttle_reasons,
+    find_nvidia_smi,
     open_sensor,
-    parse_query_csv,
+    parse_readings,
+    query_argv,
 )
+from .meminfo import parse_meminfo_kib, used_kib
 from .memstate import cgroup_dir_of_pid
 
 CSV_COLUMNS = (
@@ -92,19 +93,8 @@ class _PreadFile:
 
 def parse_meminfo_used_gib(text: str) -> Optional[float]:
     """MemTotal - MemAvailable of a /proc/meminfo text, in GiB; None when either is missing."""
-    values: Dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("MemTotal", "MemAvailable"):
-            try:
-                values[key] = int(rest.split()[0])  # kB
-            except (ValueError, IndexError):
-                return None
-            if len(values) == 2:
-                break
-    if len(values) != 2:
-        return None
-    return (values["MemTotal"] - values["MemAvailable"]) * 1024 / GIB
+    used = used_kib(parse_meminfo_kib(text, ("MemTotal", "MemAvailable")))
+    return None if used is None else used * 1024 / GIB
 
 
 def cgroup_memory_file(path: str) -> str:
@@ -156,15 +146,7 @@ class SmiLoop:
         gpus: Optional[Sequence[int]],
         record_error: Callable[[str], None],
     ) -> None:
-        self.argv = [
-            executable,
-            "--query-gpu=" + ",".join(QUERY_FIELDS),
-            "--format=csv,noheader,nounits",
-            "-lms",
-            str(max(1, int(round(interval_s * 1000)))),
-        ]
-        if gpus is not None:
-            self.argv += ["-i", ",".join(str(g) for g in gpus)]
+        self.argv = query_argv(executable, QUERY_FIELDS, loop_ms=max(1, int(round(interval_s * 1000))), gpus=gpus)
         self.interval_s = interval_s
         self.record_error = record_error
         self.latest: Dict[int, Tuple[float, GpuReading]] = {}
@@ -219,8 +201,7 @@ class SmiLoop:
             if not line.strip():
                 continue
             try:
-                rows = parse_query_csv(line, QUERY_FIELDS)
-                readings = [_reading_from_row(row) for row in rows]
+                readings = parse_readings(line)
             except GpuSensorError as exc:
                 self.record_error(f"nvidia-smi: {exc}")
                 continue
@@ -457,8 +438,9 @@ class TelemetrySampler:
                 if requested == "nvml":
                     self._error(f"nvml: {exc}; sampling host memory only")
                     return
-        executable = shutil.which(self.nvidia_smi)
-        if executable is None:
+        try:
+            executable = find_nvidia_smi(self.nvidia_smi)
+        except GpuSensorError:
             if requested == "nvidia-smi":
                 self._error(f"{self.nvidia_smi} not found on PATH; sampling host memory only")
             return  # auto on a host without a GPU: host memory only, not an error
