@@ -4,7 +4,6 @@ shared behaviour, and that no second copy creeps back in."""
 
 from __future__ import annotations
 
-import re
 import stat
 import types
 from pathlib import Path
@@ -120,24 +119,3 @@ def test_parse_readings_reads_one_loop_line():
     (reading,) = gpu.parse_readings(line)
     assert (reading.index, reading.temperature_c, reading.memory_used_mib, reading.throttle_reasons) == (
         0, 41.0, None, ["gpu_idle"])
-
-
-@pytest.mark.parametrize("pattern, home", [
-    (r"os\.replace\(|os\.rename\(|mkstemp\(|NamedTemporaryFile\(", "textfile.py"),
-    (r"int\(rest\.split\(\)\[0\]\)|startswith\(\"Mem", "meminfo.py"),
-    (r"import pynvml|\.nvmlInit\(\)|\"--query-|\"-(?:pm|pl|lgc|rgc|lms)\"", "gpu.py"),
-])
-def test_one_implementation_each(pattern, home):
-    """Only the home file does it; a directory rename (run_record's ``.failed-N``, rootfs_extract's whole tree,
-    chroot_mounts' ld.so.cache restore) is not a file write and is allowed where it is."""
-    allowed = {("textfile.py", "run_record.py"), ("textfile.py", "rootfs_extract.py"),
-               ("textfile.py", "chroot_mounts.py"), ("textfile.py", "bench_run.py")}
-    found = []
-    for path in HOST_CODE:
-        if path.name == home or (home, path.name) in allowed:
-            continue
-        code = "\n".join(line for line in path.read_text().splitlines()
-                         if not line.lstrip().startswith(("#", "-", "C(", "``")))
-        if re.search(pattern, code):
-            found.append(path.name)
-    assert found == []
