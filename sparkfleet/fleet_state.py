@@ -1,10 +1,13 @@
 """What differed between hosts: the facts and the measured state behind a cross-host difference.
 
 A host outside the fleet's tolerance is only half an answer; the other half is what was different about
-it. This reads each host's facts (``host.json``, ``host_metadata.json``, ``preflight.json``) and the
-telemetry summaries of its runs, and reports (a) facts that are not the same on every host (driver,
-VBIOS, CUDA, kernel, GPU model, power limit, ...) and (b) measured state that deviates from the fleet
-median (SM clock, temperature, power, throttle reasons).
+it. This reads each host's facts (``host.json``, ``host_metadata.json``, ``preflight.json``: read by
+sparkfleet.report.host_facts) and the telemetry summaries of its runs, and reports (a) facts that are not
+the same on every host (driver, VBIOS, CUDA, kernel, GPU model, power limit, ...) and (b) measured state that
+deviates from the fleet median (SM clock, temperature, power, throttle reasons).
+
+The ``sparkfleet fleet`` command's helper: it uses the report's pieces (the one-campaign check, the host
+facts), never the other way round.
 """
 
 from __future__ import annotations
@@ -18,73 +21,8 @@ import pandas as pd
 
 from sparkfleet import reproducibility
 from sparkfleet.load import load_runs
-
-#: Facts compared verbatim across hosts: (label, file, path inside the JSON).
-FACTS: tuple[tuple[str, str, tuple[str | int, ...]], ...] = (
-    ("gpu_name", "host_metadata.json", ("gpu_name",)),
-    ("gpu_count", "host_metadata.json", ("gpu_count",)),
-    ("driver", "host_metadata.json", ("driver_version",)),
-    ("cuda", "host_metadata.json", ("cuda_version",)),
-    ("vbios", "host_metadata.json", ("gpus", 0, "vbios")),
-    ("kernel", "host.json", ("kernel",)),
-    ("os", "host.json", ("os",)),
-    ("cpu_model", "host.json", ("cpu_model",)),
-    ("memory_total_mb", "host.json", ("memory_total_mb",)),
-    ("docker_engine", "host.json", ("docker", "engine")),
-    ("nvidia_container_toolkit", "host.json", ("nvidia_container_toolkit", "nvidia_ctk")),
-    ("pstate", "preflight.json", ("gates", "performance_state", "value")),
-)
-
-#: Facts read from ``nvidia-smi -q`` (nvidia-smi-q.txt, first GPU): (label, section, key). A section of
-#: None is the GPU's top level; each label takes the first (section, key) found, older drivers' names last.
-SMI_FACTS: tuple[tuple[str, str | None, str], ...] = (
-    ("power_limit", "GPU Power Readings", "Current Power Limit"),
-    ("power_limit", "Power Readings", "Enforced Power Limit"),
-    ("power_limit", "Power Readings", "Power Limit"),
-    ("default_power_limit", "GPU Power Readings", "Default Power Limit"),
-    ("default_power_limit", "Power Readings", "Default Power Limit"),
-    ("max_sm_clock", "Max Clocks", "SM"),
-    ("applications_clock", "Applications Clocks", "Graphics"),
-    ("inforom", "Inforom Version", "Image Version"),
-    ("vbios_smi", None, "VBIOS Version"),
-    ("persistence_mode", None, "Persistence Mode"),
-    ("ecc_mode", "ECC Mode", "Current"),
-)
-
-
-def smi_facts(text: str) -> dict[str, str]:
-    """The SMI_FACTS of the first GPU in ``nvidia-smi -q`` text (values as printed, N/A left out)."""
-    seen: dict[tuple[str | None, str], str] = {}
-    section: str | None = None
-    gpus = 0
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            gpus += 1
-            if gpus > 1:
-                break
-            continue
-        stripped = line.strip()
-        if not stripped or gpus != 1:
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        key, sep, value = (part.strip() for part in stripped.partition(":"))
-        if indent <= 4:
-            section = None if sep and value else key
-            if sep and value:
-                seen.setdefault((None, key), value)
-        elif sep:
-            seen.setdefault((section, key), value)
-    out: dict[str, str] = {}
-    for label, where, key in SMI_FACTS:
-        value = seen.get((where, key))
-        if label not in out and value and value != "N/A":
-            out[label] = value
-    if out.get("vbios_smi"):
-        out["vbios"] = out.pop("vbios_smi")
-    else:
-        out.pop("vbios_smi", None)
-    return out
-
+from sparkfleet.report.analysis import check_one_campaign
+from sparkfleet.report.host_facts import facts_of, read_json
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
 TELEMETRY = {
@@ -120,62 +58,13 @@ class FleetState:
         }
 
 
-def _dig(data: Any, path: tuple[str | int, ...]) -> Any:
-    for key in path:
-        if isinstance(data, dict):
-            data = data.get(key)
-        elif isinstance(data, list) and isinstance(key, int) and -len(data) <= key < len(data):
-            data = data[key]
-        else:
-            return None
-    return data
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def host_facts(campaign_dir: Path, hosts: list[str]) -> pd.DataFrame:
     return facts_of({host: campaign_dir / host for host in hosts})
 
 
-def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
-    """host x fact: FACTS from each host directory's JSON files, then what nvidia-smi-q.txt adds (power
-    limit, clocks, InfoROM, ...; its VBIOS where host_metadata.json has none)."""
-    rows = {}
-    for host, directory in host_dirs.items():
-        files = {name: _read_json(directory / name) for name in {f for _, f, _ in FACTS}}
-        row = {label: _dig(files[name], path) for label, name, path in FACTS}
-        try:
-            smi = smi_facts((directory / "nvidia-smi-q.txt").read_text(errors="replace"))
-        except OSError:
-            smi = {}
-        for label, value in smi.items():
-            if row.get(label) is None:
-                row[label] = value
-        rows[host] = row
-    return pd.DataFrame.from_dict(rows, orient="index")
-
-
-def facts_for_runs(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """host x fact for the hosts of ``runs`` (loaded from ``root``): each host's directory is the one
-    above the ``runs`` directory of its records (``<host>/runs/<run_id>``)."""
-    if runs.empty or "record_dir" not in runs:
-        return pd.DataFrame()
-    dirs: dict[str, Path] = {}
-    for host, record_dir in runs[["host", "record_dir"]].drop_duplicates("host").itertuples(index=False):
-        parts = Path(str(record_dir)).parts
-        if len(parts) >= 2 and parts[-2] == "runs":
-            dirs[str(host)] = Path(root, *parts[:-2])
-    return facts_of(dirs)
-
-
 def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, int]]:
     """Planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver."""
-    plan = _read_json(campaign_dir / "campaign.json") or {}
+    plan = read_json(campaign_dir / "campaign.json") or {}
     found = runs.groupby("host")["run_id"].nunique().to_dict() if not runs.empty else {}
     out = {}
     for host, info in (plan.get("hosts") or {}).items():
@@ -187,8 +76,6 @@ def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, 
 
 
 def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE) -> FleetState:
-    from sparkfleet.report.analysis import check_one_campaign  # noqa: PLC0415 - report.analysis imports this module
-
     campaign_dir = Path(campaign_dir)
     runs = load_runs(campaign_dir).runs
     check_one_campaign(runs, campaign_dir)  # hosts are compared within one campaign, never across two

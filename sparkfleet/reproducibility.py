@@ -122,7 +122,7 @@ def host_deviations(
     inside ±tolerance; otherwise "undetermined", with ``required_n`` the runs per side that would tell.
     ``deviation_pct`` (with ``ci_low_pct``/``ci_high_pct``) is the host's mean against the reference's,
     in percent; ``host_median`` and ``fleet_median`` (all hosts pooled) are for reference. ``hardware``
-    names the host facts (``facts``: host x fact, sparkfleet.fleet_state) in which this host differs from
+    names the host facts (``facts``: host x fact, sparkfleet.report.host_facts) in which this host differs from
     every other host, e.g. ``vbios 96.00.B1 (others: 96.00.A5)``: the first suspects of a difference.
     """
     shared = multi_host_runs(runs)

@@ -7,14 +7,15 @@ import os
 from pathlib import Path
 
 from sparkfleet.load import export_runs, load_runs, write_csv
-from sparkfleet.report.analysis import Analysis, Options, analyse
+from sparkfleet.report.analysis import Analysis, Options
+from sparkfleet.report.compose import Report, analyse
 from sparkfleet.report.content import FigureDrawing, PendingFigures, build_document, start_run_figures
 from sparkfleet.report.render import to_html, to_markdown
 
-__all__ = ["Analysis", "Options", "analyse", "build_report", "start_run_figures", "write_report"]
+__all__ = ["Analysis", "Options", "Report", "analyse", "build_report", "start_run_figures", "write_report"]
 
 
-def write_report(analysis: Analysis, out_dir: str | os.PathLike[str],
+def write_report(analysis: Report, out_dir: str | os.PathLike[str],
                  started: FigureDrawing | None = None) -> list[Path]:
     """Write every report file into ``out_dir``; returns the paths written (main files first).
 
@@ -52,7 +53,7 @@ def write_report(analysis: Analysis, out_dir: str | os.PathLike[str],
 
 
 def build_report(results: str | os.PathLike[str], options: Options | None = None,
-                 out_dir: str | os.PathLike[str] | None = None) -> tuple[Analysis, list[Path]]:
+                 out_dir: str | os.PathLike[str] | None = None) -> tuple[Report, list[Path]]:
     """Load, analyse and write; the report goes to RESULTS/report unless ``out_dir`` says otherwise."""
     loaded = load_runs(results)
     started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed

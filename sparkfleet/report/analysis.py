@@ -1,4 +1,5 @@
-"""Everything a report shows, computed once from the loaded runs (the renderers only format it)."""
+"""The facts a report shows, computed once from the loaded runs: statistics, comparisons, fits (the
+judgements built on them live in findings.py, verdicts.py and memory.py; compose.py puts all together)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparkfleet import compare, fleet_state, reproducibility, stats, thresholds
+from sparkfleet import compare, reproducibility, stats, thresholds
 from sparkfleet.accounting import Accounting
 from sparkfleet.errors import UsageError
 from sparkfleet.load import LoadProblem, LoadResult, load_runs
-from sparkfleet.report.findings import Finding, collect_findings
-from sparkfleet.report.memory import MemoryStudy, memory_study
-from sparkfleet.report.verdicts import VerdictLine, build_verdicts
+from sparkfleet.report.host_facts import facts_for_runs
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,9 @@ class Options:
 
 @dataclass
 class Analysis:
+    """The computed facts of one campaign: tables and fits, no judgement. The findings, the verdicts and the
+    memory study are built from these (findings.py, verdicts.py, memory.py); compose.analyse puts them together."""
+
     root: Path
     runs: pd.DataFrame
     problems: list[LoadProblem]
@@ -49,9 +51,6 @@ class Analysis:
     environments_pooled: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (model, workload), hosts pooled
     regressions: pd.DataFrame | None = None  # compare_campaigns(baseline, runs) when a baseline is given
     baseline_problems: list[LoadProblem] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    verdicts: list[VerdictLine] = field(default_factory=list)
-    memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
     accounting: Accounting = field(default_factory=Accounting)  # every planned run: the missing ones named
 
 
@@ -83,7 +82,8 @@ def _campaign_dir(path: Path) -> Path:
     return path
 
 
-def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
+def compute_facts(loaded: LoadResult, options: Options | None = None) -> Analysis:
+    """Every table the report judges: cell statistics, comparisons, KV fit, host variance and deviations."""
     options = options or Options()
     runs = loaded.runs
     check_one_campaign(runs, loaded.root)
@@ -105,7 +105,7 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
             regressions = compare.compare_campaigns(baseline.runs, runs, alpha=options.alpha,
                                                     threshold=options.threshold, level=options.level)
     kv_runs, kv_fit = compare.kv_decomposition(runs, options.kv_fraction)
-    analysis = Analysis(
+    return Analysis(
         root=loaded.root or Path("."),
         runs=runs,
         problems=loaded.problems,
@@ -121,16 +121,12 @@ def analyse(loaded: LoadResult, options: Options | None = None) -> Analysis:
         host_variance=reproducibility.host_variance(runs, metrics),
         host_deviations=reproducibility.host_deviations(  # each host against the others, named with what differs
             runs, metrics, options.tolerance, alpha=options.alpha, level=options.level,
-            facts=fleet_state.facts_for_runs(loaded.root or Path("."), runs)),
+            facts=facts_for_runs(loaded.root or Path("."), runs)),
         environments_pooled=pooled,
         regressions=regressions,
         baseline_problems=baseline_problems,
-        memory=memory_study(runs, kv_runs, options.alpha, options.threshold, options.level),
         accounting=loaded.accounting,
     )
-    analysis.findings = collect_findings(analysis)
-    analysis.verdicts = build_verdicts(analysis)
-    return analysis
 
 
 def _as_pooled(environments: pd.DataFrame) -> pd.DataFrame:

@@ -1,16 +1,17 @@
-"""What the report says, section by section, built from an Analysis."""
+"""What the report says, section by section, built from a Report (facts, findings, verdicts, memory study)."""
 
 from __future__ import annotations
 
-import os
-import pickle
+import itertools
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
 from sparkfleet.report import plots
-from sparkfleet.report.analysis import Analysis
+from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
     N_TOO_SMALL,
     Bullets,
@@ -27,9 +28,18 @@ from sparkfleet.report.document import (
     table,
 )
 from sparkfleet.report.findings import KV_RESIDUAL_LIMIT_GIB
-from sparkfleet.report.memory import kv_figure
+from sparkfleet.report.memory import (
+    PART_WORDS,
+    PARTS,
+    TARGET_EFFECTS,
+    gap_sentence,
+    kv_figure,
+    kv_figure_label,
+    runs_without_tmp_kv,
+    under_floor,
+)
 from sparkfleet.report.verdicts import twins_note
-from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL
+from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL, range_violation
 
 #: Configuration, not results: kept in cells.csv and --json, left out of the statistics tables.
 CONFIG_METRICS = ("device_total_gib", "kv_fraction")
@@ -61,7 +71,7 @@ def run_figure_makers(runs: pd.DataFrame, root: Path) -> dict[str, Callable[[], 
     }
 
 
-def figure_makers(analysis: Analysis) -> dict[str, tuple[str, Callable[[], bytes | None]]]:
+def figure_makers(analysis: Report) -> dict[str, tuple[str, Callable[[], bytes | None]]]:
     fraction = analysis.kv_fit.assumed_fraction if analysis.kv_fit else analysis.options.kv_fraction
     makers = run_figure_makers(analysis.runs, analysis.root) | {
         "effects": lambda: plots.effects(analysis.verdicts, analysis.options.threshold),
@@ -72,53 +82,52 @@ def figure_makers(analysis: Analysis) -> dict[str, tuple[str, Callable[[], bytes
     return {name: (title, makers[name]) for name, title in _TITLES.items()}
 
 
+#: What the figure processes draw, by key: set before a pool forks its worker, which inherits the table (and the
+#: data each maker closes over), so that only a key goes to the worker and only PNG bytes come back.
+_MAKERS: dict[str, Callable[[], bytes | None]] = {}
+_DRAWINGS = itertools.count()
+
+
+def _draw(key: str) -> bytes | None:
+    """In a forked worker: draw the figure the table holds under ``key``."""
+    return _MAKERS[key]()
+
+
 class FigureDrawing:
-    """Figures drawn in a forked child (it inherits the data, so nothing big is pickled; the PNGs come
-    back through a pipe), or right here where forking is not worth it or not possible."""
+    """Figures drawn in a forked worker process (concurrent.futures with the 'fork' start method: the worker
+    inherits the data, so nothing big is pickled), or right here where forking is not worth it or not
+    possible."""
 
     def __init__(self, makers: dict[str, Callable[[], bytes | None]], fork: bool) -> None:
         self.names = list(makers)
         self._pngs: dict[str, bytes | None] | None = None
-        self._pid = 0
         if not fork:
             self._pngs = {name: make() for name, make in makers.items()}
             return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: draw, send, leave without running the parent's exit handlers
-            status = 1
-            try:
-                os.close(read_fd)
-                try:
-                    reply: object = {name: make() for name, make in makers.items()}
-                except Exception as exc:  # handed to the parent, which raises it
-                    reply = exc
-                with os.fdopen(write_fd, "wb") as pipe:
-                    pickle.dump(reply, pipe, protocol=pickle.HIGHEST_PROTOCOL)
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_fd)
-        self._pid, self._read_fd = pid, read_fd
+        drawing = next(_DRAWINGS)
+        keys = {name: f"{drawing}:{name}" for name in makers}
+        _MAKERS.update({keys[name]: make for name, make in makers.items()})
+        try:
+            # One worker, forked at the first submit (the 'fork' method starts every worker then).
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+            self._futures: dict[str, Future[bytes | None]] = {
+                name: self._pool.submit(_draw, key) for name, key in keys.items()}
+        finally:
+            for key in keys.values():  # the worker has its copy; the parent needs the makers no more
+                _MAKERS.pop(key, None)
 
     def result(self) -> dict[str, bytes | None]:
+        """The PNGs by name (waits for the worker; a maker's exception is raised here)."""
         if self._pngs is None:
             try:
-                with os.fdopen(self._read_fd, "rb") as pipe:
-                    data = pipe.read()
+                self._pngs = {name: future.result() for name, future in self._futures.items()}
             finally:
-                _, status = os.waitpid(self._pid, 0)
-            if not data:
-                raise RuntimeError(f"figure process exited with status {status} without a result")
-            reply = pickle.loads(data)
-            if isinstance(reply, BaseException):
-                raise reply
-            self._pngs = reply
+                self._pool.shutdown(cancel_futures=True)
         return self._pngs
 
 
 def _fork_figures(runs: pd.DataFrame) -> bool:
-    return len(runs) >= PARALLEL_FIGURES_MIN_RUNS and hasattr(os, "fork")
+    return len(runs) >= PARALLEL_FIGURES_MIN_RUNS and "fork" in multiprocessing.get_all_start_methods()
 
 
 def start_run_figures(runs: pd.DataFrame, root: Path | None) -> FigureDrawing | None:
@@ -132,7 +141,7 @@ def start_run_figures(runs: pd.DataFrame, root: Path | None) -> FigureDrawing | 
 class PendingFigures:
     """The report's figures, being drawn; `figures()` waits for them."""
 
-    def __init__(self, analysis: Analysis, started: FigureDrawing | None = None) -> None:
+    def __init__(self, analysis: Report, started: FigureDrawing | None = None) -> None:
         makers = figure_makers(analysis)
         fork = _fork_figures(analysis.runs)
         if started is None and fork:
@@ -150,13 +159,13 @@ class PendingFigures:
                 for name, title in _TITLES.items() if pngs.get(name)}
 
 
-def render_figures(analysis: Analysis, started: FigureDrawing | None = None) -> dict[str, Figure]:
+def render_figures(analysis: Report, started: FigureDrawing | None = None) -> dict[str, Figure]:
     """Every figure that has data. Large reports draw them in two forked processes: the run-only figures
     (perhaps already started by `start_run_figures`) in one and the rest in another."""
     return PendingFigures(analysis, started).figures()
 
 
-def build_document(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
+def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
     """The answer first (verdicts and the figure that shows the first of them), then the evidence."""
     return [
         verdict_section(analysis, figures),
@@ -172,7 +181,7 @@ def build_document(analysis: Analysis, figures: dict[str, Figure]) -> list[Secti
     ]
 
 
-def verdict_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
+def verdict_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     o = analysis.options
     rule = (f"Different: significant (Welch p < {o.alpha:g}) and larger than ±{o.threshold * 100:g}%. Same: "
             f"within ±{o.threshold * 100:g}% (the whole {o.level * 100:g}% CI inside it, or identical runs). "
@@ -189,7 +198,7 @@ def verdict_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
     return Section("Verdicts", blocks)
 
 
-def overview(analysis: Analysis) -> Section:
+def overview(analysis: Report) -> Section:
     runs = analysis.runs
     statuses = runs["status"].value_counts().to_dict()
     status_text = ", ".join(f"{statuses[s]} {s}" for s in sorted(statuses))
@@ -207,7 +216,7 @@ def overview(analysis: Analysis) -> Section:
                                                          [table(counts, "", "cells.csv")])])
 
 
-def warnings_section(analysis: Analysis) -> Section:
+def warnings_section(analysis: Report) -> Section:
     """One line per cell (or host, or run problem); the single facts each line groups, collapsed."""
     if not analysis.findings:
         return Section("Warnings", [Paragraph("None.")])
@@ -221,7 +230,7 @@ def warnings_section(analysis: Analysis) -> Section:
     return Section("Warnings", blocks)
 
 
-def statistics_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
+def statistics_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]
     n_max = reported["n"].max() if len(reported) else 0
     omitted = []
@@ -263,7 +272,7 @@ def statistics_section(analysis: Analysis, figures: dict[str, Figure]) -> Sectio
     return Section("Per-cell statistics", blocks)
 
 
-def environment_section(analysis: Analysis) -> Section:
+def environment_section(analysis: Report) -> Section:
     env = shown(analysis.environments)
     if env.empty:
         return Section("Environments against native", [Paragraph("No cell has both a native and another "
@@ -291,24 +300,14 @@ def environment_section(analysis: Analysis) -> Section:
 
 
 def _floor_label(change_pct: float, metric: str, floors: dict[str, float]) -> str:
-    from sparkfleet.report.memory import under_floor
-
     under = under_floor(change_pct, metric, floors)
     return "–" if under is None else \
         f"under the noise floor (±{floors[metric] * 100:.2g}%)" if under else f"above (±{floors[metric] * 100:.2g}%)"
 
 
-def memory_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
+def memory_sections(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
     """"Where the memory went" (decomposition, KV gaps, factor effects) and "A/A noise floor"; nothing for
     campaigns without memory sections or A/A pairs."""
-    from sparkfleet.report.memory import (
-        PART_WORDS,
-        PARTS,
-        TARGET_EFFECTS,
-        gap_sentence,
-        kv_figure_label,
-        runs_without_tmp_kv,
-    )
 
     study = analysis.memory
     out = []
@@ -400,8 +399,6 @@ def fmt_interval_pct(low: float, high: float, n: float) -> str:
 def _difference_ci(row) -> str:
     """The CI of environment − native under the small-sample rule; a bound that would put the environment's
     mean outside the metric's physical range is marked."""
-    from sparkfleet.stats import range_violation
-
     n = min(row.n_native, row.n_env)
     if n < MIN_N_INTERVAL:
         return f"{N_TOO_SMALL} (n={fmt(row.n_native)}/{fmt(row.n_env)})"
@@ -428,7 +425,7 @@ def _tmp_kv_cell(mean: float, missing: int, runs: int) -> str:
     return fmt(mean) + (f" ({missing} of {runs} runs without)" if missing else "")
 
 
-def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
+def kv_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     fit = analysis.kv_fit
     if fit is None:
         return Section("KV-cache budget", [Paragraph("No run reports peak memory, KV cache and device total.")])
@@ -490,7 +487,7 @@ def kv_section(analysis: Analysis, figures: dict[str, Figure]) -> Section:
     return Section("KV-cache budget", blocks)
 
 
-def reproducibility_section(analysis: Analysis) -> Section:
+def reproducibility_section(analysis: Report) -> Section:
     var = shown(analysis.host_variance)
     # Hosts outside the tolerance first: they are what a long table must not hide.
     dev = shown(analysis.host_deviations.sort_values("outside", ascending=False, kind="stable"))
@@ -532,7 +529,7 @@ def reproducibility_section(analysis: Analysis) -> Section:
     ])
 
 
-def outlier_section(analysis: Analysis) -> Section:
+def outlier_section(analysis: Report) -> Section:
     out = shown(analysis.outliers)
     if out.empty:
         return Section("Outliers", [Paragraph("No value lies beyond robust z 3.5 of its cell.")])

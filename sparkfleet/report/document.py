@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sparkfleet.stats import range_violation
+
 #: Rows shown per table; full tables are in the CSV files beside the report.
 MAX_TABLE_ROWS = 400
 
@@ -110,8 +112,6 @@ N_TOO_SMALL = "n too small"
 def fmt_ci(low: float, high: float, n: float, minimum: int, metric: str = "", digits: int = 4) -> str:
     """An interval for a table cell under the small-sample rule: "n too small (n=2)" below ``minimum`` runs,
     and a note when a bound leaves the metric's physical range (never clipped)."""
-    from sparkfleet.stats import range_violation
-
     if n is None or (isinstance(n, float) and math.isnan(n)) or n < minimum:
         return f"{N_TOO_SMALL} (n={fmt(n)})"
     text = fmt_interval(low, high, digits)

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
+from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.memory import budget_kv_cells
+from sparkfleet.report.types import Finding
 from sparkfleet.stats import CELL_KEYS
-
-if TYPE_CHECKING:
-    from sparkfleet.report.analysis import Analysis
 
 #: A residual this large means the KV budget formula does not describe the run (DESIGN: study fits 0.07 GiB).
 KV_RESIDUAL_LIMIT_GIB = 0.5
 #: Findings of one kind listed one by one up to this many; the rest are counted (tables hold them all).
 MAX_LISTED = 25
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One warning line; ``details`` holds the single facts it groups (one per metric or run), which the
-    reports show collapsed."""
-
-    kind: str
-    message: str
-    details: tuple[str, ...] = ()
-    subject: str = ""  # the cell or host a grouped finding is about
-
-    def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "message": self.message, "details": list(self.details), "subject": self.subject}
 
 
 def cell_label(row: pd.Series | dict, keys: tuple[str, ...] = CELL_KEYS) -> str:

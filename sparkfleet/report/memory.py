@@ -15,19 +15,15 @@ anything (issue 15): computed once from the loaded runs, rendered by the report 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from sparkfleet import compare, stats
+from sparkfleet.report.types import MemoryStudy, Verdict, VerdictLine
+from sparkfleet.report.wording import pct, words
 from sparkfleet_host.parsers.trtllm_memory import kv_source_kind
-
-if TYPE_CHECKING:
-    from sparkfleet.report.analysis import Analysis
-    from sparkfleet.report.verdicts import VerdictLine
 
 #: The parts of device_total, bottom to top in the figure.
 PARTS = ("model_gib", "page_cache_gib", "cgroup_gib", "unexplained_gib", "kv_gib", "reserve_gib")
@@ -45,25 +41,6 @@ EFFECT_METRICS = ("kv_cache_gib", "peak_memory_gib")
 #: The effects the A/A table recommends iterations for.
 TARGET_EFFECTS = (0.02, 0.05)
 _KEYS = ["host", "model", "workload"]
-
-
-@dataclass
-class MemoryStudy:
-    """Everything the memory sections show (empty frames where the campaign cannot answer)."""
-
-    parts: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per run
-    decomposition: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (host, model, workload, env)
-    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)  # each environment's KV gap against its reference
-    effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (model, factor, metric)
-    aa_pairs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per A/A pair, cell and metric
-    noise: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric: cv, floor, mde, required n
-
-    def floors(self) -> dict[str, float]:
-        """Noise floor (relative) per metric."""
-        if self.noise.empty:
-            return {}
-        return {str(m): float(f) for m, f in zip(self.noise["metric"], self.noise["floor"], strict=True)
-                if not math.isnan(f)}
 
 
 def _num(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -425,14 +402,10 @@ def gap_sentence(row: pd.Series) -> str:
             f"(of which the KV formula's residual {share(row['residual_share_gib'])})")
 
 
-def memory_lines(analysis: Analysis) -> list[VerdictLine]:
+def memory_lines(study: MemoryStudy, alpha: float) -> list[VerdictLine]:
     """"memory" lines: the largest KV gap per model with its decomposition, the factor with the largest
-    effect; "noise" lines: the A/A noise floor per metric with the MDE and the iterations needed."""
-    from sparkfleet.report.verdicts import Verdict, VerdictLine, _pct, words
-
-    study: MemoryStudy | None = getattr(analysis, "memory", None)
-    if study is None:
-        return []
+    effect; "noise" lines: the A/A noise floor per metric with the MDE and the iterations needed. A gap is
+    "different" where its interval exists and Welch's p is below ``alpha``."""
     lines: list[VerdictLine] = []
     gaps = study.gaps
     if not gaps.empty:
@@ -451,7 +424,7 @@ def memory_lines(analysis: Analysis) -> list[VerdictLine]:
             headline = (f"{subject}: {worst['environment']} has {_gib(loss)} {'less' if loss > 0 else 'more'} KV "
                         f"cache than {worst['native']}, mostly {main} ({_gib(parts[main])}).")
             # the gap is a finding where its interval exists (the small-n rule) and Welch says it is real
-            real_gap = not math.isnan(worst["ci_low_gib"]) and worst["p_value"] < analysis.options.alpha
+            real_gap = not math.isnan(worst["ci_low_gib"]) and worst["p_value"] < alpha
             lines.append(VerdictLine("memory", subject, "different" if real_gap else "undetermined", "memory gap",
                                      text, (), headline))
     effects = study.effects
@@ -464,7 +437,7 @@ def memory_lines(analysis: Analysis) -> list[VerdictLine]:
             for r in ranked.itertuples():
                 ci = (f", 95% CI {_signed(r.ci_low, '')} to {_signed(r.ci_high)}" if not math.isnan(r.ci_low)
                       else f", no CI: n too small ({r.n_a}/{r.n_b})" if r.reason == "n-too-small" else "")
-                clauses.append(f"{r.words}: {_signed(r.diff)} KV cache ({_pct(r.change_pct)}{ci}; {r.outcome})")
+                clauses.append(f"{r.words}: {_signed(r.diff)} KV cache ({pct(r.change_pct)}{ci}; {r.outcome})")
                 verdicts.append(Verdict("memory", str(model), "kv_cache_gib", f"{r.factor}={r.level_a}",
                                         f"{r.factor}={r.level_b}", str(r.outcome), str(r.reason), clauses[-1],
                                         n_a=int(r.n_a), n_b=int(r.n_b), mean_a=float(r.mean_a),

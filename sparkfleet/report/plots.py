@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from sparkfleet.report.memory import PART_WORDS, PARTS  # noqa: E402
+from sparkfleet.report.verdicts import THROUGHPUT_METRICS  # noqa: E402
 from sparkfleet.stats import CELL_KEYS, measured_runs  # noqa: E402
 
 MAX_CELLS = 24
@@ -256,8 +258,6 @@ def effects(lines: list, threshold: float) -> bytes | None:
     """The first verdict as a figure: per subject (model / workload) and metric, b's relative difference
     from a with its 95% CI, the ±threshold band shaded and each point coloured by its verdict. Points
     without an interval (too few runs) are hollow and say so; nothing is clipped."""
-    from sparkfleet.report.verdicts import THROUGHPUT_METRICS
-
     verdicts = [v for line in lines if line.question == "environment" for v in line.verdicts]
     if not verdicts:
         verdicts = [v for line in lines if line.question == "regression" for v in line.verdicts]
@@ -315,8 +315,6 @@ _PART_COLORS = {"model_gib": "#8c959f", "page_cache_gib": "#d4a72c", "cgroup_gib
 def memory_decomposition(table: pd.DataFrame) -> bytes | None:
     """Where the memory went: each environment's device total as stacked parts (report/memory.py), per
     cell; a negative unexplained part (more attributed than the peak) is drawn left of zero."""
-    from sparkfleet.report.memory import PART_WORDS, PARTS
-
     if table.empty:
         return None
     data = table.head(MAX_CELLS)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sparkfleet.report.analysis import Analysis
+from sparkfleet.report.compose import Report
 
 JSON_VERSION = 1
 
@@ -36,7 +36,7 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
             for row in frame.itertuples(index=False, name=None)]
 
 
-def payload(analysis: Analysis) -> dict[str, Any]:
+def payload(analysis: Report) -> dict[str, Any]:
     """Cells (statistics joined with status counts), comparisons and warnings."""
     keys = ["host", "model", "environment", "workload"]
     cells = analysis.cells.merge(analysis.counts, on=keys, how="left")
@@ -82,11 +82,11 @@ def payload(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-def to_json(analysis: Analysis) -> str:
+def to_json(analysis: Report) -> str:
     return json.dumps(payload(analysis), sort_keys=True, indent=2, default=str)
 
 
-def verdict_lines(analysis: Analysis) -> list[str]:
+def verdict_lines(analysis: Report) -> list[str]:
     """The verdict block as terminal lines (the same lines as the report's first section)."""
     lines = []
     for line in analysis.verdicts:
@@ -96,7 +96,7 @@ def verdict_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
-def terminal_summary(analysis: Analysis, written: list[str]) -> str:
+def terminal_summary(analysis: Report, written: list[str]) -> str:
     runs = analysis.runs
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
     lines = ["verdicts:", *verdict_lines(analysis),

@@ -21,20 +21,21 @@ beyond the threshold), *same* (within the threshold, shown by the interval or by
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sparkfleet import compare
+from sparkfleet.report.analysis import Analysis
+from sparkfleet.report.findings import sequential_blocks
 from sparkfleet.report.fingerprints import caveat_text, cell_fingerprints
 from sparkfleet.report.fingerprints import caveats as fingerprint_caveats
+from sparkfleet.report.memory import memory_lines, under_floor
+from sparkfleet.report.types import MemoryStudy, Verdict, VerdictLine
+from sparkfleet.report.wording import num, pct, signed, unit, words
 from sparkfleet.stats import physical_range
-from sparkfleet_host.record import METRICS
-
-if TYPE_CHECKING:
-    from sparkfleet.report.analysis import Analysis
 
 OUTCOMES = ("different", "same", "undetermined")
 #: The metrics an environment verdict speaks about: the first throughput metric a cell has, then memory.
@@ -44,106 +45,12 @@ MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib")
 CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 #: Lines of one question shown before "... and N more" (the tables beside hold every comparison).
 MAX_LINES = 30
-WORDS = {
-    "output_tok_s": "output throughput",
-    "total_tok_s": "total throughput",
-    "req_s": "request rate",
-    "gflops": "matmul throughput",
-    "matmul_s_mean": "matmul time",
-    "peak_memory_gib": "peak memory",
-    "kv_cache_gib": "KV cache",
-    "latency_ms_avg": "mean latency",
-    "latency_ms_p50": "median latency",
-    "latency_ms_p90": "p90 latency",
-    "latency_ms_p95": "p95 latency",
-    "latency_ms_p99": "p99 latency",
-    "ttft_ms": "time to first token",
-    "tpot_ms": "time per output token",
-}
-_UNITS = {"tokens/s": "tok/s", "requests/s": "req/s"}
 
 
-def words(metric: str) -> str:
-    return WORDS.get(metric, metric)
-
-
-def unit(metric: str) -> str:
-    text = METRICS.get(metric, "")
-    return _UNITS.get(text, text)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One metric's answer to one question: side ``b`` against the reference ``a``."""
-
-    question: str  # environment | hosts | regression
-    subject: str  # what the line is about: "deepseek / study", a host, a cell
-    metric: str
-    a: str  # the reference: native environment, "baseline", "fleet median"
-    b: str  # what is compared with it: the other environment, "current", a host
-    outcome: str  # different | same | undetermined
-    reason: str  # sparkfleet.compare.REASONS key (hosts too: each host against the other hosts)
-    text: str  # this metric's clause, in words
-    n_a: int | None = None
-    n_b: int | None = None
-    mean_a: float | None = None
-    mean_b: float | None = None
-    diff: float | None = None  # b - a, in the metric's unit
-    change_pct: float | None = None  # (b - a) / |a| x 100
-    ci_low_pct: float | None = None  # the interval of change_pct (None below MIN_N_INTERVAL runs)
-    ci_high_pct: float | None = None
-    p_value: float | None = None
-    required_n: int | None = None  # runs per side that would settle an undetermined answer
-    cv_pct: float | None = None  # the pooled run-to-run CV of the two sides, which required_n is computed from
-    better: bool | None = None  # b better than a by the metric's direction (None: no difference or not judged)
-    note: str = ""  # e.g. an interval bound outside the metric's physical range
-    noise_floor_pct: float | None = None  # the metric's A/A noise floor (report/memory.py), where measured
-    under_noise_floor: bool | None = None  # |change_pct| below it: the difference means nothing
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class VerdictLine:
-    """One line of the verdict block: one question about one subject, in one sentence."""
-
-    question: str
-    subject: str
-    outcome: str  # different | same | undetermined: the line's strongest answer
-    label: str  # the badge: different, same, undetermined, regression, improved, host out, hosts agree
-    text: str  # the full sentence with the numbers (effect, interval, runs, iterations needed)
-    verdicts: tuple[Verdict, ...] = field(default_factory=tuple)
-    headline: str = ""  # the answer in a few plain words, shown first ("" where the text is short already)
-    caveats: tuple[str, ...] = ()  # e.g. the fingerprints' "not like for like: ..." (also in text)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "subject": self.subject, "outcome": self.outcome,
-                "label": self.label, "headline": self.headline, "text": self.text,
-                "metrics": [v.as_dict() for v in self.verdicts], "caveats": list(self.caveats)}
-
-
-# --- numbers in words ------------------------------------------------------------------------------------
-
-def _num(value: float, digits: int = 3) -> str:
-    if abs(value) >= 1000:
-        return f"{value:,.0f}".replace(",", " ")
-    return f"{value:.{digits}g}"
-
-
-def _signed(value: float, digits: int = 3) -> str:
-    return ("+" if value > 0 else "−" if value < 0 else "±") + _num(abs(value), digits)
-
-
-def _pct(value: float) -> str:
-    if abs(value) < 0.005:
-        return "0%"
-    sign = "+" if value > 0 else "−"
-    return f"{sign}{abs(value):.{2 if abs(value) < 1 else 1}f}%"
-
+# --- numbers in words (wording.py has the shared ones) -----------------------------------------------------
 
 def _ci(low: float | None, high: float | None) -> str:
-    return f"95% CI {_pct(low)} to {_pct(high)}" if low is not None and high is not None else ""
+    return f"95% CI {pct(low)} to {pct(high)}" if low is not None and high is not None else ""
 
 
 def _clean(value: Any) -> Any:
@@ -188,10 +95,10 @@ def _range_note(metric: str, mean_a: float | None, low_pct: float | None, high_p
 def metric_clause(v: Verdict, threshold: float, side_name: str) -> str:
     """The words for one metric's verdict (without the subject)."""
     name, tol = words(v.metric), f"±{threshold * 100:g}%"
-    size = _pct(v.change_pct) if v.change_pct is not None else "–"
+    size = pct(v.change_pct) if v.change_pct is not None else "–"
     amount = ""
     if v.diff is not None and v.change_pct is not None:
-        absolute = f"{_signed(v.diff)} {unit(v.metric)}".strip()
+        absolute = f"{signed(v.diff)} {unit(v.metric)}".strip()
         ratio = _ratio_words(v.mean_b / v.mean_a if v.mean_a else None)
         # Memory reads best in GiB and as a ratio, rates and times as a percentage.
         first, rest = (ratio or absolute, [absolute if ratio else "", size]) if unit(v.metric) == "GiB" \
@@ -230,7 +137,7 @@ def short_phrase(v: Verdict, threshold: float) -> str:
         return f"the same {name} (within ±{threshold * 100:g}%)"
     if v.outcome == "undetermined":
         why = "n too small" if v.reason == "n-too-small" else "too noisy to tell"
-        size = f"{_pct(v.change_pct)}, " if v.change_pct is not None else ""
+        size = f"{pct(v.change_pct)}, " if v.change_pct is not None else ""
         at_cv = f" at CV {v.cv_pct:.2g}%" if v.cv_pct else ""
         need = f"; ≈ {v.required_n} iterations needed{at_cv}" if v.required_n else ""
         return f"{name} undetermined ({size}{why}{need})"
@@ -239,9 +146,9 @@ def short_phrase(v: Verdict, threshold: float) -> str:
     more = v.diff > 0
     if unit(v.metric) == "GiB":
         ratio = v.mean_b / v.mean_a if v.mean_a else None
-        amount = f"{(ratio if more else 1 / ratio):.2f}×" if _ratio_words(ratio) else f"{_num(abs(v.diff))} GiB"
+        amount = f"{(ratio if more else 1 / ratio):.2f}×" if _ratio_words(ratio) else f"{num(abs(v.diff))} GiB"
         return f"{amount} {'more' if more else 'less'} {name}"
-    return f"{_pct(abs(v.change_pct)).lstrip('+')} {'higher' if more else 'lower'} {name}"
+    return f"{pct(abs(v.change_pct)).lstrip('+')} {'higher' if more else 'lower'} {name}"
 
 
 def headline_of(verdicts: list[Verdict], b: str, a: str, threshold: float) -> str:
@@ -310,7 +217,9 @@ def _chosen_metrics(present: set[str]) -> list[str]:
     return [m for m in (throughput, *MEMORY_METRICS) if m and m in present]
 
 
-def environment_lines(analysis: Analysis) -> list[VerdictLine]:
+def environment_lines(analysis: Analysis, floors: dict[str, float]) -> list[VerdictLine]:
+    """One line per model, workload and environment against native; ``floors``: the A/A noise floor per
+    metric (MemoryStudy.floors), which a verdict under it names."""
     table = analysis.environments_pooled
     if table.empty:
         return []
@@ -318,7 +227,6 @@ def environment_lines(analysis: Analysis) -> list[VerdictLine]:
     paired = table.rename(columns={"n_native": "n_a", "n_env": "n_b", "native_mean": "mean_a", "env_mean": "mean_b",
                                    "sd_native": "sd_a", "sd_env": "sd_b", "overhead_pct": "change_pct"})
     sequential = _sequential_cells(analysis)
-    floors = analysis.memory.floors() if getattr(analysis, "memory", None) is not None else {}
     twins = aa_twins(analysis.runs)
     prints = cell_fingerprints(analysis.runs, getattr(analysis, "root", None))
     lines = []
@@ -389,8 +297,6 @@ def twins_note(analysis: Analysis) -> str:
 
 def _with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:
     """The verdict with the metric's A/A noise floor, and "under the noise floor" said where it is."""
-    from sparkfleet.report.memory import under_floor
-
     under = under_floor(v.change_pct, v.metric, floors)
     if under is None:
         return v
@@ -411,8 +317,6 @@ def _merge_identical(clauses: list[str], verdicts: list[Verdict], merged: str) -
 
 def _sequential_cells(analysis: Analysis) -> set[tuple[str, str, str]]:
     """(model, workload, environment) of every environment that ran in one block on some host."""
-    from sparkfleet.report.findings import sequential_blocks
-
     blocks = sequential_blocks(analysis.runs)
     hits = blocks[blocks["sequential"]]
     return {(str(r.model), str(r.workload), env) for r in hits.itertuples()
@@ -439,12 +343,12 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
 
     def verdict(row: pd.Series) -> Verdict:
         cell = f"{row['model']} / {row['environment']} / {row['workload']}"
-        ci = (f"95% CI {_pct(row['ci_low_pct'])} to {_pct(row['ci_high_pct'])}, "
+        ci = (f"95% CI {pct(row['ci_low_pct'])} to {pct(row['ci_high_pct'])}, "
               if pd.notna(row["ci_low_pct"]) else "")
         p = f"p = {row['p_value']:.2g}, " if pd.notna(row["p_value"]) else ""
-        text = (f"{words(row['metric'])} {_pct(row['deviation_pct'])} against the other hosts "
+        text = (f"{words(row['metric'])} {pct(row['deviation_pct'])} against the other hosts "
                 f"({row['rest_hosts']}) on {cell} ({ci}{p}n = {int(row['n'])} vs {int(row['n_rest'])}; mean "
-                f"{_num(row['host_mean'], 4)} vs {_num(row['rest_mean'], 4)} {unit(row['metric'])})")
+                f"{num(row['host_mean'], 4)} vs {num(row['rest_mean'], 4)} {unit(row['metric'])})")
         need = row["required_n"]
         return Verdict("hosts", str(row["host"]), str(row["metric"]), "other hosts", str(row["host"]),
                        str(row["outcome"]), str(row["reason"]), text, n_a=int(row["n_rest"]), n_b=int(row["n"]),
@@ -469,7 +373,7 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
                 if int(worst["hosts"]) == 2 else "")
         text = f"Host {host} is out: {v.text}{more}.{why}{pair}"
         higher = "higher" if worst["deviation_pct"] > 0 else "lower"
-        headline = (f"Host {host} is out: {_pct(abs(worst['deviation_pct'])).lstrip('+')} {higher} "
+        headline = (f"Host {host} is out: {pct(abs(worst['deviation_pct'])).lstrip('+')} {higher} "
                     f"{words(worst['metric'])} than the other hosts on {worst['model']} / {worst['workload']}"
                     + (f" ({hardware.split(' (')[0]} differs)." if hardware else "."))
         lines.append(VerdictLine("hosts", str(host), "different", "host out", text, (v,), headline))
@@ -566,12 +470,11 @@ def _capped(lines: list[VerdictLine], question: str) -> list[VerdictLine]:
                                             f"... and {rest} more line(s) of this kind (see the tables below).")]
 
 
-def build_verdicts(analysis: Analysis) -> list[VerdictLine]:
-    """Every verdict line, in question order; one line saying so when the campaign answers none."""
-    from sparkfleet.report.memory import memory_lines
-
-    lines = [*_capped(environment_lines(analysis), "environment"), *memory_lines(analysis), *host_lines(analysis),
-             *regression_lines(analysis)]
+def build_verdicts(analysis: Analysis, memory: MemoryStudy) -> list[VerdictLine]:
+    """Every verdict line, in question order; one line saying so when the campaign answers none. ``memory``:
+    the memory study of the same runs (report/memory.py), whose lines and noise floors the verdicts include."""
+    lines = [*_capped(environment_lines(analysis, memory.floors()), "environment"),
+             *memory_lines(memory, analysis.options.alpha), *host_lines(analysis), *regression_lines(analysis)]
     if not lines:
         lines.append(VerdictLine(
             "none", "campaign", "undetermined", "no comparison",

@@ -1,0 +1,30 @@
+"""The whole analysis of a campaign, composed in one direction: the facts (analysis.py), then the memory
+study, the findings and the verdicts, each built from the facts (memory.py, findings.py, verdicts.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from sparkfleet.load import LoadResult
+from sparkfleet.report.analysis import Analysis, Options, compute_facts
+from sparkfleet.report.findings import collect_findings
+from sparkfleet.report.memory import memory_study
+from sparkfleet.report.types import Finding, MemoryStudy, VerdictLine
+from sparkfleet.report.verdicts import build_verdicts
+
+
+@dataclass
+class Report(Analysis):
+    """The facts and what the report says about them; the renderers read this."""
+
+    findings: list[Finding] = field(default_factory=list)
+    verdicts: list[VerdictLine] = field(default_factory=list)
+    memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
+
+
+def analyse(loaded: LoadResult, options: Options | None = None) -> Report:
+    facts = compute_facts(loaded, options)
+    o = facts.options
+    memory = memory_study(facts.runs, facts.kv_runs, o.alpha, o.threshold, o.level)
+    return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)}, findings=collect_findings(facts),
+                  verdicts=build_verdicts(facts, memory), memory=memory)
