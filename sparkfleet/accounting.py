@@ -32,7 +32,6 @@ from sparkfleet_host import ledger as ledger_mod
 from sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
-PLAN_NAME = "campaign.json"
 LEDGER_NAME = "ledger.jsonl"
 #: An earlier attempt kept aside by a resume (bench_run's ``_move_aside``): not a run of its own.
 _ASIDE = re.compile(r"\.(interrupted|retried)-\d+$")

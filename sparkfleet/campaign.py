@@ -24,11 +24,7 @@ from sparkfleet_host.record import run_id, slug
 WRAPPER_KEY = "sparkfleet_campaign"
 
 # The campaign's fields, presets and cooldown are defined once, in sparkfleet_host.settings (the hosts check
-# the same rules); these names are kept for the controller's callers.
-WORKLOAD_PRESETS = settings.WORKLOAD_PRESETS
-ENGINES = settings.ENGINES
-ORDERS = settings.ORDERS
-ENV_KINDS = settings.ENVIRONMENT_KINDS
+# the same rules).
 COOLDOWN_DEFAULTS = settings.defaults(settings.COOLDOWN_FIELDS)
 
 
@@ -215,7 +211,7 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     for i, item in enumerate(_list_of(value, "campaign.environments", problems)):
         where = f"campaign.environments[{i}]"
         if isinstance(item, str):
-            item = {"name": item, **({"kind": item} if item in ENV_KINDS else {})}
+            item = {"name": item, **({"kind": item} if item in settings.ENVIRONMENT_KINDS else {})}
         if not isinstance(item, dict):
             problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
             continue
@@ -239,10 +235,10 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
 
 
 def _kind_unknown(name: str) -> str:
-    near = [k for k in ENV_KINDS if settings.name_key(name) == k]
+    near = [k for k in settings.ENVIRONMENT_KINDS if settings.name_key(name) == k]
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    return (f"{name!r} is not an environment kind ({', '.join(ENV_KINDS)}) and declares no kind: write "
-            f"{{name: {name!r}, kind: <one of them>}}{hint}")
+    return (f"{name!r} is not an environment kind ({', '.join(settings.ENVIRONMENT_KINDS)}) and declares no kind: "
+            f"write {{name: {name!r}, kind: <one of them>}}{hint}")
 
 
 def _workloads(value: Any, problems: list[str]) -> list[dict]:
@@ -258,14 +254,14 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         _check(item, settings.WORKLOAD_FIELDS, where, problems)
         if not _name_ok(item.get("name", item.get("preset")), where, problems):
             continue
-        preset_name = item.get("preset", item["name"] if item.get("name") in WORKLOAD_PRESETS else None)
+        preset_name = item.get("preset", item["name"] if item.get("name") in settings.WORKLOAD_PRESETS else None)
         if preset_name is not None and not isinstance(preset_name, str):
             continue  # its type is already reported
-        if preset_name is not None and preset_name not in WORKLOAD_PRESETS:
+        if preset_name is not None and preset_name not in settings.WORKLOAD_PRESETS:
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
-                            f"{', '.join(WORKLOAD_PRESETS)})")
+                            f"{', '.join(settings.WORKLOAD_PRESETS)})")
             continue
-        preset_engine = WORKLOAD_PRESETS.get(preset_name or "", {}).get("engine")
+        preset_engine = settings.WORKLOAD_PRESETS.get(preset_name or "", {}).get("engine")
         if "preset" not in item and preset_engine is not None and item.get("engine", preset_engine) != preset_engine:
             # Named like a preset, another engine: the preset's parameters would be inherited unasked. (An explicit
             # `preset:` with another engine is asked for: e.g. hf-generate in T1's shape.)
@@ -273,12 +269,12 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
                             f"{preset_name!r}, whose engine is {preset_engine!r} (its parameters would be inherited): "
                             f"give the workload another name, or write preset: {preset_name} to inherit them")
             continue
-        resolved = {**WORKLOAD_PRESETS.get(preset_name or "", {}),
+        resolved = {**settings.WORKLOAD_PRESETS.get(preset_name or "", {}),
                     **{k: v for k, v in item.items() if k != "preset"}}
         resolved.setdefault("name", preset_name)
         engine = resolved.get("engine")
-        if engine not in ENGINES:
-            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(ENGINES)}")
+        if engine not in settings.ENGINES:
+            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(settings.ENGINES)}")
             continue
         if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")

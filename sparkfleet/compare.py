@@ -92,19 +92,6 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float) -> pd.DataFrame:
                          "ci_high": np.where(allowed, w["ci_high"], np.nan), "df": w["df"]})
 
 
-#: Why a comparison got its outcome (``classify``'s ``reason`` column).
-REASONS = {
-    "beyond-threshold": "significant and larger than the threshold",
-    "within-threshold": "significant but within the threshold",
-    "equivalent": "not significant, and the CI lies within the threshold",
-    "inconclusive": "not significant, and the CI reaches beyond the threshold",
-    "identical": "the same value in every run",
-    "exact": "each side constant: the difference is exact",
-    "n-too-small": f"fewer than {MIN_N_INTERVAL} runs on a side",
-    "no-data": "no value on a side",
-}
-
-
 def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD,
              power_alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """The one decision rule behind every verdict, for rows of ``_paired`` columns (b against a).
@@ -115,6 +102,11 @@ def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float
     runs on a side (unless both sides are constant), or not significant with a CI reaching beyond the
     threshold: then ``required_n`` says how many runs per side would resolve a change of ``threshold``
     (power 0.8, the pooled CV of the two sides).
+
+    The ``reason`` column says why: beyond-threshold / within-threshold (significant, larger than the
+    threshold or not), equivalent / inconclusive (not significant, the CI within the threshold or reaching
+    beyond it), identical (the same value in every run), exact (each side constant: the difference is exact),
+    n-too-small (fewer than MIN_N_INTERVAL runs on a side), no-data (no value on a side).
     """
     n = np.minimum(table["n_a"].to_numpy(dtype=float), table["n_b"].to_numpy(dtype=float))
     mean_a = np.abs(table["mean_a"].to_numpy(dtype=float))
@@ -322,8 +314,6 @@ def kv_shift(env_comparison: pd.DataFrame, decomposition: pd.DataFrame) -> pd.Da
 
 
 # --- baseline comparison (regression gate) ---------------------------------------------------------------
-
-MATCH_MODES = ("auto", "host", "pooled")
 
 
 def cell_keys_for(baseline: pd.DataFrame, current: pd.DataFrame, match: str) -> tuple[str, ...]:

@@ -113,13 +113,21 @@ def known_hosts_from_args(*args: str | None) -> list[str]:
 
 
 def load_targets(inventory: str) -> list[Target]:
-    """Every host of an inventory file (any format Ansible reads), with its connection variables."""
+    """Every host of an inventory (any source Ansible reads: ini, yaml, a directory with group_vars and
+    host_vars, host ranges), with the connection settings ansible-playbook would use for it.
+
+    Ansible resolves everything: its inventory and variable managers read the inventory and each host's
+    variables, and its configuration resolves the options of its ``ssh`` connection plugin from them (the
+    same variable names, aliases and precedence, ansible.cfg and ``ANSIBLE_*`` environment variables).
+    """
     if not Path(inventory).exists():
         raise UsageError(f"inventory {inventory}: no such file or directory")
     if not Path(inventory).is_dir():
         read_text(inventory, "inventory")  # a FIFO, no permission, not UTF-8, too large: one line naming it
+    from ansible import constants
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import connection_loader
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
@@ -128,29 +136,36 @@ def load_targets(inventory: str) -> list[Target]:
     hosts = manager.get_hosts()
     if not hosts:
         raise UsageError(f"inventory {inventory}: no hosts (see Ansible's warnings above if it could not be parsed)")
+    connection_loader.get("ssh", class_only=True)  # registers the ssh plugin's options with the configuration
+    ssh_vars = constants.config.get_plugin_vars("connection", "ssh")
     targets = []
     for host in hosts:
-        hv = variables.get_vars(host=host)
-        get = _templater(loader, hv)
-        port = get("ansible_port") or get("ansible_ssh_port") or 22
-        try:
-            port = int(port)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"{host.name}: ansible_port {port!r} is not a number") from exc
+        hostvars = variables.get_vars(host=host)
+        value = _templater(loader, hostvars)
+        ssh_options = {name: v for name in ssh_vars if (v := value(name)) is not None}
+
+        def ssh(option: str, host=host, ssh_options=ssh_options) -> Any:
+            try:
+                return constants.config.get_config_value(option, plugin_type="connection", plugin_name="ssh",
+                                                         variables=ssh_options)
+            except Exception as exc:  # e.g. ansible_port=x: Ansible refuses it as an integer
+                raise UsageError(f"{host.name}: ssh option {option}: {exc}") from exc
+
         targets.append(Target(
             name=host.name,
-            address=str(get("ansible_host") or get("ansible_ssh_host") or host.name),
-            port=port,
-            user=_str_or_none(get("ansible_user") or get("ansible_ssh_user")),
-            key_file=_str_or_none(get("ansible_ssh_private_key_file") or get("ansible_private_key_file")),
-            known_hosts=known_hosts_from_args(get("ansible_ssh_common_args"), get("ansible_ssh_extra_args")),
-            local=str(get("ansible_connection") or "") == "local",
-            work_dir=str(get("sparkfleet_work_dir") or DEFAULT_WORK_DIR),
+            address=str(ssh("host") or host.name),
+            port=ssh("port") or 22,
+            user=ssh("remote_user") or None,
+            key_file=ssh("private_key_file") or None,
+            known_hosts=known_hosts_from_args(ssh("ssh_args"), ssh("ssh_common_args"), ssh("ssh_extra_args")),
+            local=(value("ansible_connection") or constants.DEFAULT_TRANSPORT) in ("local", "ansible.builtin.local"),
+            work_dir=str(value("sparkfleet_work_dir") or DEFAULT_WORK_DIR),
         ))
     return targets
 
 
 def _templater(loader, hostvars: dict[str, Any]):
+    """A host variable's value, templated by Ansible; None where it is unset or its template fails."""
     from ansible.template import Templar
 
     templar = Templar(loader=loader, variables=hostvars)
@@ -165,10 +180,6 @@ def _templater(loader, hostvars: dict[str, Any]):
             return None
 
     return get
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)
 
 
 # ---- running the fixed commands -------------------------------------------------------------------

@@ -23,8 +23,6 @@ from typing import Any
 
 #: Most runs per host a campaign may plan unless it sets ``max_runs`` higher (README: Limits).
 DEFAULT_MAX_RUNS = 10_000
-#: The highest ``max_runs`` a campaign may set: beyond it a plan no longer fits the controller's memory.
-MAX_RUNS_LIMIT = 10 ** 7
 #: Nominal seconds of one run per engine (an assumption, stated in every estimate).
 NOMINAL_RUN_S = {"trtllm": 300.0, "hf-generate": 120.0, "matmul": 30.0}
 UNKNOWN_ENGINE_S = 300.0

@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkfleet_host.settings import SET_BY_PLAYBOOKS, SETTINGS_BY_NAME, setting_problems
-
-#: Setting name -> its definition (type, default, unit and range, doc).
-CHECKS = SETTINGS_BY_NAME
-#: Set by the playbooks themselves, or campaign documents checked elsewhere.
-KNOWN_OTHER = set(SET_BY_PLAYBOOKS)
+from sparkfleet_host.settings import setting_problems
 
 
 def problems(host: str, variables: dict[str, Any]) -> tuple[list[str], list[str]]:

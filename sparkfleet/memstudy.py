@@ -29,7 +29,6 @@ from typing import Any
 
 from sparkfleet_host import settings
 
-FACTORS = settings.MEMORY_FACTORS
 FACTORS_FIELD = next(f for f in settings.CAMPAIGN_FIELDS if f.name == "factors")
 AA_SUFFIX = ".aa"
 
@@ -84,8 +83,6 @@ def environment_kind(item: dict[str, Any]) -> Any:
     return "container" if item.get("docker_flags") is not None or item.get("variant") is not None else None
 
 
-_kind = environment_kind
-
 
 def _with_kind(item: dict[str, Any]) -> dict[str, Any]:
     kind = environment_kind(item)
@@ -93,7 +90,7 @@ def _with_kind(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings(item: dict[str, Any]) -> tuple[Any, ...]:
-    return (_kind(item), repr(item.get("docker_flags")), item.get("variant"))
+    return (environment_kind(item), repr(item.get("docker_flags")), item.get("variant"))
 
 
 def twin_environments(value: Any, aa: Any, problems: list[str]) -> Any:
@@ -164,8 +161,9 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
         return workloads
     out = []
     for i, workload in enumerate(workloads):
-        # in FACTORS order, whatever the mapping's order (YAML writers sort keys): stable workload names
-        axes = [(name, factors[name]) for name in FACTORS
+        # in settings.MEMORY_FACTORS order, whatever the mapping's order (YAML writers sort keys): stable
+        # workload names
+        axes = [(name, factors[name]) for name in settings.MEMORY_FACTORS
                 if name in factors and (name != "kv_fraction" or workload.get("engine") == "trtllm")]
         for name, _ in axes:
             if workload.get(name) is not None:

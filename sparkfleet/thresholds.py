@@ -1,5 +1,5 @@
-"""Decision thresholds the CLI shows as defaults, importable without pandas or scipy: every `sparkfleet`
-call builds the whole parser, and `collect` runs one per host (`sparkfleet unpack`)."""
+"""Decision thresholds and the comparison's match modes, which the CLI shows as defaults and choices:
+importable without pandas or scipy, since every `sparkfleet` call builds the whole parser."""
 
 from __future__ import annotations
 
@@ -11,3 +11,6 @@ DEFAULT_ALPHA = 0.05
 # ... and larger than this relative change: the smallest effect that matters (also the effect the "need
 # about N iterations" power calculation is made for).
 DEFAULT_THRESHOLD = 0.05
+# How a baseline comparison matches cells (sparkfleet.compare.cell_keys_for): per host where both campaigns
+# share hosts (auto), always per host, or pooled over the hosts.
+MATCH_MODES = ("auto", "host", "pooled")

@@ -13,10 +13,9 @@ from pathlib import Path
 from sparkfleet.argtypes import finite_float
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir
-from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD, MATCH_MODES
 
 # Analysis modules (pandas, scipy) load inside run() so that building the CLI parser stays fast.
-MATCH_MODES = ("auto", "host", "pooled")  # = sparkfleet.compare.MATCH_MODES
 
 
 def register(sub) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-CAMPAIGN, HOST = "benchmark-spark", "spark-study"  # = sparkfleet.study.CAMPAIGN / HOST
+from sparkfleet.study import CAMPAIGN, HOST
 
 
 def register(sub) -> None:

@@ -162,16 +162,6 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert "error" in capsys.readouterr().err
 
 
-def test_cli_defaults_match_the_library() -> None:
-    from sparkfleet import compare, study
-    from sparkfleet.commands import compare as compare_cmd
-    from sparkfleet.commands import import_cmd
-
-    assert (compare_cmd.DEFAULT_ALPHA, compare_cmd.DEFAULT_THRESHOLD, compare_cmd.MATCH_MODES) == (
-        compare.DEFAULT_ALPHA, compare.DEFAULT_THRESHOLD, compare.MATCH_MODES)
-    assert (import_cmd.CAMPAIGN, import_cmd.HOST) == (study.CAMPAIGN, study.HOST)
-
-
 def _row(n_a, n_b, mean_a, mean_b, sd_a, sd_b, p, ci=(np.nan, np.nan)) -> dict:
     diff = mean_b - mean_a
     return {"n_a": n_a, "n_b": n_b, "mean_a": mean_a, "mean_b": mean_b, "sd_a": sd_a, "sd_b": sd_b, "diff": diff,

@@ -53,6 +53,7 @@ def test_targets_resolved_like_ansible(tmp_path):
 s1 ansible_host=10.0.0.1 ansible_port=2222 sparkfleet_work_dir="/data/{{ inventory_hostname }}"
 s2
 here ansible_connection=local ansible_python_interpreter="{{ ansible_playbook_python }}"
+here2 ansible_connection=ansible.builtin.local
 
 [sparks:vars]
 ansible_user=bench
@@ -64,7 +65,45 @@ ansible_ssh_common_args='-o UserKnownHostsFile=/kh/known_hosts -o StrictHostKeyC
                                    known_hosts=["/kh/known_hosts"], local=False, work_dir="/data/s1")
     assert targets["s2"].address == "s2" and targets["s2"].port == 22
     assert targets["s2"].work_dir == doctor.DEFAULT_WORK_DIR
-    assert targets["here"].local is True
+    assert targets["here"].local is True and targets["here2"].local is True
+
+
+def test_yaml_directory_group_vars_host_vars_and_ranges_as_ansible_reads_them(tmp_path, monkeypatch):
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "host_vars").mkdir()
+    (inv / "hosts.yml").write_text("""
+all:
+  children:
+    sparks:
+      hosts:
+        spark[1:3]:
+      vars:
+        ansible_ssh_extra_args: -o UserKnownHostsFile=/kh/extra
+    old:
+      hosts:
+        legacy: {ansible_ssh_host: 10.0.0.9, ansible_ssh_port: 2200, ansible_ssh_user: admin}
+""")
+    (inv / "group_vars" / "sparks.yml").write_text(
+        "ansible_user: bench\nansible_host: '10.0.0.{{ inventory_hostname[-1] }}'\n")
+    (inv / "host_vars" / "spark2.yml").write_text("ansible_port: 2022\nsparkfleet_work_dir: /big/sparkfleet\n")
+    monkeypatch.setenv("ANSIBLE_PRIVATE_KEY_FILE", "/keys/from-env")  # as ansible-playbook reads it
+    targets = {t.name: t for t in doctor.load_targets(str(inv))}
+    assert sorted(targets) == ["legacy", "spark1", "spark2", "spark3"]
+    assert targets["spark2"] == Target(name="spark2", address="10.0.0.2", port=2022, user="bench",
+                                       key_file="/keys/from-env", known_hosts=["/kh/extra"], work_dir="/big/sparkfleet")
+    assert (targets["spark3"].address, targets["spark3"].port) == ("10.0.0.3", 22)
+    assert targets["spark3"].work_dir == doctor.DEFAULT_WORK_DIR
+    assert (targets["legacy"].address, targets["legacy"].port, targets["legacy"].user) == ("10.0.0.9", 2200, "admin")
+    assert targets["legacy"].known_hosts == []
+
+
+def test_a_port_ansible_refuses_is_a_usage_error(tmp_path, capsys):
+    inv = tmp_path / "i.ini"
+    inv.write_text("s1 ansible_port=twenty-two\n")
+    assert cli.main(["doctor", "-i", str(inv)]) == 2
+    err = capsys.readouterr().err
+    assert "s1" in err and "port" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_or_empty_inventory_is_a_usage_error(tmp_path, capsys):
