@@ -159,12 +159,6 @@ class PendingFigures:
                 for name, title in _TITLES.items() if pngs.get(name)}
 
 
-def render_figures(analysis: Report, started: FigureDrawing | None = None) -> dict[str, Figure]:
-    """Every figure that has data. Large reports draw them in two forked processes: the run-only figures
-    (perhaps already started by `start_run_figures`) in one and the rest in another."""
-    return PendingFigures(analysis, started).figures()
-
-
 def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
     """The answer first (verdicts and the figure that shows the first of them), then the evidence."""
     return [

@@ -34,7 +34,7 @@ class Verdict:
     a: str  # the reference: native environment, "baseline", "fleet median"
     b: str  # what is compared with it: the other environment, "current", a host
     outcome: str  # different | same | undetermined
-    reason: str  # sparkfleet.compare.REASONS key (hosts too: each host against the other hosts)
+    reason: str  # sparkfleet.compare.classify's reason code (hosts too: each host against the other hosts)
     text: str  # this metric's clause, in words
     n_a: int | None = None
     n_b: int | None = None

@@ -344,11 +344,6 @@ def json_schema() -> Dict[str, Any]:
     }
 
 
-def schema() -> Dict[str, Any]:
-    """Compatibility name for :func:`json_schema`."""
-    return json_schema()
-
-
 # ----------------------------------------------------------------------------- format versions
 
 

@@ -9,7 +9,7 @@ That is only sound while the campaign is the one that produced them. The resolve
 (:func:`changes`), unless the user asks for the changed campaign to run under a new campaign id
 (:func:`new_campaign_name`: ``<name>-<first 8 of its config hash>``, ``-e sparkfleet_campaign_on_change=new``).
 
-Used on the controller (validate stage, through the ``campaign_resume`` filter) and on each host by
+Used on the controller (validate stage, by the campaign_plan action) and on each host by
 ``bench_run`` before it runs anything, so that a controller whose results directory was moved or wiped still
 cannot mix runs on a host. Stdlib only, Python 3.8+.
 """

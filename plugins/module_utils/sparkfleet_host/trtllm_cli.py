@@ -73,7 +73,6 @@ PROFILES = (
      "latency_options_file": True,
      "note": "DGX Spark playbooks 2026-04.. (1.3.0rc5, 1.3.0rc13); --config preferred (PR #10005)"},
 )
-PROFILES_BY_NAME = dict((p["name"], p) for p in PROFILES)
 #: Image tags that are not version numbers, for offline planning only (a run reads the image's own files).
 #: spark-single-gpu-dev: a public DGX Spark log of 2025-12-20 prints "TensorRT-LLM version: 1.1.0rc3"
 #: (tests/data/trtllm-bench-published/gb10-1.1.0rc3-memory-excerpt.log); an inference, not a pinned fact.
