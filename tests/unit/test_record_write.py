@@ -77,8 +77,8 @@ def test_trtllm_records_are_current_and_valid(tmp_path, monkeypatch):
 
 def test_a_record_that_breaks_the_contract_is_a_failed_run_with_its_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{STANDINS}:{os.environ['PATH']}")
-    bench_run = load_module("bench_run")
-    real = bench_run.parse_log
+    run_judge = host_util("run_judge")  # where bench_run's job parses a run's output
+    real = run_judge.parse_log
 
     def broken(text, json_data=None):
         parsed = real(text, json_data)
@@ -86,9 +86,9 @@ def test_a_record_that_breaks_the_contract_is_a_failed_run_with_its_reason(tmp_p
         parsed.samples["latency_ms"] = [1.0, float("nan")]  # and a sample that is not a finite number
         return parsed
 
-    monkeypatch.setattr(bench_run, "parse_log", broken)
+    monkeypatch.setattr(run_judge, "parse_log", broken)
     workload = {"name": "w", "engine": "trtllm", "preset": "T1", "requests": 2}
-    out = run_module(bench_run, _args(tmp_path, _plan("c1", "h1", workload, 1)))
+    out = run_module(load_module("bench_run"), _args(tmp_path, _plan("c1", "h1", workload, 1)))
     assert not out.get("failed"), out  # the matrix goes on
     assert out["counts"] == {"failed": 1}
     (rec,) = _records(tmp_path)

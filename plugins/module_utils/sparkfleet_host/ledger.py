@@ -78,3 +78,17 @@ def last_by_run(events: list, kinds=("job", "started", "finished")) -> dict:
 def run_states(path: str) -> dict:
     """run_id -> last event ('started' or 'finished') with its fields."""
     return last_by_run(read_events(path))
+
+
+def finished_fields(record: dict, order_index) -> dict:
+    """What a follower needs to show a finished run without reading its record."""
+    return {"order_index": order_index, "duration_s": record.get("duration_s"),
+            "cooldown_s": (record.get("cooldown") or {}).get("waited_s"), "model": record.get("model"),
+            "environment": record.get("environment"), "workload": record.get("workload"),
+            "iteration": record.get("iteration"), "warmup": record.get("warmup")}
+
+
+def append_finished(path: str, run_id: str, record: dict, order_index, **fields) -> dict:
+    """The run's ``finished`` event: its record's status and :func:`finished_fields` (plus ``fields``)."""
+    fields.update(finished_fields(record, order_index))
+    return append_event(path, "finished", run_id, status=record["status"], **fields)

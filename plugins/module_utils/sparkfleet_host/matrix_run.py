@@ -1,0 +1,275 @@
+# -*- coding: utf-8 -*-
+"""A host's matrix job (the bench_run module): check the request, then run the planned runs in order.
+
+Each run goes through its pieces, named by job: cooldown and launch (run_launch), judging the output
+(run_judge), writing the record and the ledger (run_record, ledger). This file checks the request and each
+planned run before the first one starts (:func:`check_request`, :class:`PlannedRun`), holds the host's lock,
+resumes (skips what is done), and sums the results up as the module returns them.
+
+Every refusal is a :class:`MatrixError` whose message is the task's one-line error; a SIGTERM ends the job
+with :class:`JobStopped` (the run it was in stays unfinished, so a resume runs it again).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import time
+
+from . import modelcard
+from .jobs import JobRegistration
+from .ledger import append_event, run_states
+from .record import run_id, write_json_atomic
+from .resume import check_host, keep_config
+from .run_judge import judge, read_output
+from .run_launch import SETUP_ERRORS, Launcher, wait_cooldown
+from .run_record import Recorder
+from .settings import CAMPAIGN_FIELDS, SETTINGS_BY_NAME, WORKLOAD_FIELDS, Cooldown, check_mapping, field_problem
+
+TIMEOUT_FIELD = next(f for f in CAMPAIGN_FIELDS if f.name == "timeout_s")
+TELEMETRY_FIELD = SETTINGS_BY_NAME["sparkfleet_telemetry_interval_s"]
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class MatrixError(Exception):
+    """The task fails: bad inputs (checked before the first run) or a job that cannot start."""
+
+
+class JobStopped(BaseException):
+    """SIGTERM: end the current workload and leave its run unfinished (a resume runs it again)."""
+
+
+def stop_on_sigterm(signum, frame):
+    raise JobStopped("stopped by signal %d" % signum)
+
+
+# ---------------------------------------------------------------------------------- checking
+
+
+def check_request(params: dict) -> list:
+    """Check the module's options and every planned run before any starts; the planned runs, in order.
+
+    ``params``: bench_run's options (argument_spec checked); its ``cooldown`` is normalised and ``total``
+    (0) set to the number of runs, in place."""
+    # The campaign's and the inventory's rules (settings): a NaN or an infinity is refused like a zero.
+    for name, field in (("timeout_s", TIMEOUT_FIELD), ("telemetry_interval_s", TELEMETRY_FIELD)):
+        problem = field_problem(field, params[name])
+        if problem:
+            raise MatrixError("%s: %s" % (name, problem))
+    try:  # the campaign's rules (settings), checked before any run starts: never a ValueError mid-matrix
+        params["cooldown"] = Cooldown.from_mapping(params["cooldown"], "cooldown").to_dict()
+    except ValueError as exc:
+        raise MatrixError(str(exc)) from None
+    if not params["total"]:
+        params["total"] = len(params["runs"])
+    runs = [PlannedRun(params, plan) for plan in params["runs"]]
+    seen = set()
+    for run in runs:
+        if run.rid in seen:
+            raise MatrixError("runs: run %s is planned twice" % run.rid)
+        seen.add(run.rid)
+    return runs
+
+
+class PlannedRun:
+    """One entry of the plan, checked: its identity, timeout, cooldown and paths on the host."""
+
+    def __init__(self, params: dict, plan):
+        if not isinstance(plan, dict):
+            raise MatrixError("runs: each planned run must be a dict, got %r" % (plan,))
+        for key in ("run_id", "model", "environment", "workload", "iteration"):
+            if key not in plan:
+                raise MatrixError("runs: missing key %r in the planned run %r" % (key, plan.get("run_id")))
+        for what, name in (("campaign", params["campaign"]), ("host", params["host"])):
+            if not SAFE_NAME.match(name):
+                raise MatrixError("%s %r: use letters, digits, '.', '_' and '-' only" % (what, name))
+        self.plan = plan
+        self.model = plan["model"]
+        self.environment = plan["environment"]
+        self.workload = plan["workload"]
+        problems = []  # the campaign's rules for a workload (types, physical ranges, no NaN): the same definition
+        check_mapping(self.workload if isinstance(self.workload, dict) else {}, WORKLOAD_FIELDS,
+                      "runs[%s].workload" % plan.get("run_id"), problems, unknown=False, required=False)
+        if problems or not isinstance(self.workload, dict):
+            raise MatrixError("; ".join(problems) or "runs: workload must be a mapping, got %r" % (self.workload,))
+        expected = run_id(params["campaign"], params["host"], self.model["name"], self.environment["name"],
+                          self.workload["name"], int(plan["iteration"]))
+        if expected != plan["run_id"]:
+            raise MatrixError("run: run_id %r does not match its identity (%s)" % (plan["run_id"], expected))
+        self.rid = expected
+        # Each planned run carries its own timeout and cooldown (campaign.plan resolves them once, on the
+        # controller); the module's options are the defaults of a plan entry without them. Checked with the
+        # campaign's rules before any run starts.
+        try:
+            self.cooldown = Cooldown.from_mapping(plan.get("cooldown", params["cooldown"]), "cooldown").to_dict()
+        except ValueError as exc:
+            raise MatrixError("run %s: %s" % (self.rid, exc)) from None
+        self.timeout_s = plan.get("timeout_s", params["timeout_s"])
+        problem = field_problem(TIMEOUT_FIELD, self.timeout_s)
+        if problem:
+            raise MatrixError("run %s: timeout_s: %s" % (self.rid, problem))
+        self.host_dir = os.path.join(params["results_root"], params["campaign"], params["host"])
+        self.run_dir = os.path.join(self.host_dir, "runs", self.rid)
+        self.ledger = os.path.join(self.host_dir, "ledger.jsonl")
+        self.record_path = os.path.join(self.run_dir, "record.json")
+        self.reserve = os.path.join(self.host_dir, ".sparkfleet-reserve")
+
+
+def check_campaign_config(params: dict, runs: list, keep: bool = False) -> None:
+    """Refuse to resume results produced with another configuration of this campaign; keep this one."""
+    config = params["campaign_config"]
+    if not config or not runs:
+        return
+    host_dir = runs[0].host_dir
+    problem = check_host(host_dir, params["campaign"], config)
+    if problem:
+        raise MatrixError("%s: %s" % (params["host"], problem))
+    if keep:
+        keep_config(host_dir, config, write_json_atomic)
+
+
+# ------------------------------------------------------------------------------------- results
+
+
+def run_result(run, total: int, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
+    """The module's entry for one run, with its progress event (the sparkfleet.bench.progress callback)."""
+    cooldown = record.get("cooldown") or {}
+    status = "skipped" if skipped else record.get("status")
+    event = {
+        "type": "run", "run_id": run.rid, "order_index": run.plan.get("order_index"),
+        "total": total, "status": status, "duration_s": record.get("duration_s"),
+        "cooldown_s": cooldown.get("waited_s"), "model": record.get("model"),
+        "environment": record.get("environment"), "workload": record.get("workload"),
+        "iteration": record.get("iteration"), "warmup": record.get("warmup"),
+    }
+    return {"changed": changed, "run_id": run.rid, "status": status, "reason": record.get("reason"),
+            "record_path": run.record_path, "record_written": written, "metrics": record.get("metrics") or {},
+            "cooldown": cooldown, "sparkfleet_event": event}
+
+
+def planned_result(run, total: int) -> dict:
+    """Check mode's entry for a run: planned, not run."""
+    event = {"type": "run", "run_id": run.rid, "status": "planned", "total": total,
+             "order_index": run.plan.get("order_index")}
+    return {"changed": True, "run_id": run.rid, "status": "planned", "reason": "check mode: not run",
+            "record_path": run.record_path, "metrics": {}, "cooldown": {}, "sparkfleet_event": event}
+
+
+def summary(results: list) -> dict:
+    """The module's return values for these results."""
+    counts = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    line = "%d runs \u2014 %s" % (len(results), ", ".join("%s %d" % kv for kv in counts.items()))
+    return {"runs": results, "counts": counts, "summary": line.rstrip(" \u2014"),
+            "changed": any(r["changed"] for r in results),
+            "sparkfleet_events": [r["sparkfleet_event"] for r in results]}
+
+
+# ----------------------------------------------------------------------------------- one run
+
+
+def execute(run, params: dict, job=None, cards=None) -> dict:
+    """Run one planned run start to finish: reserve, cooldown, launch, judge, record. Its module entry.
+
+    ``cards``: the model directories' cards (modelcard.Fingerprints), read once per job."""
+    total = params["total"]
+    recorder = Recorder(run, params["campaign"], params["host"], params["versions"])
+    launcher = Launcher(run, params, job)
+    kind = launcher.kind
+
+    def finish(record, status, reason, metrics):
+        data, written = recorder.write(record, status, reason, metrics)
+        return run_result(run, total, data, changed=True, written=written)
+
+    os.makedirs(run.run_dir, exist_ok=True)
+    try:
+        recorder.reserve_space()
+    except OSError as exc:
+        # The disk is already full: this run cannot even be recorded. It stays unfinished in the ledger
+        # (a resume runs it once there is space); the task does not fail, so what this host measured
+        # so far is still collected.
+        record = recorder.new_record(kind)
+        record.reason = "disk full on %s: the run was not started (%s)" % (run.host_dir, exc)
+        return run_result(run, total, record.to_dict(), changed=False, written=False)
+    append_event(run.ledger, "started", run.rid, order_index=run.plan.get("order_index"))
+    record = recorder.new_record(kind)
+    cooldown = wait_cooldown(run.cooldown)
+    record.cooldown = cooldown
+    if cooldown.get("timed_out") and run.cooldown["on_timeout"] == "fail":
+        return finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {})
+    try:
+        launches = launcher.prepare(record)
+    except SETUP_ERRORS as exc:
+        return finish(record, "failed", "setup: %s" % exc, {})
+    drop, problem = launcher.prepare_memory(record)
+    if problem:
+        return finish(record, "failed", problem, {})
+    outcome = launcher.measure(record, launches, drop, run.timeout_s)
+    if cards is None:
+        cards = modelcard.Fingerprints()
+    status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
+                                    run.timeout_s, run.run_dir, cards)
+    return finish(record, status, reason, metrics)
+
+
+# ------------------------------------------------------------------------------------ the job
+
+
+def budget_s(runs: list) -> float:
+    """Longest a job of these runs may take: each run's timeout and longest cooldown, and some slack."""
+    return sum(float(run.timeout_s) + (float(run.cooldown["max_wait_s"]) if run.cooldown["enabled"] else 0.0) + 120
+               for run in runs) + 600
+
+
+def take_lock(host: str, host_dir: str, runs: list):
+    """One job per host and campaign: wait for a job a killed controller left running to end."""
+    os.makedirs(host_dir, exist_ok=True)
+    lock = open(os.path.join(host_dir, ".lock"), "w")  # noqa: SIM115 (held until the job ends)
+    deadline = time.monotonic() + budget_s(runs)
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise MatrixError("%s: another bench_run still holds %s" % (host, lock.name)) from None
+            time.sleep(0.5)
+
+
+def plan_only(params: dict, runs: list) -> dict:
+    """Check mode: the kept campaign configuration checked, every run reported as planned."""
+    check_campaign_config(params, runs)
+    return summary([planned_result(run, params["total"]) for run in runs])
+
+
+def run_job(params: dict, runs: list, results: list) -> None:
+    """Run the planned runs in order as this host's one job, appending each run's entry to ``results``
+    (a finished run is skipped). Raises MatrixError when the job cannot start, JobStopped on SIGTERM."""
+    if not runs:
+        return
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    cards = modelcard.Fingerprints()  # the model directories' cards (provenance), each read once per job
+    with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
+        lock = take_lock(params["host"], runs[0].host_dir, runs)
+        try:
+            check_campaign_config(params, runs, keep=True)
+            states = run_states(runs[0].ledger)
+            announced = False
+            for run in runs:
+                previous = Recorder(run, params["campaign"], params["host"], params["versions"]).previous(
+                    states, params["retry_failed"])
+                if previous is not None:
+                    results.append(run_result(run, params["total"], previous, changed=False, skipped=True))
+                    continue
+                if not announced:  # before the first run it executes: a job with nothing to do leaves the ledger be
+                    append_event(runs[0].ledger, "job", None, pid=os.getpid(), planned=len(runs),
+                                 skipped=len(results))
+                    announced = True
+                results.append(execute(run, params, job, cards))
+                job.running()
+        finally:
+            lock.close()

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+"""Judging one finished run: what its output says, whether the engine loaded the requested model, its status.
+
+Used by ``matrix_run`` (the bench_run module's job) after the run's commands ended: :func:`read_output` parses
+``bench.log`` (and ``report.json``), :func:`judge` fills the record's parsed fields and provenance and says
+the run's status, reason and figures. Nothing here writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import modelcard
+from .parsers import parse_log
+from .runexec import model_matches
+
+#: How much of a log's end :func:`last_line` reads.
+TAIL_BYTES = 4000
+
+
+def last_line(path: str) -> str:
+    """The log's last line that says something (300 characters at most), or ''."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(fh.tell() - TAIL_BYTES, 0))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines()
+                     if ln.strip() and not ln.startswith("Run 'docker")]  # docker's usage hint says nothing
+        return lines[-1][:300] if lines else ""
+    except OSError:
+        return ""
+
+
+def read_output(run_dir: str):
+    """The run's parsed output (parsers.ParseResult) from bench.log and report.json, or None if unreadable."""
+    try:
+        with open(os.path.join(run_dir, "bench.log"), "rb") as fh:
+            text = fh.read()
+        json_data = None
+        report_json = os.path.join(run_dir, "report.json")
+        if os.path.exists(report_json):
+            with open(report_json, "rb") as fh:
+                json_data = fh.read()
+        return parse_log(text, json_data)
+    except OSError:
+        return None
+
+
+def provenance(model: dict, workload: dict, parsed, cards) -> dict:
+    """Did the engine load the requested model? Its output (parsed.loaded) against the model directory's
+    card (modelcard.fingerprint, read once per directory and call through ``cards``, a modelcard.Fingerprints).
+    A log's model name equal to our own argument is no evidence: only what the engine read from the checkpoint
+    can confirm."""
+    engine = workload.get("engine", "trtllm")
+    try:
+        path = model.get("path")
+        card, problem = cards.get(path) if path else (
+            None, "the model has no path; a Hugging Face id is loaded from the engine's own cache")
+        extra = parsed.extra or {}
+        world = 1
+        for key in ("tp_size", "pp_size"):
+            if isinstance(extra.get(key), int) and extra[key] > 0:
+                world *= extra[key]
+        verdict = modelcard.judge(card, dict(parsed.loaded or {}), problem, world=world,
+                                  applicable=engine != "matmul")
+    except Exception as exc:  # a bug here must not lose the run: it stays unconfirmed, saying why
+        verdict = {"status": "unconfirmed", "reason": "provenance check failed: %s: %s"
+                   % (type(exc).__name__, exc), "expected": None, "loaded": None, "checks": {}}
+    if parsed.model and not model_matches(model, parsed.model):
+        want = model.get("hf_id") or model["name"]
+        verdict["checks"]["model_name"] = {"ok": False, "expected": want, "loaded": parsed.model}
+        verdict["reason"] = "; ".join(r for r in ("model_name: the engine loaded %s, the campaign asked for %s"
+                                                  % (parsed.model, want), verdict.get("reason")) if r)
+        verdict["status"] = "mismatch"
+    return verdict
+
+
+def judge(record, outcome: dict, parsed, model: dict, workload: dict, timeout_s, run_dir: str, cards):
+    """(status, reason, metrics) of a run whose commands ended with ``outcome`` (run_process's dict, with
+    ``step`` the step that stopped it, or ``error``). Fills ``record``'s parsed fields and provenance."""
+    metrics = dict(parsed.metrics) if parsed else {}
+    if parsed:
+        record.model_loaded, record.engine_version = parsed.model, parsed.engine_version
+        record.metric_sources, record.samples = dict(parsed.sources), dict(parsed.samples)
+        record.parse_warnings, record.parse_missing, record.probe = parsed.warnings, parsed.missing, parsed.probe
+        record.versions["engine"] = parsed.engine
+        record.versions["engine_version"] = parsed.engine_version
+        record.provenance = provenance(model, workload, parsed, cards)
+    if outcome.get("error"):
+        return "failed", outcome["error"], metrics
+    step = outcome.get("step", "bench")
+    if outcome["timed_out"]:
+        return "timeout", "timed out after %.0f s (step %s)" % (float(timeout_s), step), metrics
+    if outcome["rc"] != 0:
+        log = os.path.join(run_dir, "bench.log" if step == "bench" else "%s.log" % step)
+        return "failed", "step %s exited %s: %s" % (step, outcome["rc"], last_line(log)), metrics
+    if not metrics:
+        missing = ", ".join(parsed.missing) if parsed else "bench.log unreadable"
+        return "failed", "no figures in bench.log (missing: %s)" % missing, metrics
+    if parsed and parsed.model and not model_matches(model, parsed.model):
+        return "invalid", "log says model %r was loaded, campaign asked for %r" % (
+            parsed.model, model.get("hf_id") or model["name"]), metrics
+    verdict = record.provenance or {}
+    if verdict.get("status") == "mismatch":
+        return "invalid", "provenance: %s" % verdict.get("reason"), metrics
+    # Unconfirmed stays ok for the statistics; the reason and the report's warning say so.
+    reason = None if verdict.get("status") in ("confirmed", "not_applicable") else (
+        "provenance unconfirmed: %s" % (verdict.get("reason") or "the log does not show the loaded model"))
+    return "ok", reason, metrics
