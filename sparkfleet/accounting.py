@@ -33,7 +33,7 @@ from sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
-#: An earlier attempt kept aside by a resume (bench_run's ``_move_aside``): not a run of its own.
+#: An earlier attempt kept aside by a resume (run_record.Recorder.move_aside): not a run of its own.
 _ASIDE = re.compile(r"\.(interrupted|retried)-\d+$")
 #: Kinds of missing runs, in the order a report lists them.
 KINDS = ("not-run", "no-record", "unreadable")
