@@ -51,6 +51,9 @@ def test_valid_record_has_no_problems():
         ({"iteration": "3"}, "field 'iteration' has type str"),
         ({"run_id": "forged"}, "does not match its identity fields"),
         ({"schema_version": 99}, "schema_version 99"),
+        ({"cooldown": {"waited_s": "12"}}, "field 'cooldown.waited_s' has type str"),
+        ({"telemetry": {"gpu_temp_c_max": True}}, "field 'telemetry.gpu_temp_c_max' has type bool"),
+        ({"versions": {"image": ["a"]}}, "field 'versions.image' has type list"),
     ],
 )
 def test_invalid_records_name_the_problem(change, problem):
@@ -104,7 +107,9 @@ def test_the_committed_json_schema_is_generated_from_the_python_definition():
 @pytest.mark.parametrize(
     "change",
     [{}, {"status": "great"}, {"metrics": {"tokens": 1.0}}, {"iteration": "3"}, {"samples": {"watts": [1.0]}},
-     {"samples": {"matmul_s": ["fast"]}}, {"surprise": 1}, {"warmup": 1}, {"schema_version": 3}],
+     {"samples": {"matmul_s": ["fast"]}}, {"surprise": 1}, {"warmup": 1}, {"schema_version": 3},
+     {"cooldown": {"waited_s": None, "start_temp_c": 41, "producer_detail": "kept"}}, {"cooldown": {"polls": 1.5}},
+     {"memory": {"kv_fraction": "0.9"}}, {"provenance": {"status": "confirmed", "checks": []}}],
 )
 def test_the_generated_schema_and_validate_agree(change):
     """What jsonschema says of a record (current version) and what validate says: valid for both, or neither."""

@@ -109,6 +109,15 @@ def test_sealed_names_fields_json_cannot_hold():
     assert data["status"] == "failed" and data["telemetry"] is None and record.validate(data) == []
 
 
+def test_a_nested_section_of_the_wrong_shape_is_a_failed_run_with_the_section_dropped():
+    rec = record.new_record("c", "h", "m", "native", "w", 1, status="ok", metrics={"gflops": 1.0},
+                            cooldown={"waited_s": "12", "reason": "ok"}, versions={"image": "sha256:1"})
+    data, problems = record.sealed(rec)
+    assert problems == ["field 'cooldown.waited_s' has type str, expected number"]
+    assert data["status"] == "failed" and "(the run was ok)" in data["reason"]
+    assert data["cooldown"] is None and data["versions"] == {"image": "sha256:1"} and record.validate(data) == []
+
+
 def test_sealed_refuses_a_record_whose_identity_is_broken():
     rec = record.new_record("c", "h", "m", "native", "w", 1, status="ok")
     rec.run_id = "forged"

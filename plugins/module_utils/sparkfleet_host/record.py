@@ -284,6 +284,29 @@ class RunRecord:
         return {name: getattr(self, name) for name in FIELD_NAMES}
 
 
+#: The keys of each nested section that a reader may rely on, with their JSON type. Null is always allowed (a
+#: producer that could not measure a value leaves it null) and a producer may add keys; a known key of
+#: another type breaks the contract as a top-level field of the wrong type does.
+SECTION_KEYS: Dict[str, Dict[str, str]] = {
+    "cooldown": {"reason": _S, "waited_s": _N, "start_temp_c": _N, "end_temp_c": _N, "threshold_c": _N,
+                 "timed_out": _B, "polls": _I},
+    "telemetry": {"sensor": _S, "csv_path": _S, "samples": _I, "rows": _I, "duration_s": _N, "interval_s": _N,
+                  "missed": _I, "jitter_ms": _O, "gpus": _A, "gpu_temp_c_max": _N, "gpu_temp_c_mean": _N,
+                  "gpu_power_w_mean": _N, "gpu_power_w_max": _N, "sm_clock_mhz_mean": _N, "gpu_util_pct_mean": _N,
+                  "throttle_reasons_seen": _A, "mem_used_gib_max": _N, "cgroup_mem_gib_max": _N,
+                  "processes_spawned": _I, "cpu_ms_per_sample": _N, "errors": _A},
+    "versions": {"campaign_config_hash": _S, "image": _S, "image_ref": _S, "engine": _S, "engine_version": _S,
+                 "trtllm": _O},
+    "probe": {"env_probe": _S, "hostname": _S, "dockerenv": _S, "pid": _S, "root_dev_ino": _S},
+    "memory": {"version": _I, "kv_fraction": _N, "samples": _I, "start": _O, "peak": _O, "cgroup": _O,
+               "drop_caches": _O, "environment": _O, "errors": _A, "container_memory_flags": _A,
+               "max_cached_gib": _N, "min_cuda_free_gib": _N, "min_mem_available_gib": _N},
+    "fingerprint": {"chroot": _B, "comm": _S, "depth": _I, "env": _O, "env_names": _A, "environment_kind": _S,
+                    "exe": _S, "libraries": _A, "packages": _O, "pid": _I, "python": _S, "samples": _I},
+    "provenance": {"status": _S, "reason": _S, "expected": _O, "loaded": _O, "checks": _O},
+}
+
+
 _FIELDS = dataclasses.fields(RunRecord)
 #: Every field, in definition order.
 FIELD_NAMES = tuple(f.name for f in _FIELDS)
@@ -328,6 +351,8 @@ def json_schema() -> Dict[str, Any]:
         "x-units": dict(METRICS),
     })
     properties["metric_sources"]["additionalProperties"] = {"type": "string"}
+    for section, keys in SECTION_KEYS.items():
+        properties[section]["properties"] = {key: {"type": [kind, _NULL]} for key, kind in keys.items()}
     properties["samples"].update({
         "propertyNames": {"enum": list(SAMPLES)},
         "additionalProperties": {"type": "array", "items": {"type": "number"}},
@@ -419,6 +444,17 @@ def _type_problems(keys: Tuple[str, ...], value_types: Tuple[type, ...]) -> Tupl
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _section_problems(section: str, keys: Tuple[str, ...], value_types: Tuple[type, ...]) -> Tuple[str, ...]:
+    """Type problems of one nested section's known keys (cached per shape, as :func:`_type_problems`)."""
+    known = SECTION_KEYS[section]
+    return tuple(
+        f"field '{section}.{key}' has type {kind.__name__}, expected {known[key]}"
+        for key, kind in zip(keys, value_types)
+        if key in known and not _type_ok(kind, (known[key], _NULL))
+    )
+
+
 _REQUIRED_SET = frozenset(REQUIRED_FIELDS)
 _FIELD_SET = frozenset(FIELD_NAMES)
 _IDENTITY_AND_RUN_ID = frozenset((*IDENTITY_FIELDS, "run_id"))
@@ -481,6 +517,10 @@ def validate(record: Any) -> List[str]:
         for name in MEMORY_METRICS:
             if metrics.get(name) is not None and not sources.get(name):
                 errors.append(f"memory metric '{name}' has no entry in metric_sources")
+    for section in SECTION_KEYS:
+        value = record.get(section)
+        if isinstance(value, dict) and value:
+            errors += _section_problems(section, tuple(value), tuple(map(type, value.values())))
     samples = record.get("samples")
     if isinstance(samples, dict) and samples:
         errors += _sample_problems(samples)
@@ -561,7 +601,9 @@ def sealed(record: RunRecord) -> Tuple[Dict[str, Any], List[str]]:
         if f.name in _IDENTITY_AND_RUN_ID or f.name == "schema_version":
             continue
         value = failed[f.name]
-        if not _type_ok(type(value), f.metadata["types"]) or not _json_ok(value):
+        if not _type_ok(type(value), f.metadata["types"]) or not _json_ok(value) or (
+                f.name in SECTION_KEYS and isinstance(value, dict)
+                and _section_problems(f.name, tuple(value), tuple(map(type, value.values())))):
             failed[f.name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     failed["status"] = "failed"
     failed["reason"] = "record broke the run-record contract: %s (the run was %s%s)" % (
