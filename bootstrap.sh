@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up this checkout on a fresh Debian/Ubuntu machine and run the main job or the tests.
 #
-#   sudo ./bootstrap.sh bench [ansible-playbook args...]   # bench.yml on the default (localhost) inventory
+#   sudo ./bootstrap.sh bench [sparkfleet run args...]   # bench.yml on the default (localhost) inventory + report
 #   sudo ./bootstrap.sh test  [pytest args...]             # lint, syntax and sanity checks, unit + end-to-end tests
 #
 # Idempotent: packages and virtualenvs already in place are reused. Without root, the apt step is
@@ -81,8 +81,9 @@ if [ "$mode" = bench ]; then
   apt_install "${base_pkgs[@]}" docker.io debootstrap
   start_docker
   make_venv .venv python3
-  say "ansible-playbook bench.yml $*"
-  exec .venv/bin/ansible-playbook bench.yml "$@"
+  # sparkfleet run: bench.yml through ansible-runner, live progress, then the report (in-process).
+  say "sparkfleet run $*"
+  exec .venv/bin/sparkfleet run "$@"
 fi
 
 # ---- test ----------------------------------------------------------------------------------------

@@ -1,50 +1,219 @@
-"""Live progress of a playbook run, read from the ``sparkfleet.bench.progress`` callback's JSON lines.
+"""Live progress of a playbook run, derived from ansible-runner's event stream.
 
-``JsonlTail`` follows the file as the callback appends to it (whole lines only); ``Progress`` folds the
-events into per-host state; ``Display`` shows it: redrawn in place on a terminal, one plain line per
-event otherwise (logs, CI). The event contract is documented in ``plugins/callback/progress.py``.
+``RunnerEvents`` folds ansible-runner's events (dicts with ``event`` such as ``runner_on_ok``, ``runner_retry``,
+``runner_on_failed``, ``runner_on_unreachable``, ``playbook_on_stats``, and ``event_data`` holding ``host``,
+``task`` and the task's result ``res``) into sparkfleet's progress events; ``Progress`` folds those into
+per-host state; ``Display`` shows it: redrawn in place on a terminal, one plain line per event otherwise (logs,
+CI). ``sparkfleet run --json-events FILE`` keeps the progress events, one JSON object per line.
+
+Progress events. Every one has ``event`` and ``ts`` (UTC seconds since the epoch, float).
+
+* ``playbook_start``: ``playbook`` (file name). ``play_start``: ``name`` (the play's name).
+* ``planned``: ``host``, ``total`` (number of planned runs), ``campaign`` (when known), ``next_cell``. From a
+  task result whose ``ansible_facts`` hold ``sparkfleet_plan`` (a host's part of campaign_plan's plan: its
+  ``runs``, or the list itself; each with ``run_id``, ``order_index``, ``model``, ``environment``, ``workload``,
+  ...). ``campaign`` comes from a plan entry's ``campaign`` or that host's ``sparkfleet_resolved_campaign.name``.
+* ``run`` (and other types): a task result's (or a loop item's) ``sparkfleet_event`` dict (bench_run), or each
+  dict of its ``sparkfleet_events`` list: bench_follow returns every run finished so far on each ``until``
+  retry, so an entry whose ``run_id`` and ``finished_ts`` were seen before for that host is not repeated. The
+  dict is passed on with ``event`` set to its ``type`` (default ``run``) and ``host``, ``cell``
+  (``model/environment/workload``; null when it names none of them), and for runs ``done`` (distinct
+  ``run_id``s so far), ``total`` (the planned total; without a plan, the event's own), ``eta_s``
+  ((total - done) x the mean ``duration_s + cooldown_s`` of the host's timed, not skipped runs; null before
+  one) and ``next_cell`` (the first planned run by ``order_index`` with no event yet) added.
+* ``host_failed`` / ``host_unreachable``: ``host``, ``task``, ``msg`` (a failure whose errors were ignored is not
+  one).
+* ``stats``: at the end, ``hosts`` maps each host to ``ok``, ``changed``, ``failed``, ``unreachable``,
+  ``skipped``, ``rescued``, ``ignored``.
+* ``report``: ``lines``, ``sparkfleet report``'s terminal summary, when ``sparkfleet run`` wrote the report.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 
-class JsonlTail:
-    """New complete JSON lines of a file that another process appends to."""
+def _name(value: Any) -> str:
+    if isinstance(value, dict):
+        value = value.get("name")
+    return "" if value is None else str(value)
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._offset = 0
-        self._partial = b""
 
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        *lines, self._partial = data.split(b"\n")
-        events = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-        return events
+def _cell(item: dict[str, Any]) -> str | None:
+    names = [_name(item.get(k)) for k in ("model", "environment", "workload")]
+    return "/".join(names) if any(names) else None
+
+
+def _message(result: dict[str, Any], default: str) -> str:
+    """The result's message; for a loop, the first failed item's (the task's own says only "All items
+    completed")."""
+    msg = result.get("msg")
+    items = result.get("results")
+    if isinstance(items, list):
+        items = [i for i in items if isinstance(i, dict) and i.get("msg")]
+        for test in (lambda i: i.get("failed") or i.get("unreachable"), lambda i: "exception" in i, bool):
+            found = [i for i in items if test(i)]
+            if found:
+                msg = found[0]["msg"]
+                break
+    return str(msg or result.get("stderr") or default)
+
+
+class _HostRuns:
+    def __init__(self) -> None:
+        self.plan: list[dict[str, Any]] = []
+        self.total: int | None = None
+        self.done_ids: set[Any] = set()
+        self.done_anon = 0
+        self.spent: list[float] = []  # duration_s + cooldown_s of the timed runs that were not skipped
+        self.seen: set[tuple[str, str]] = set()  # (run_id, finished_ts) of list entries passed on
+
+    @property
+    def done(self) -> int:
+        return len(self.done_ids) + self.done_anon
+
+    def eta(self) -> float | None:
+        if self.total is None or not self.spent:
+            return None
+        return round(max(self.total - self.done, 0) * sum(self.spent) / len(self.spent), 1)
+
+    def next_cell(self) -> str | None:
+        for item in self.plan:
+            if item.get("run_id") not in self.done_ids:
+                return _cell(item)
+        return None
+
+
+#: ansible-runner events whose ``event_data.res`` may carry a plan or run events.
+_RESULT_EVENTS = ("runner_on_ok", "runner_retry", "runner_item_on_ok", "runner_item_on_failed", "runner_on_failed")
+
+
+class RunnerEvents:
+    """ansible-runner's events in, sparkfleet's progress events out (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, _HostRuns] = {}
+        self._campaign: dict[str, str] = {}
+        #: the controller's campaign directories (results dir / campaign name) the play hosts were given
+        self.campaign_dirs: list[str] = []
+
+    def fold(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event.get("event")
+        data = event.get("event_data")
+        data = data if isinstance(data, dict) else {}
+        host = str(data.get("host") or "")
+        out: list[dict[str, Any]] = []
+        if kind == "playbook_on_start":
+            out.append(progress_event("playbook_start", playbook=os.path.basename(str(data.get("playbook") or ""))))
+        elif kind == "playbook_on_play_start":
+            out.append(progress_event("play_start", name=str(data.get("name") or data.get("play") or "").strip()))
+        elif kind in _RESULT_EVENTS and host:
+            res = data.get("res")
+            if isinstance(res, dict):
+                out += self._inspect(host, res)
+            if kind == "runner_on_failed" and not data.get("ignore_errors"):
+                out.append(progress_event("host_failed", host=host, task=_task(data),
+                                      msg=_message(res if isinstance(res, dict) else {}, "failed")))
+        elif kind == "runner_on_unreachable" and host:
+            res = data.get("res")
+            out.append(progress_event("host_unreachable", host=host, task=_task(data),
+                                  msg=_message(res if isinstance(res, dict) else {}, "unreachable")))
+        elif kind == "playbook_on_stats":
+            out.append(progress_event("stats", hosts=_stats(data)))
+        return out
+
+    def _host(self, name: str) -> _HostRuns:
+        return self._hosts.setdefault(name, _HostRuns())
+
+    def _inspect(self, host: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        facts = result.get("ansible_facts")
+        if isinstance(facts, dict):
+            resolved = facts.get("sparkfleet_resolved_campaign")
+            if isinstance(resolved, dict) and resolved.get("name"):
+                self._campaign[host] = str(resolved["name"])
+                results_dir = facts.get("sparkfleet_controller_results")
+                if isinstance(results_dir, str) and results_dir:
+                    path = os.path.join(results_dir, str(resolved["name"]))
+                    if path not in self.campaign_dirs:
+                        self.campaign_dirs.append(path)
+            plan = facts.get("sparkfleet_plan")
+            if isinstance(plan, dict):  # a host's part of campaign_plan's plan: its runs, async limit, ...
+                plan = plan.get("runs")
+            if isinstance(plan, list):
+                out.append(self._planned(host, plan))
+        event = result.get("sparkfleet_event")
+        if isinstance(event, dict):
+            out.append(self._run_event(host, event))
+        events = result.get("sparkfleet_events")
+        if isinstance(events, list):  # every run finished so far (bench_follow): the new ones only
+            runs = self._host(host)
+            for event in events:
+                if not isinstance(event, dict):
+                    continue
+                key = (str(event.get("run_id")), str(event.get("finished_ts")))
+                if key not in runs.seen:
+                    runs.seen.add(key)
+                    out.append(self._run_event(host, event))
+        return out  # a loop's items come as runner_item_on_* events of their own
+
+    def _planned(self, host: str, plan: list[Any]) -> dict[str, Any]:
+        runs = self._host(host)
+        entries = [p for p in plan if isinstance(p, dict)]
+        runs.plan = sorted(entries, key=lambda p: (p.get("order_index") is None, p.get("order_index") or 0))
+        runs.total = len(plan)
+        fields: dict[str, Any] = {"host": host, "total": runs.total, "next_cell": runs.next_cell()}
+        campaign = next((p["campaign"] for p in entries if p.get("campaign")), None) or self._campaign.get(host)
+        if campaign:
+            fields["campaign"] = campaign
+        return progress_event("planned", **fields)
+
+    def _run_event(self, host: str, event: dict[str, Any]) -> dict[str, Any]:
+        runs = self._host(host)
+        fields = dict(event)
+        kind = str(fields.get("type") or "run")
+        fields.update(host=host, cell=_cell(fields))
+        if kind == "run":
+            run_id = fields.get("run_id")
+            if run_id is None:
+                runs.done_anon += 1
+            else:
+                runs.done_ids.add(run_id)
+            if runs.total is None and isinstance(fields.get("total"), int) and fields["total"] > 0:
+                runs.total = fields["total"]  # no plan seen: trust the event's own total
+            if fields.get("status") != "skipped" and fields.get("duration_s") is not None:
+                with contextlib.suppress(TypeError, ValueError):
+                    runs.spent.append(float(fields["duration_s"]) + float(fields.get("cooldown_s") or 0))
+            fields.update(done=runs.done, total=runs.total, eta_s=runs.eta(), next_cell=runs.next_cell())
+        fields.pop("event", None)
+        fields.pop("ts", None)
+        return progress_event(kind, **fields)
+
+
+def progress_event(event: str, **fields: Any) -> dict[str, Any]:
+    return {"event": event, **fields, "ts": round(time.time(), 3)}
+
+
+def _task(data: dict[str, Any]) -> str:
+    return str(data.get("task") or data.get("task_action") or "").strip()
+
+
+def _stats(data: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """playbook_on_stats' per-counter host maps, turned into one map of counters per host."""
+    def count(key: str, host: str) -> int:
+        value = data.get(key)
+        return int(value.get(host, 0)) if isinstance(value, dict) else 0
+
+    names = ("processed", "ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+    hosts = sorted({h for key in names if isinstance(data.get(key), dict) for h in data[key]})
+    return {h: {"ok": count("ok", h), "changed": count("changed", h), "failed": count("failures", h),
+                "unreachable": count("dark", h), "skipped": count("skipped", h), "rescued": count("rescued", h),
+                "ignored": count("ignored", h)} for h in hosts}
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -80,14 +249,14 @@ class HostState:
 
 
 class Progress:
-    """Per-host state built from callback events."""
+    """Per-host state built from progress events."""
 
     def __init__(self) -> None:
         self.hosts: dict[str, HostState] = {}
         self.play: str | None = None
         self.campaign: str | None = None
         self.stats: dict[str, dict[str, int]] | None = None
-        self.report: list[str] = []  # `sparkfleet report`'s output, from the report play's "report" event
+        self.report: list[str] = []  # `sparkfleet report`'s output, from the "report" event
         self.started = time.monotonic()
 
     def host(self, name: str) -> HostState:

@@ -1,14 +1,17 @@
-"""Drive a sparkfleet playbook through ansible-runner, with the progress callback feeding a live display.
+"""Drive a sparkfleet playbook through ansible-runner; its event stream, folded into progress events, feeds a
+live display.
 
-The run uses the repo's ``ansible.cfg`` (``ANSIBLE_CONFIG``), the repo root as project dir, a throw-away
-private data dir, and the ``sparkfleet.bench.progress`` callback writing JSON lines to a file that the caller
-tails. The caller's environment is passed through (ansible-runner seeds the child's environment with it);
-``env`` entries override it. Host-key checking stays on (ansible-runner would otherwise turn it off).
+The run uses the repo's ``ansible.cfg`` (``ANSIBLE_CONFIG``), the repo root as project dir and a throw-away
+private data dir. ansible-runner hands each of the playbook's events to ``event_handler`` (on its own thread);
+they are queued, and the caller's thread folds them (``sparkfleet.progress.RunnerEvents``) and passes the
+progress events on. The caller's environment is passed through (ansible-runner seeds the child's environment
+with it); ``env`` entries override it. Host-key checking stays on (ansible-runner would otherwise turn it off).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -23,20 +26,18 @@ from typing import Any
 from sparkfleet.collection import dev_link
 from sparkfleet.errors import UsageError
 from sparkfleet.files import check_dir, read_text, read_yaml
-from sparkfleet.progress import JsonlTail
+from sparkfleet.progress import RunnerEvents
 from sparkfleet_host.settings import setting_problems, type_name
 
 REPO = Path(__file__).resolve().parents[1]
-CALLBACK = "sparkfleet.bench.progress"
 
 
 @dataclass
 class RunRequest:
-    inventory: str
+    inventory: str | None
     playbook: str = "bench.yml"
     extra_vars: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    events_path: str | None = None
 
 
 @dataclass
@@ -44,6 +45,11 @@ class RunOutcome:
     rc: int
     status: str
     stdout_tail: list[str]
+    #: the controller's campaign directories the play hosts were given (absolute), in the order seen
+    campaign_dirs: list[str] = field(default_factory=list)
+    #: the playbook's final counters per host (playbook_on_stats), None when it never got there
+    stats: dict[str, dict[str, int]] | None = None
+    cancelled: bool = False
 
 
 def _resolve_inventory(value: str) -> str:
@@ -103,26 +109,22 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return env
 
 
-def runner_kwargs(request: RunRequest, private_data_dir: str, events_path: str) -> dict[str, Any]:
+def runner_kwargs(request: RunRequest, private_data_dir: str) -> dict[str, Any]:
     """Keyword arguments for ``ansible_runner.run``/``run_async`` (without callbacks)."""
     if not (REPO / "ansible.cfg").is_file():
         raise UsageError(f"{REPO}/ansible.cfg not found: sparkfleet run needs the sparkfleet repo checkout")
     dev_link(REPO)  # ansible.cfg finds the collection sparkfleet.bench through it
-    inventory = _resolve_inventory(request.inventory)
+    # No inventory given: ansible.cfg's (inventory/local.ini, this machine), as ansible-playbook would use.
+    inventory = _resolve_inventory(request.inventory or str(REPO / "inventory" / "local.ini"))
     playbook = _resolve_playbook(request.playbook)
     # The inventory goes on the command line as given: ansible-runner would write a non-path string (an
     # inline host list such as "spark1,spark2,") into an inventory file of its own.
     cmdline = ["-i", inventory, *_extra_var_args(request.extra_vars)]
     base = os.environ
-    enabled = [c for c in base.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",") if c.strip()]
-    if CALLBACK not in enabled:
-        enabled.append(CALLBACK)
     venv_bin = str(Path(sys.executable).parent)
     envvars = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOST_KEY_CHECKING": base.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
-        "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled),
-        "SPARKFLEET_PROGRESS_FILE": events_path,
         "PATH": f"{venv_bin}:{base.get('PATH', '')}",
         **request.env,
     }
@@ -140,31 +142,55 @@ def runner_kwargs(request: RunRequest, private_data_dir: str, events_path: str) 
 
 def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]], None],
                  poll_s: float = 0.2) -> RunOutcome:
-    """Run the playbook; call ``on_events`` with each batch of new callback events (also with [] to tick)."""
+    """Run the playbook; call ``on_events`` with each batch of new progress events (also with [] to tick)."""
     import ansible_runner  # heavy import, only for this command
 
     private = tempfile.mkdtemp(prefix="sparkfleet-run-")
-    events_path = request.events_path or os.path.join(private, "progress.jsonl")
-    events_path = str(Path(events_path).expanduser().resolve())
+    events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+    statuses: list[str] = []
+    folder = RunnerEvents()
+    stats: list[dict[str, dict[str, int]]] = []
+
+    def drain() -> None:
+        batch = []
+        while True:
+            try:
+                event = events.get_nowait()
+            except queue.Empty:
+                break
+            for progress in folder.fold(event):
+                if progress["event"] == "stats":
+                    stats.append(progress["hosts"])
+                batch.append(progress)
+        on_events(batch)
+
+    def on_runner_event(event: dict[str, Any]) -> bool:
+        events.put(event)  # runner's thread: folded on ours
+        return True  # ansible-runner keeps its artifact copy too (in the throw-away private data dir)
+
+    def on_status(data: dict[str, Any], runner_config=None) -> None:
+        statuses.append(str(data.get("status")))
+
     try:
-        kwargs = runner_kwargs(request, private, events_path)
-        Path(events_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(events_path).write_text("")  # a fresh file per run: the callback appends
-        tail = JsonlTail(events_path)
+        kwargs = runner_kwargs(request, private)
         cancelled = threading.Event()
-        thread, runner = ansible_runner.run_async(cancel_callback=cancelled.is_set, **kwargs)
+        thread, runner = ansible_runner.run_async(cancel_callback=cancelled.is_set, event_handler=on_runner_event,
+                                                  status_handler=on_status, **kwargs)
         try:
             while thread.is_alive():
                 thread.join(poll_s)
-                on_events(tail.read_new())
+                drain()
         except KeyboardInterrupt:
             cancelled.set()
             thread.join()
-        on_events(tail.read_new())
+        drain()
         rc = runner.rc if isinstance(runner.rc, int) else 1
         if cancelled.is_set():
             rc = 130
-        return RunOutcome(rc=rc, status=str(runner.status), stdout_tail=_stdout_tail(runner))
+        status = str(runner.status or (statuses[-1] if statuses else "unknown"))
+        dirs = [d if os.path.isabs(d) else str(REPO / d) for d in folder.campaign_dirs]  # runner's cwd: REPO
+        return RunOutcome(rc=rc, status=status, stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
+                          stats=stats[-1] if stats else None, cancelled=cancelled.is_set())
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

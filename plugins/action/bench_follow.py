@@ -19,9 +19,6 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import
 )
 
 MARK = "@@sparkfleet-follow@@"
-# Runs already printed, per async job file. Each until-retry gets a new action object, but all of a host's
-# retries run in one worker process, which keeps this module loaded; losing it only reprints lines.
-_SHOWN: dict[str, int] = {}
 FINAL = ledger.FINAL
 
 
@@ -138,13 +135,22 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def _show(self, task_vars, job_file: str, done: list, total) -> None:
-        """Print each finished run once, across the until-retries of this worker (they share _SHOWN)."""
-        shown = _SHOWN.get(job_file, 0)
+    def _shown(self, task_vars) -> int:
+        """How many finished runs the previous until-retry of this task printed: its registered result (Ansible
+        hands it to the next attempt in task_vars) says how many it returned. Every result lists all runs
+        finished so far, so a consumer of the results (sparkfleet run) dedupes them itself."""
+        register = getattr(self._task, "register", None)
+        previous = (task_vars or {}).get(register) if register else None
+        if isinstance(previous, dict) and previous.get("finished") is False and previous.get("attempts"):
+            done = previous.get("done")
+            return done if isinstance(done, int) and done >= 0 else 0
+        return 0  # the first attempt (a value registered by an earlier run of the task is a finished one)
+
+    def _show(self, task_vars, shown: int, done: list, total) -> None:
+        """Print each run finished since the previous attempt, once."""
         host = (task_vars or {}).get("inventory_hostname") or "?"
         for index in range(shown, len(done)):
             self._display.display(progress_line(host, done[index], index + 1, total))
-        _SHOWN[job_file] = max(shown, len(done))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -157,6 +163,7 @@ class ActionModule(ActionBase):
         poll, report_after, lost_after = args["poll_interval_s"], args["report_after_s"], args["lost_after_s"]
         total = args.get("total")
         cmd = follow_command(job["results_file"], args["ledger"], args["jobs_dir"])
+        shown = self._shown(task_vars)
         started = time.monotonic()
         baseline = None
         nobody_since = None
@@ -168,7 +175,7 @@ class ActionModule(ActionBase):
             events = state["events"]
             done = progress_events(events, total)
             if job_finished(state["job"]):
-                self._show(task_vars, job["results_file"], done, total)
+                self._show(task_vars, shown, done, total)
                 self._low_level_execute_command(f"rm -f {shlex.quote(job['results_file'])}")
                 final = state["job"]
                 result.update({k: v for k, v in final.items() if not k.startswith("_ansible")
@@ -193,7 +200,8 @@ class ActionModule(ActionBase):
                 return result
             if baseline is None:
                 baseline = len(done)
-            self._show(task_vars, job["results_file"], done, total)
+            self._show(task_vars, shown, done, total)
+            shown = max(shown, len(done))
             if len(done) > baseline or now - started >= report_after:
                 result.update(finished=False, changed=False, sparkfleet_events=done, done=len(done),
                               total=total, current=current_run(events))

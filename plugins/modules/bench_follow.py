@@ -16,8 +16,9 @@ description:
     controller. Each poll is one shell command over the existing SSH connection (C(cat) of the async job
     file and of the host's ledger, C(test -d /proc/PID) for the registered jobs); nothing is copied and no
     Python starts on the host, so following costs the host almost nothing while it measures.
-  - Returns when a run finishes, so that the task's C(until) loop hands progress to callbacks one finished run
-    at a time; after O(report_after_s) without a finished run; or when the job ends. Use it with
+  - Returns when a run finishes, so that the task's C(until) loop hands progress on one finished run at a time
+    (each result lists every run finished so far in RV(sparkfleet_events); C(sparkfleet run) reads them from
+    ansible-runner's events and shows the new ones); after O(report_after_s) without a finished run; or when the job ends. Use it with
     C(until=result.finished), a large C(retries) and C(delay=0) (the action waits between polls itself).
   - When the job ends, its result becomes this task's result (RV(runs), RV(counts), RV(summary),
     RV(sparkfleet_events)); the task fails if the job failed, and the async job file is removed, as
@@ -27,7 +28,8 @@ description:
   - If the job file says the job still runs but no registered bench_run process has lived for
     O(lost_after_s) (the host rebooted, the job was killed), the task fails saying so. The ledger keeps what
     was finished; running the playbook again resumes the campaign.
-  - "Under plain C(ansible-playbook), prints one line per finished run: host, count, status and duration, such as C(spark1: run 3/6 ok in 10.6 s), then the cell and iteration in parentheses."
+  - "Under plain C(ansible-playbook), prints one line per finished run: host, count, status and duration, such as C(spark1: run 3/6 ok in 10.6 s), then the cell and iteration in parentheses; each once over the C(until) retries (an attempt reads from the
+    previous attempt's registered result how many it printed, so the task needs C(register))."
   - An unreachable host makes the task unreachable, as for any task; the job itself goes on.
   - This is an action plugin; it runs on the controller. This file holds its documentation only.
 options:

@@ -68,7 +68,21 @@ def options_from(args):
     return Options(**{k: v for k, v in given.items() if v is not None})
 
 
+def args_for(results: str | os.PathLike[str]) -> argparse.Namespace:
+    """The arguments of `sparkfleet report RESULTS` with nothing else given (what `sparkfleet run` reports with)."""
+    parser = argparse.ArgumentParser(prog="sparkfleet")
+    register(parser.add_subparsers())
+    return parser.parse_args(["report", str(results)])
+
+
 def run(args) -> int:
+    print(summarise(args))
+    return 0
+
+
+def summarise(args) -> str:
+    """Write the report as `sparkfleet report` does; its terminal summary (or JSON) as text. UsageError on bad
+    input (problems with single records go to stderr)."""
     from sparkfleet.load import load_runs
 
     results = Path(args.results)
@@ -116,7 +130,5 @@ def run(args) -> int:
         raise UsageError(f"{out_dir}: cannot write the report: {exc.strerror or exc}"
                          + (f" ({exc.filename})" if exc.filename else "")) from None
     if args.json:
-        print(to_json(analysis))
-    else:
-        print(terminal_summary(analysis, [str(p) for p in written]))
-    return 0
+        return to_json(analysis)
+    return terminal_summary(analysis, [str(p) for p in written])

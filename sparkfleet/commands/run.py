@@ -1,22 +1,28 @@
-"""`sparkfleet run -i INVENTORY [-e EXTRA ...]`: run the benchmark playbook with a live progress display.
+"""`sparkfleet run [-i INVENTORY] [-e EXTRA ...]`: run the benchmark playbook with a live progress display.
 
-Drives ``bench.yml`` (or ``--playbook``) through ansible-runner with the ``sparkfleet.bench.progress`` callback
-enabled and shows, per host, runs done / planned, the cell in progress and an ETA: redrawn in place on a
-terminal, one line per event otherwise. Exit code = the playbook's; 2 on bad arguments.
+Drives ``bench.yml`` (or ``--playbook``) through ansible-runner and shows, from its event stream, per host,
+runs done / planned, the cell in progress and an ETA: redrawn in place on a terminal, one line per event
+otherwise. After ``bench.yml`` it writes the campaign's report (as `sparkfleet report results/<campaign>`)
+and ends with its verdicts. Exit code = the playbook's (2 when the report could not be written); 2 on bad
+arguments.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the benchmark playbook through ansible-runner with live progress and ETA")
-    p.add_argument("-i", "--inventory", required=True, metavar="INVENTORY", help="Ansible inventory (e.g. sparks.ini)")
+    p.add_argument("-i", "--inventory", metavar="INVENTORY",
+                   help="Ansible inventory (e.g. sparks.ini; default: ansible.cfg's, this machine)")
     p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="EXTRA",
                    help="extra variables as for ansible-playbook: k=v, JSON/YAML, or @file (repeatable)")
     p.add_argument("--playbook", default="bench.yml",
-                   help="playbook to run, relative to the current directory or the repo (default bench.yml)")
+                   help="playbook to run, relative to the current directory or the repo (default bench.yml, which "
+                        "is followed by the campaign's report)")
     p.add_argument("--json-events", metavar="FILE",
                    help="also keep the progress events (JSON lines) in FILE (replaced)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -25,19 +31,65 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def wants_report(playbook: str, outcome) -> list[str]:
+    """The campaign directories to report on: after the repo's bench.yml, when some host got to its end (the
+    report stage ran for the hosts still in play), and the run was not cancelled."""
+    from sparkfleet.runner import REPO
+
+    if outcome.cancelled or Path(playbook).resolve() != (REPO / "bench.yml").resolve():
+        return []
+    finished = [h for h, s in (outcome.stats or {}).items() if not s.get("failed") and not s.get("unreachable")]
+    return list(outcome.campaign_dirs) if finished else []
+
+
+def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
+    """`sparkfleet report DIR`, in this process: (its terminal summary's lines, or [] and a one-line error)."""
+    from sparkfleet.commands import report
+    from sparkfleet.errors import UsageError
+
+    try:
+        return report.summarise(report.args_for(campaign_dir)).splitlines(), None
+    except UsageError as exc:
+        return [], str(exc)
+
+
 def run(args) -> int:
-    from sparkfleet.progress import Display
+    from sparkfleet.progress import Display, progress_event
     from sparkfleet.runner import RunRequest, parse_env, run_playbook, runner_kwargs
 
     request = RunRequest(inventory=args.inventory, playbook=args.playbook, extra_vars=list(args.extra_vars),
-                         env=parse_env(args.env), events_path=args.json_events)
-    runner_kwargs(request, "/nonexistent", "/nonexistent")  # bad arguments fail (exit 2) before anything starts
+                         env=parse_env(args.env))
+    playbook = runner_kwargs(request, "/nonexistent")["playbook"]  # bad arguments fail (exit 2) before anything
     display = Display(quiet=args.quiet)
-    outcome = run_playbook(request, display.feed)
-    display.close(outcome.rc)
+    log = None
+    if args.json_events:
+        path = Path(args.json_events).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = path.open("w", encoding="utf-8")
+
+    def feed(events: list[dict]) -> None:
+        if log is not None and events:
+            log.writelines(json.dumps(e, sort_keys=True, default=str) + "\n" for e in events)
+            log.flush()
+        display.feed(events)
+
+    try:
+        outcome = run_playbook(request, feed)
+        rc = outcome.rc
+        for campaign_dir in wants_report(playbook, outcome):
+            lines, error = write_report(campaign_dir)
+            if error:
+                print(f"sparkfleet run: report: {error}", file=sys.stderr)
+                rc = rc or 2
+            else:
+                feed([progress_event("report", lines=lines)])
+    finally:
+        if log is not None:
+            log.close()
+    display.close(rc)
     if outcome.rc != 0:
         print(f"sparkfleet run: playbook {outcome.status} (rc={outcome.rc}); last lines of its output:",
               file=sys.stderr)
         for line in outcome.stdout_tail:
             print(f"  {line}", file=sys.stderr)
-    return outcome.rc
+    return rc

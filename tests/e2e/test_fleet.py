@@ -1,6 +1,6 @@
 """Fleet scale: 4 hosts in parallel, one lost mid-campaign, one slower — and the reproducibility report.
 
-Driven through `sparkfleet run` (ansible-runner + the progress callback), so the progress events are
+Driven through `sparkfleet run` (ansible-runner's event stream), so the progress events are
 counted against the plan too. The lost host's cable is pulled (its veth goes down) while it runs; the
 other three finish; the report names the slower host and what the lost one did not deliver. The lost
 host's matrix job goes on behind the pulled cable; when the cable is back, the same command collects what

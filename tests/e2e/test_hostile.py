@@ -5,7 +5,7 @@ backticks, `;`, `&`, `|`, `>` and globs must reach the workload as literal argv 
 lists, never a shell): no marker file those payloads would create may exist anywhere, the workload must
 print the literal model (record's model_loaded), and every run dir stays inside the results dir.
 Newlines in names are refused by `sparkfleet validate`. A fetched results tree with `..`, absolute or
-link members is refused by `sparkfleet unpack`, also when the archive is what the collect role's `tar`
+link members is refused by collect's `results_unpack` action, also when the archive is what the collect role's `tar`
 makes of a host's tree with a symlink in it.
 """
 
@@ -150,6 +150,17 @@ def _tar(path: Path, members: list[tuple[str, str, str]]) -> Path:
     return path
 
 
+def _results_unpack(archive: Path, campaign_dir: Path) -> subprocess.CompletedProcess:
+    """Collect's unpack step: the sparkfleet.bench.results_unpack action, run ad hoc on the controller."""
+    repo = Path(__file__).resolve().parents[2]
+    args = json.dumps({"archive": str(archive), "campaign_dir": str(campaign_dir), "host": "h1"})
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}",
+                           "-m", "sparkfleet.bench.results_unpack", "-a", args],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.parametrize("member", [
     ("h1/../../escaped.txt", "file", "x"),
     ("/tmp/sfpwned-absolute.txt", "file", "x"),
@@ -157,17 +168,16 @@ def _tar(path: Path, members: list[tuple[str, str, str]]) -> Path:
     ("h1/runs/r/record.json", "hardlink", "/etc/passwd"),
     ("other-host/runs/r/record.json", "file", "{}"),
 ])
-def test_unpack_cli_refuses_hostile_members_and_writes_nothing(tmp_path, member):
+def test_unpack_refuses_hostile_members_and_writes_nothing(tmp_path, member):
     campaign_dir = tmp_path / "results" / "c"
     archive = _tar(tmp_path / "h1.tgz", [("h1/runs/ok/record.json", "file", "{}"), member])
-    proc = subprocess.run([sys.executable, "-m", "sparkfleet", "unpack", str(archive), "--campaign-dir",
-                           str(campaign_dir), "--host", "h1"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "refusing archive member" in proc.stderr, proc.stderr
+    proc = _results_unpack(archive, campaign_dir)
+    assert proc.returncode != 0 and "refusing archive member" in proc.stdout, proc.stdout + proc.stderr
     assert not (campaign_dir / "h1" / "runs" / "ok").exists()  # checked before anything is written
     assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/sfpwned-absolute.txt").exists()
 
 
-def test_unpack_cli_refuses_the_collect_roles_tar_of_a_tree_with_a_symlink(tmp_path):
+def test_unpack_refuses_the_collect_roles_tar_of_a_tree_with_a_symlink(tmp_path):
     """The archive as roles/collect packs it (`tar -czf ... -C <campaign dir> <host>`), from a host whose
     results tree holds a link out of it: refused, nothing outside the host dir written."""
     host_side = tmp_path / "host" / "c"
@@ -178,7 +188,6 @@ def test_unpack_cli_refuses_the_collect_roles_tar_of_a_tree_with_a_symlink(tmp_p
     archive = tmp_path / "h1.tgz"
     subprocess.run(["tar", "-czf", str(archive), "-C", str(host_side), "--exclude=*.partial", "h1"], check=True)
     campaign_dir = tmp_path / "controller" / "c"
-    proc = subprocess.run([sys.executable, "-m", "sparkfleet", "unpack", str(archive), "--campaign-dir",
-                           str(campaign_dir), "--host", "h1"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "links are not allowed" in proc.stderr, proc.stderr
+    proc = _results_unpack(archive, campaign_dir)
+    assert proc.returncode != 0 and "links are not allowed" in proc.stdout, proc.stdout + proc.stderr
     assert not (campaign_dir / "h1" / "runs").exists()

@@ -137,7 +137,7 @@ def _action(host: _Host, **args):
     merged = {"job": {"results_file": str(host.job), "ansible_job_id": "j1"}, "ledger": str(host.ledger),
               "jobs_dir": str(host.jobs), "total": 2, "poll_interval_s": 0.05, "report_after_s": 5}
     merged.update(args)
-    action._task = SimpleNamespace(args=merged)
+    action._task = SimpleNamespace(args=merged, register="matrix_follow")
     action._low_level_execute_command = host.execute
     action._display = SimpleNamespace(display=host.shown.append)
     return action
@@ -170,13 +170,31 @@ def test_returns_when_a_run_finishes_then_with_the_jobs_result(tmp_path, no_base
     events = [{"run_id": "a", "status": "ok"}, {"run_id": "b", "status": "ok"}]
     host.job.write_text(json.dumps({"changed": True, "counts": {"ok": 2}, "runs": [{"run_id": "a"}, {"run_id": "b"}],
                                     "sparkfleet_events": events, "invocation": {"module_args": {}}}))
-    last = _action(host).run(task_vars={"inventory_hostname": "spark1"})
+    # Ansible hands the previous attempt's registered result to the next one: what it printed is not reprinted.
+    first.update(attempts=1)
+    last = _action(host).run(task_vars={"inventory_hostname": "spark1", "matrix_follow": first})
     assert last["finished"] is True and last["changed"] is True and last["counts"] == {"ok": 2}
     assert "invocation" not in last and not last.get("failed")
     assert [(e["run_id"], e["finished_ts"]) for e in last["sparkfleet_events"]] == [("a", "1"), ("b", "2")]
     assert not host.job.exists()  # the async job file is cleaned up, as async_status cleanup would
     # each finished run printed once over the retries, the last one too
     assert host.shown == ["spark1: run 1/2 ok in 2.0 s (m/native/w #1)", "spark1: run 2/2 ok in 2.0 s (m/native/w #1)"]
+
+
+def test_a_first_attempt_prints_every_finished_run_whatever_an_earlier_run_of_the_task_registered(
+        tmp_path, no_base_run):
+    host = _Host(tmp_path)
+    host.register_alive()
+    host.job.write_text(json.dumps({"started": 1, "finished": 0}))
+    host.append(**_finished("a", ts="1"))
+    host.append(event="started", run_id="b")
+    earlier = {"finished": True, "done": 5, "attempts": 3}  # the task's result from an earlier play
+    out = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s", "matrix_follow": earlier})
+    assert out["done"] == 1 and host.shown == ["s: run 1/2 ok in 2.0 s (m/native/w #1)"]
+    retry = dict(out, attempts=1)
+    again = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s", "matrix_follow": retry})
+    assert [e["run_id"] for e in again["sparkfleet_events"]] == ["a"]  # every finished run, every time
+    assert host.shown == ["s: run 1/2 ok in 2.0 s (m/native/w #1)"]  # printed once
 
 
 def test_reports_after_a_while_without_a_finished_run(tmp_path, no_base_run):

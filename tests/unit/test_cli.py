@@ -20,7 +20,7 @@ def test_version_and_help_through_the_console_script():
 
 
 def test_building_the_parser_imports_neither_pandas_nor_scipy():
-    # collect runs `sparkfleet unpack` once per host on the controller: its start must stay light.
+    # Every subcommand's start (doctor, validate, parse in scripts) must stay light.
     code = ("import sys; from sparkfleet.cli import build_parser; build_parser(); "
             "print(sorted(m for m in ('pandas', 'scipy', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,7 @@
-"""Fetched result trees cannot escape results/<campaign>/<host>/; each run lands whole, never over a newer copy."""
+"""Fetched result trees cannot escape results/<campaign>/<host>/; each run lands whole, never over a newer copy.
+
+The unpack is the collection's results_unpack action (plugins/action/results_unpack.py) over
+plugins/plugin_utils/unpack.py, which the collection ships without the sparkfleet package."""
 
 from __future__ import annotations
 
@@ -12,12 +15,21 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import _ansible_modules  # noqa: F401  (the collection loader)
 import pytest
+from ansible.errors import AnsibleActionFail
+from ansible_collections.sparkfleet.bench.plugins.action import results_unpack
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import unpack
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import (
+    STAGING_PREFIX,
+    UnpackError,
+    unpack_host_archive,
+)
 
-from sparkfleet.errors import UsageError
+import sparkfleet.unpack
 from sparkfleet.load import load_runs
-from sparkfleet.unpack import STAGING_PREFIX, unpack_host_archive
 from sparkfleet_host import record as contract
 
 
@@ -62,7 +74,7 @@ def test_a_normal_tree_is_merged_and_old_files_kept(tmp_path):
 def test_hostile_members_are_refused_before_anything_is_written(tmp_path, members, message):
     campaign = tmp_path / "results" / "c"
     arch = _archive(tmp_path, [("h1/runs/ok/record.json", "file", b"{}"), *members])
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UnpackError, match=message):
         unpack_host_archive(arch, campaign, "h1")
     assert not (campaign / "h1/runs/ok/record.json").exists()
 
@@ -153,8 +165,9 @@ def test_staging_directories_are_never_results_and_are_named(tmp_path):
 
 
 def _unpack_cmd(archive: Path, campaign: Path) -> list[str]:
-    return [sys.executable, "-m", "sparkfleet", "unpack", str(archive), "--campaign-dir", str(campaign),
-            "--host", "h1"]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import unpack; "
+            "unpack.unpack_host_archive(sys.argv[2], sys.argv[3], 'h1')")
+    return [sys.executable, "-c", code, str(ROOT / "plugins" / "plugin_utils"), str(archive), str(campaign)]
 
 
 def test_an_unpack_killed_at_random_points_leaves_whole_runs_and_no_counted_staging(tmp_path):
@@ -164,7 +177,7 @@ def test_an_unpack_killed_at_random_points_leaves_whole_runs_and_no_counted_stag
     probe = tmp_path / "probe" / "c"
     unpack_host_archive(old, probe, "h1")
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import sparkfleet.cli, sparkfleet.unpack"], env=env, check=True)
+    subprocess.run([sys.executable, "-c", "import sys, tarfile, ctypes"], env=env, check=True)
     startup = time.monotonic() - start  # kill points are drawn after most of the interpreter's start
     start = time.monotonic()
     subprocess.run(_unpack_cmd(new, probe), env=env, check=True, capture_output=True)
@@ -186,3 +199,54 @@ def test_an_unpack_killed_at_random_points_leaves_whole_runs_and_no_counted_stag
         subprocess.run(_unpack_cmd(new, campaign), env=env, check=True, capture_output=True)
         assert set(_versions(campaign).values()) == {2}
         assert not load_runs(campaign).accounting.leftovers
+
+
+def test_the_package_and_the_collection_name_the_same_staging_directories():
+    """sparkfleet.load skips what the collection's unpack stages (the collection does not import the package)."""
+    assert sparkfleet.unpack.STAGING_PREFIXES == unpack.STAGING_PREFIXES
+    assert sparkfleet.unpack.STAGING_PREFIX == unpack.STAGING_PREFIX
+    source = (ROOT / "plugins" / "plugin_utils" / "unpack.py").read_text()
+    assert "import sparkfleet" not in source and "from sparkfleet" not in source
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "garbage"])
+def test_an_unreadable_or_broken_archive_is_one_line_naming_it(tmp_path, kind):
+    path = tmp_path / "h1.tgz"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "garbage":
+        path.write_bytes(b"not a tar at all" * 100)
+    with pytest.raises(UnpackError) as exc:
+        unpack_host_archive(path, tmp_path / "c", "h1")
+    assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+    assert not (tmp_path / "c" / "h1" / "runs").exists()
+
+
+def _action(check_mode=False, **args):
+    action = results_unpack.ActionModule.__new__(results_unpack.ActionModule)
+    action._task = SimpleNamespace(args=args, check_mode=check_mode)
+    return action
+
+
+@pytest.fixture
+def no_base_run(monkeypatch):
+    monkeypatch.setattr(results_unpack.ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+
+
+def test_the_action_unpacks_for_the_inventory_host_and_fails_on_hostile_members(tmp_path, no_base_run):
+    campaign = tmp_path / "results" / "c"
+    good = _host_archive(tmp_path, "good.tgz", 1, runs=2)
+    out = _action(archive=str(good), campaign_dir=str(campaign)).run(task_vars={"inventory_hostname": "h1"})
+    assert out["changed"] is True and out["files"] == 5 and out["dest"] == f"{campaign}/h1"
+    again = _action(archive=str(good), campaign_dir=str(campaign), host="h1").run(task_vars={})
+    assert again["files"] == 5 and again["changed"] is True  # the same copies again: not older, so installed
+    hostile = _archive(tmp_path, [("h1/runs/r/link", "symlink", "/etc/passwd")])
+    with pytest.raises(AnsibleActionFail, match="links are not allowed"):
+        _action(archive=str(hostile), campaign_dir=str(campaign), host="h1").run(task_vars={})
+    with pytest.raises(AnsibleActionFail, match="campaign_dir"):
+        _action(archive=str(good)).run(task_vars={})
+    dry = _action(check_mode=True, archive=str(tmp_path / "absent.tgz"), campaign_dir=str(tmp_path / "x"))
+    assert dry.run(task_vars={"inventory_hostname": "h1"})["changed"] is False
+    assert not (tmp_path / "x").exists()
