@@ -224,7 +224,7 @@ runs:
       description: What the wait before the run did (waited_s, start_temp_c, end_temp_c, threshold_c, reason).
       type: dict
     sparkfleet_event:
-      description: Progress event for the sparkfleet.bench.progress callback (type run, run_id, status, duration_s, cooldown_s, ...).
+      description: Progress event (sparkfleet run shows it from the runner event stream) (type run, run_id, status, duration_s, cooldown_s, ...).
       type: dict
   sample:
     - {run_id: llama-1b.native.T1.i001.3c2d9e41aa, status: ok, reason: "",
@@ -241,7 +241,7 @@ summary:
   type: str
   sample: "6 runs \u2014 ok 5, failed 1"
 sparkfleet_events:
-  description: The runs' progress events (the sparkfleet.bench.progress callback reads this list).
+  description: The runs' progress events (sparkfleet run reads this list from the runner event stream).
   returned: always
   type: list
   elements: dict

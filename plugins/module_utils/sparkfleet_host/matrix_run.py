@@ -134,7 +134,7 @@ def check_campaign_config(params: dict, runs: list, keep: bool = False) -> None:
 
 
 def run_result(run, total: int, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
-    """The module's entry for one run, with its progress event (the sparkfleet.bench.progress callback)."""
+    """The module's entry for one run, with its progress event (shown by sparkfleet run)."""
     cooldown = record.get("cooldown") or {}
     status = "skipped" if skipped else record.get("status")
     event = {
