@@ -77,10 +77,12 @@ class HostCheck:
     settings: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     kept: dict[str, Any] = field(default_factory=dict)
+    #: :func:`host_settings`: the paths and knobs the host's plan carries.
+    knobs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "campaign": self.campaign, "settings": self.settings,
-                "warnings": self.warnings, "kept": self.kept}
+                "warnings": self.warnings, "kept": self.kept, "knobs": self.knobs}
 
     @classmethod
     def from_dict(cls, data: Any, host: str) -> HostCheck:
@@ -88,7 +90,7 @@ class HostCheck:
             raise PlanningError([f"{host}: has no campaign_check result (did the host skip or fail that task?)"],
                                 "campaign")
         return cls(host, data["campaign"], dict(data.get("settings") or {}), list(data.get("warnings") or []),
-                   dict(data.get("kept") or {}))
+                   dict(data.get("kept") or {}), dict(data.get("knobs") or {}))
 
 
 def usable_checks(results: dict[str, Any]) -> tuple[list[HostCheck], list[str]]:
@@ -124,7 +126,8 @@ def check_host(host: str, campaign: Any, variables: dict[str, Any]) -> HostCheck
     outside += pathless_trtllm_models(resolved, settings.setting(variables, "sparkfleet_hf_cache_dir"), host)
     if outside:
         raise PlanningError(outside, "sparkfleet_campaign")
-    return HostCheck(host, resolved, plan_settings(variables), warnings)
+    return HostCheck(host, resolved, plan_settings(variables), warnings,
+                     knobs=host_settings(host, variables, resolved))
 
 
 #: Environment kinds that see the host's files only through the binds: of the host's own directories, only the
@@ -172,6 +175,66 @@ def pathless_trtllm_models(campaign: dict[str, Any], hf_cache_dir: Any = None, h
             for m in campaign.get("models") or [] if not m.get("path")]
 
 
+#: The host's settings as its plan carries them: group -> key -> setting (defaults applied from the registry).
+PLAN_GROUPS: dict[str, dict[str, str]] = {
+    "paths": {"work_dir": "sparkfleet_work_dir", "hf_cache_dir": "sparkfleet_hf_cache_dir"},
+    "workload": {"env": "sparkfleet_workload_env", "telemetry_interval_s": "sparkfleet_telemetry_interval_s",
+                 "retry_failed": "sparkfleet_retry_failed",
+                 "trtllm_unknown_version": "sparkfleet_trtllm_unknown_version"},
+    "image": {"offline": "sparkfleet_image_offline", "archive": "sparkfleet_image_archive"},
+    "rootfs": {"source": "sparkfleet_rootfs_source", "prune": "sparkfleet_rootfs_prune"},
+    "docker": {"flags": "sparkfleet_docker_flags", "variants": "sparkfleet_docker_variants",
+               "variant": "sparkfleet_docker_variant"},
+    "gpu_state": {"gpus": "sparkfleet_gpus", "persistence_mode": "sparkfleet_gpu_persistence_mode",
+                  "locked_clocks": "sparkfleet_gpu_locked_clocks", "power_limit": "sparkfleet_gpu_power_limit",
+                  "cpu_governor": "sparkfleet_cpu_governor", "drop_caches": "sparkfleet_drop_caches"},
+    "preflight": {"max_gpu_temp_c": "sparkfleet_preflight_max_gpu_temp_c", "pstates": "sparkfleet_preflight_pstates",
+                  "max_load_per_cpu": "sparkfleet_preflight_max_load_per_cpu",
+                  "min_free_memory_gib": "sparkfleet_preflight_min_free_memory_gib",
+                  "min_free_disk_gib": "sparkfleet_preflight_min_free_disk_gib",
+                  "max_gpu_processes": "sparkfleet_preflight_max_gpu_processes",
+                  "fail_on_unknown": "sparkfleet_preflight_fail_on_unknown",
+                  "max_fail_percentage": "sparkfleet_max_fail_percentage"},
+    "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct"},
+}
+
+
+def host_settings(host: str, variables: dict[str, Any], campaign: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The host's paths and knobs, grouped as its plan carries them (``sparkfleet_plan.paths.work_dir``,
+    ``sparkfleet_plan.gpu_state.power_limit``, ...), each setting's registry default applied once, here. The
+    roles read these and nothing else of the inventory. ``campaign``: the resolved campaign (its name names the
+    results directory, its image is the rootfs image unless ``sparkfleet_image`` is given)."""
+    out: dict[str, Any] = {group: {key: settings.setting(variables, name) for key, name in keys.items()}
+                           for group, keys in PLAN_GROUPS.items()}
+    campaign = campaign or {}
+    name = campaign.get("name") or "sanity"
+    work_dir = os.path.normpath(str(out["paths"]["work_dir"]))
+    out["paths"].update(work_dir=work_dir, models_dir=host_models_dir(variables),
+                        results_root=os.path.join(work_dir, "results"),
+                        results_dir=os.path.join(work_dir, "results", name, host))
+    out["campaign"] = name
+    out["image"]["ref"] = (settings.setting(variables, "sparkfleet_image") or campaign.get("image")
+                           or settings.DEFAULT_IMAGE)
+    out["image"]["archive"] = out["image"]["archive"] or ""
+    return out
+
+
+def standalone_plan(host: str, variables: dict[str, Any]) -> dict[str, Any]:
+    """The plan of a host that a stage playbook runs without validate.yml (provision, restore, gpu_state,
+    preflight): its settings, checked, and the campaign given (``sparkfleet_campaign``) by name only — no runs.
+    CampaignError naming each bad variable."""
+    known = {k: v for k, v in variables.items() if k in settings.SETTINGS_BY_NAME}
+    errors, _ = hostvars.problems(host, known)
+    if errors:
+        raise PlanningError(errors, "bad inventory variables")
+    campaign = variables.get("sparkfleet_resolved_campaign") or variables.get("sparkfleet_campaign")
+    campaign = campaign if isinstance(campaign, dict) else {}
+    plan_ = host_settings(host, known, {k: campaign.get(k) for k in ("name", "image")})
+    plan_.update(host=host, runs=[], total=0, needs_native=False, needs_container=False,
+                 summary=f"{host}: settings only (validate.yml did not run: no runs planned)")
+    return plan_
+
+
 def plan_settings(variables: dict[str, Any]) -> dict[str, Any]:
     """The host's settings a plan depends on, with their registry defaults."""
     names = ("sparkfleet_docker_flags", "sparkfleet_docker_variants", "sparkfleet_docker_variant",
@@ -202,10 +265,13 @@ class HostPlan:
     needs_native: bool
     needs_container: bool
     summary: str
+    #: :func:`host_settings` (paths, workload, image, rootfs, docker, gpu_state, preflight, ...), for the
+    #: campaign actually run (a renamed one's results directory).
+    knobs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "runs": self.runs, "total": len(self.runs), "async_s": self.async_s,
-                "follow": self.follow, "needs_native": self.needs_native,
+        return {**self.knobs, "host": self.host, "runs": self.runs, "total": len(self.runs),
+                "async_s": self.async_s, "follow": self.follow, "needs_native": self.needs_native,
                 "needs_container": self.needs_container, "summary": self.summary}
 
 
@@ -351,6 +417,11 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
                    f"{check.host}, order {campaign['order']}"
                    + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else "")
                    + f"; {estimate.estimate_text(campaign)}")
+        knobs = json.loads(json.dumps(check.knobs))
+        if knobs.get("paths"):
+            root = knobs["paths"]["results_root"]
+            knobs["campaign"] = campaign["name"]
+            knobs["paths"]["results_dir"] = os.path.join(root, campaign["name"], check.host)
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
-                                     summary)
+                                     summary, knobs)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

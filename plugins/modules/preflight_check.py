@@ -34,7 +34,7 @@ description:
     when O(work_dir) does not exist) and then writes nothing.
   - Reads only; the one file it writes is C(preflight.json), and only when its content differs.
   - The limits take their defaults, and the ranges they are checked against, from the collection's settings
-    registry (C(sparkfleet_preflight_*) settings of the C(sparkfleet.bench.settings) role).
+    registry (the C(sparkfleet_preflight_*) settings, in C(sparkfleet_plan.preflight)).
 options:
   host:
     description: The host's name in the record and in the failure message (give it C(inventory_hostname)).

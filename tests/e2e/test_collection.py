@@ -70,6 +70,12 @@ def test_a_playbook_outside_the_repo_uses_module_role_and_filter_by_fqcn(install
                 poll_interval: 0.5
               register: cool
 
+            - name: This host's plan (settings only), as playbooks/host_plan.yml gives it
+              ansible.builtin.set_fact:
+                sparkfleet_plan: >-
+                  {{{{ {{'sparkfleet_work_dir': sparkfleet_work_dir, 'sparkfleet_campaign': sparkfleet_campaign}}
+                  | sparkfleet.bench.host_plan(inventory_hostname) }}}}
+
             - name: Host facts through the collection's role
               ansible.builtin.include_role:
                 name: sparkfleet.bench.host_facts

@@ -19,9 +19,9 @@ HOST_VARS = {
     "gpu_state_drop_caches_path": "{{ sparkfleet_work_dir }}/drop_caches",
 }
 WANT = {
-    "gpu_state_persistence_mode": True,
-    "gpu_state_locked_clocks": {"min": 1500, "max": 1500},
-    "gpu_state_cpu_governor": "performance",
+    "sparkfleet_gpu_persistence_mode": True,
+    "sparkfleet_gpu_locked_clocks": {"min": 1500, "max": 1500},
+    "sparkfleet_cpu_governor": "performance",
 }
 
 
@@ -89,7 +89,7 @@ def test_apply_verify_idempotent_and_undo(fleet, ansible_env, repo, tmp_path):
         assert saved["gpus"][0]["persistence_mode"] is False and saved["cpu_governor"] == "ondemand"
         assert Path(host.work_dir, "drop_caches").read_text().strip() == "3"
 
-    again = _ansible([*base, "-e", "gpu_state_drop_caches=false", "playbooks/gpu_state.yml"], ansible_env, repo)
+    again = _ansible([*base, "-e", "sparkfleet_drop_caches=false", "playbooks/gpu_state.yml"], ansible_env, repo)
     assert again.returncode == 0, again.stdout + again.stderr
     assert {h: r["changed"] for h, r in _recap(again.stdout).items()} == {"spark1": 0, "spark2": 0}
     for host in fleet.hosts:  # the original state is still the saved one
@@ -97,7 +97,10 @@ def test_apply_verify_idempotent_and_undo(fleet, ansible_env, repo, tmp_path):
         assert saved["gpus"][0]["persistence_mode"] is False
 
     undo = tmp_path / "undo.yml"
-    undo.write_text("""
+    undo.write_text(f"""
+- name: Plan each host (settings only)
+  ansible.builtin.import_playbook: {repo / "playbooks" / "host_plan.yml"}
+
 - hosts: all
   gather_facts: false
   tasks:
@@ -121,13 +124,13 @@ def test_apply_verify_idempotent_and_undo(fleet, ansible_env, repo, tmp_path):
 
 def test_undo_in_always_after_a_failure(fleet, ansible_env, repo, tmp_path):
     extra = tmp_path / "vars.json"
-    extra.write_text(json.dumps({**HOST_VARS, **WANT, "gpu_state_persistence_mode": False}))
+    extra.write_text(json.dumps({**HOST_VARS, **WANT, "sparkfleet_gpu_persistence_mode": False}))
     for host in fleet.hosts:
         _smi(host, "-L")
     before = {h.name: _gpu(h) for h in fleet.hosts}
     assert all(g["persistence"] is True and g["locked_clocks"] is None for g in before.values())
     play = tmp_path / "bench.yml"
-    play.write_text("""
+    play.write_text(f"- name: Plan\n  ansible.builtin.import_playbook: {repo / 'playbooks' / 'host_plan.yml'}\n" + """
 - hosts: all
   gather_facts: false
   tasks:

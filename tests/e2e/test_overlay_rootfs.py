@@ -56,7 +56,7 @@ def test_overlay_rootfs_runs_the_hosts_python_and_keeps_its_writes(repo, ansible
     probe = {"native_rootfs_probes": [{"name": "host python in the chroot", "requires": "always",
                                        "argv": [str(python), "-c", "import sys; print(sys.version)"]}]}
     env = dict(ansible_env, SPARKFLEET_TEST_ONLY_VAR="not kept")
-    args = ["-e", f"sparkfleet_work_dir={work}", "-e", "native_rootfs_source=overlay", "-e", json.dumps(probe),
+    args = ["-e", f"sparkfleet_work_dir={work}", "-e", "sparkfleet_rootfs_source=overlay", "-e", json.dumps(probe),
             "-e", json.dumps({"native_rootfs_overlay_env": {"SPARKFLEET_OVERLAY": "yes"}})]
     proc = _playbook(repo, env, "provision.yml", *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,9 +15,9 @@ def test_hot_gpu_fails_its_host_only(fleet_factory, ansible_env, repo, tmp_path)
     fleet = fleet_factory(3, host_env={"spark2": {"SPARKFLEET_FAKE_IDLE_TEMP": "85"}})
     extra = tmp_path / "vars.json"
     # Thresholds this build machine meets whatever else runs on it; the temperature gate stays at its default.
-    extra.write_text(json.dumps({"preflight_gates_max_load_per_cpu": 1000,
-                                 "preflight_gates_min_free_memory_gib": 0.01,
-                                 "preflight_gates_min_free_disk_gib": 0.01}))
+    extra.write_text(json.dumps({"sparkfleet_preflight_max_load_per_cpu": 1000,
+                                 "sparkfleet_preflight_min_free_memory_gib": 0.01,
+                                 "sparkfleet_preflight_min_free_disk_gib": 0.01}))
     cmd = ["ansible-playbook", "-i", fleet.inventory, "-e", f"@{extra}", "playbooks/preflight_gates.yml"]
     run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=180)
     out = run.stdout + run.stderr
@@ -52,8 +52,9 @@ def test_max_fail_percentage_stops_the_whole_fleet_before_any_change(fleet_facto
     extra = tmp_path / "vars.json"
     models_dir = tmp_path / "models"  # trtllm reads the model from its local directory, under the models dir
     (models_dir / "org" / "m").mkdir(parents=True)
-    extra.write_text(json.dumps({"preflight_gates_max_load_per_cpu": 1000, "preflight_gates_min_free_memory_gib": 0.01,
-                                 "preflight_gates_min_free_disk_gib": 0.01, "sparkfleet_max_fail_percentage": 20,
+    extra.write_text(json.dumps({"sparkfleet_preflight_max_load_per_cpu": 1000,
+                                 "sparkfleet_preflight_min_free_memory_gib": 0.01,
+                                 "sparkfleet_preflight_min_free_disk_gib": 0.01, "sparkfleet_max_fail_percentage": 20,
                                  "sparkfleet_models_dir": str(models_dir),
                                  "sparkfleet_results_dir": str(tmp_path / "results"),  # not the checkout's
                                  "sparkfleet_campaign": {"name": "mfp", "environments": ["native"],

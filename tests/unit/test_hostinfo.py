@@ -97,7 +97,7 @@ def test_host_json_records_the_cpu_model_docker_and_the_toolkit(tmp_path, presen
     playbook.write_text(yaml.safe_dump([{
         "hosts": "all", "gather_facts": False,
         "roles": [{"role": "sparkfleet.bench.host_facts",
-                   "host_facts_results_dir": str(tmp_path / "out")}]}]))
+                   "sparkfleet_plan": {"paths": {"results_dir": str(tmp_path / "out")}}}]}]))
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"h1": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))

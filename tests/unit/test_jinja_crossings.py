@@ -20,7 +20,7 @@ from jinja2 import nodes
 REPO = Path(__file__).resolve().parents[2]
 #: The campaign's path through bench.yml: the playbooks and the roles they run for it.
 CAMPAIGN_PATH = [
-    "bench.yml", "playbooks/validate.yml", "playbooks/matrix.yml", "playbooks/collect.yml", "playbooks/report.yml",
+    "bench.yml", "playbooks/validate.yml", "playbooks/matrix.yml", "playbooks/collect.yml",
     *sorted(str(p.relative_to(REPO)) for role in ("matrix", "collect")
             for p in (REPO / "roles" / role).glob("*/main.yml") if p.parent.name in ("tasks", "defaults")),
     "roles/matrix/tasks/stop.yml",

@@ -272,3 +272,50 @@ def test_the_host_command_tells_a_model_linked_out_of_the_models_directory(tmp_p
     assert action.parse_probe(out.stdout, paths, []) == ([paths[2]], [])
     assert action.linked_outside(out.stdout, paths, str(tmp_path / "dir-link")) == \
         [(paths[1], str(far / "m"), str(models))]
+
+
+# ------------------------------------------------------------------------------- the plan's settings
+
+
+def test_the_plan_carries_every_path_and_knob_with_the_registry_defaults_applied_once(tmp_path):
+    check = planning.check_host("h1", RAW, {"sparkfleet_gpu_power_limit": "150", "sparkfleet_retry_failed": "yes",
+                                            "sparkfleet_workload_env": {"CUDA_VISIBLE_DEVICES": "0"}})
+    fleet = planning.plan_fleet([check], str(tmp_path), "/")
+    got = fleet.to_dict()["hosts"]["h1"]
+    assert got["paths"] == {"work_dir": "/var/lib/sparkfleet", "models_dir": "/var/lib/sparkfleet/models",
+                            "results_root": "/var/lib/sparkfleet/results",
+                            "results_dir": "/var/lib/sparkfleet/results/c1/h1", "hf_cache_dir": None}
+    assert got["workload"] == {"env": {"CUDA_VISIBLE_DEVICES": "0"}, "telemetry_interval_s": 1.0,
+                               "retry_failed": True, "trtllm_unknown_version": "refuse"}
+    assert got["gpu_state"] == {"gpus": None, "persistence_mode": None, "locked_clocks": None, "power_limit": 150.0,
+                                "cpu_governor": None, "drop_caches": True}
+    assert got["image"] == {"ref": check.campaign["image"], "offline": False, "archive": ""}
+    assert got["rootfs"] == {"source": "image", "prune": False}
+    assert got["preflight"]["max_gpu_temp_c"] == 60.0 and got["preflight"]["max_fail_percentage"] == 100
+    assert got["docker"]["variant"] == "study" and got["reproducibility"] == {"tolerance_pct": 5.0}
+    assert got["campaign"] == "c1" and got["runs"] and got["total"] == len(got["runs"])
+    # every setting a host can give reaches the plan, except the controller's own (campaign.json, the follower)
+    carried = {name for keys in planning.PLAN_GROUPS.values() for name in keys.values()}
+    controller_only = {"sparkfleet_results_dir", "sparkfleet_campaign_on_change", "sparkfleet_poll_interval_s",
+                       "sparkfleet_report_after_s"}
+    assert carried | controller_only | {"sparkfleet_models_dir", "sparkfleet_image"} == \
+        set(planning.settings.SETTINGS_BY_NAME)
+
+
+def test_a_renamed_campaign_moves_the_plans_results_dir_with_it(tmp_path):
+    check = _check("h1", kept={"c1": {"config_hash": "old", "resolved": {**_campaign(), "iterations": 9}}})
+    check.knobs = planning.host_settings("h1", {"sparkfleet_work_dir": "/w"}, check.campaign)
+    fleet = planning.plan_fleet([check], str(tmp_path), "/", on_change="new")
+    paths = fleet.to_dict()["hosts"]["h1"]["paths"]
+    assert fleet.renamed_from == "c1" and paths["results_dir"] == f"/w/results/{fleet.campaign['name']}/h1"
+
+
+def test_a_standalone_plan_has_the_settings_and_no_runs_and_refuses_a_bad_variable():
+    got = planning.standalone_plan("h1", {"sparkfleet_work_dir": "/w", "sparkfleet_rootfs_source": "overlay",
+                                          "sparkfleet_campaign": {"name": "c9"}, "sparkfleet_typo": 1})
+    assert got["runs"] == [] and got["campaign"] == "c9" and got["rootfs"]["source"] == "overlay"
+    assert got["paths"]["models_dir"] == "/w/models" and got["paths"]["results_dir"] == "/w/results/c9/h1"
+    assert got["image"]["ref"] == planning.settings.DEFAULT_IMAGE
+    assert planning.standalone_plan("h1", {})["paths"]["results_dir"] == "/var/lib/sparkfleet/results/sanity/h1"
+    with pytest.raises(planning.PlanningError, match="h1: sparkfleet_drop_caches: must be a boolean"):
+        planning.standalone_plan("h1", {"sparkfleet_drop_caches": "maybe"})

@@ -1,8 +1,8 @@
 """The one definition of sparkfleet's settings (sparkfleet_host/settings.py) and the drifts it replaced (issue 14).
 
 Each setting, cooldown field, status, Docker flag set and the work-dir default is defined once; what is
-derived from it (the settings role, the README table, argument_specs, thermal_wait's options) is checked
-here, and a test fails when a setting gets a default in a second place.
+derived from it (the README table, each host's plan, thermal_wait's options) is checked here, and a test fails
+when a setting gets a default in a second place or a role reads a setting instead of the host's plan.
 """
 
 from __future__ import annotations
@@ -31,57 +31,43 @@ def test_generated_files_are_up_to_date(path):
         f"{path.relative_to(REPO)} is stale: run python -m sparkfleet.settings_doc --write")
 
 
-def test_settings_role_argument_specs_cover_every_setting_with_its_type_and_default():
-    spec = yaml.safe_load(settings_doc.ARGSPEC_FILE.read_text())["argument_specs"]["main"]["options"]
-    assert list(spec) == [f.name for f in settings.SETTINGS]
-    for f in settings.SETTINGS:
-        assert spec[f.name]["type"] == f.to_ansible_type()
-        if f.default is not None and "{{" not in str(f.default):
-            assert spec[f.name]["default"] == f.default
+#: A name that may be a sparkfleet_* setting.
+_SETTING_REF = re.compile(r"\b(sparkfleet_[a-z0-9_]+)")
 
 
-def test_settings_role_defaults_are_the_registry_defaults():
-    defaults = yaml.safe_load(settings_doc.DEFAULTS_FILE.read_text())
-    assert defaults == {f.name: f.default for f in settings.SETTINGS}
-
-
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "settings"])
-def test_every_role_depends_on_the_settings_role(role):
-    meta = yaml.safe_load((REPO / "roles" / role / "meta" / "main.yml").read_text())
-    assert {"role": "sparkfleet.bench.settings"} in meta["dependencies"] or \
-        "sparkfleet.bench.settings" in meta["dependencies"]
-
-
-def _role_defaults(role: str) -> dict:
-    path = REPO / "roles" / role / "defaults" / "main.yml"
-    return yaml.safe_load(path.read_text()) or {} if path.exists() else {}
-
-
-_COMPATIBLE = {("float", "int"), ("path", "str"), ("str", "path"), ("raw", "str")}
-
-
-@pytest.mark.parametrize("role", [r for r in ROLES if r != "settings"])
-def test_role_options_copied_from_a_setting_have_its_type(role):
-    """A role option whose default is a sparkfleet_* setting takes the setting's type in its argument_specs."""
-    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    options = {k: v for entry in specs.values() for k, v in (entry.get("options") or {}).items()}
-    checked = 0
-    for option, value in _role_defaults(role).items():
-        m = re.fullmatch(r"\{\{ (sparkfleet_\w+)( \| bool)? \}\}", str(value).strip())
-        if not m or m.group(1) not in settings.SETTINGS_BY_NAME:
+@pytest.mark.parametrize("role", [r for r in ROLES if r not in ("settings", "collect")])
+def test_roles_read_the_plan_and_no_setting(role):
+    """A role reads sparkfleet_plan (validate.yml, or host_plan.yml for a stage run alone), never a sparkfleet_*
+    setting or a prefixed copy of one: the defaults are applied once, on the controller."""
+    found = []
+    for path in sorted((REPO / "roles" / role).glob("*/*.yml")):
+        if path.parent.name not in ("defaults", "tasks", "vars", "handlers"):
             continue
-        f = settings.SETTINGS_BY_NAME[m.group(1)]
-        assert option in options, f"{role}: {option} is not in meta/argument_specs.yml"
-        want, got = f.to_ansible_type(), options[option]["type"]
-        assert want == got or (want, got) in _COMPATIBLE, f"{role}: {option} is {got}, {f.name} is {want}"
-        assert f.name in options[option].get("description", ""), f"{role}: {option} does not name {f.name}"
-        checked += 1
-    assert checked or role in ("collect",), role
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            found += [f"{path.relative_to(REPO)}:{n}: {name}" for name in _SETTING_REF.findall(code)
+                      if name in settings.SETTINGS_BY_NAME]
+    assert not found, "roles reading a setting instead of sparkfleet_plan:\n" + "\n".join(found)
+    meta = yaml.safe_load((REPO / "roles" / role / "meta" / "main.yml").read_text())
+    assert "sparkfleet.bench.settings" not in str(meta.get("dependencies"))
+
+
+def test_every_setting_a_role_needs_is_in_the_plan():
+    from sparkfleet import planning  # noqa: PLC0415
+
+    grouped = {f"sparkfleet_plan.{group}.{key}" for group, keys in planning.PLAN_GROUPS.items() for key in keys}
+    grouped |= {f"sparkfleet_plan.paths.{k}" for k in ("models_dir", "results_root", "results_dir")}
+    grouped |= {"sparkfleet_plan.image.ref"}
+    used = set()
+    for path in [*(REPO / "roles").glob("*/*/*.yml"), *(REPO / "playbooks").glob("*.yml")]:
+        used |= set(re.findall(r"sparkfleet_plan\.(?:paths|workload|image|rootfs|docker|gpu_state|preflight|"
+                               r"reproducibility)\.[a-z_]+", path.read_text()))
+    assert used and used <= grouped, used - grouped
 
 
 # ------------------------------------------------------------------------------ defined in one place
 
-_DEFAULTED = re.compile(r"\b(sparkfleet_[a-z0-9_]+)\s*\|\s*default\(")
+_DEFAULTED = re.compile(r"\b(sparkfleet_[a-z0-9_]+)\s*\|\s*default\((?!omit\))")
 _SOURCES = [*sorted((REPO / "roles").glob("*/defaults/*.yml")), *sorted((REPO / "roles").glob("*/tasks/*.yml")),
             *sorted((REPO / "playbooks").glob("*.yml")), REPO / "bench.yml"]
 
@@ -109,7 +95,7 @@ def test_inventory_group_vars_do_not_restate_a_registry_default():
 def _files(*patterns):
     for pattern in patterns:
         for path in sorted(REPO.glob(pattern)):
-            if "roles/settings/" not in str(path) and path.is_file():
+            if path.is_file():
                 yield path
 
 
@@ -215,33 +201,6 @@ def test_docker_flags_resolve_from_the_one_definition():
     assert settings.resolve_docker_flags(env, {"sparkfleet_docker_flags": ["--x"]}) == ["--x"]
     with pytest.raises(ValueError, match="unknown Docker environment variant 'nope'"):
         settings.resolve_docker_flags({**env, "variant": "nope"}, {})
-
-
-def test_the_docker_env_role_resolves_variants_with_the_plans_rule(tmp_path):
-    """docker_env's facts come from the same function as a planned run's docker flags (no Jinja copy)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    playbook = tmp_path / "pb.yml"
-    playbook.write_text(
-        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-        "    - {ansible.builtin.include_role: {name: sparkfleet.bench.docker_env}}\n"
-        "    - {ansible.builtin.copy: {dest: '" + str(tmp_path / "out.json") + "', "
-        "content: '{{ {\"all\": docker_env_resolved, \"run\": docker_env_run_flags} | to_json }}'}}\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "t"))
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           str(playbook), "-e", "sparkfleet_docker_variant=no-shm-size",
-                           "-e", f"ansible_python_interpreter={sys.executable}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    out = json.loads((tmp_path / "out.json").read_text())
-    want = {name: settings.docker_variant_flags(settings.STUDY_DOCKER_FLAGS, spec)
-            for name, spec in settings.DEFAULT_DOCKER_VARIANTS.items()}
-    assert out["all"] == want
-    env_ = {"name": "c", "kind": "container", "docker_flags": None, "variant": None}
-    assert out["run"] == settings.resolve_docker_flags(env_, {"sparkfleet_docker_variant": "no-shm-size"})
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -122,3 +122,47 @@ def test_a_model_outside_the_models_directory_is_refused_before_any_host_is_chan
     ok = play(campaign={**CAMPAIGN, "models": [{"name": "inside", "path": str(models / "org" / "inside")}]},
               hosts=hosts)
     assert ok.returncode == 0, ok.stdout[-3000:]
+
+
+def _show_plan(tmp_path, *imports: str) -> Path:
+    """A playbook that imports ``imports`` (playbooks/...) and writes each host's sparkfleet_plan to <host>.json."""
+    book = tmp_path / "show.yml"
+    plays = [{"name": f"import {name}", "ansible.builtin.import_playbook": str(REPO / "playbooks" / name)}
+             for name in imports]
+    plays.append({"name": "Write the plan", "hosts": "all", "gather_facts": False, "tasks": [{
+        "name": "Write it", "ansible.builtin.copy": {"dest": str(tmp_path / "{{ inventory_hostname }}.json"),
+                                                     "content": "{{ sparkfleet_plan | to_json }}", "mode": "0644"},
+        "delegate_to": "localhost"}]})
+    book.write_text(yaml.safe_dump(plays))
+    return book
+
+
+def test_the_plan_carries_each_hosts_paths_and_knobs_and_a_stage_alone_gets_them_too(play, tmp_path):
+    hosts = {"h1": {"sparkfleet_gpu_power_limit": 150}, "h2": {"sparkfleet_drop_caches": False}}
+    proc = play(hosts=hosts)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+    base = [str(BIN / "ansible-playbook"), "-i", str(tmp_path / "inventory.yml")]
+
+    # after validate.yml (as bench.yml runs it): host_plan.yml keeps the full plan
+    full = subprocess.run([*base, str(_show_plan(tmp_path, "validate.yml", "host_plan.yml")),
+                           "-e", f"@{tmp_path / 'campaign.yml'}", "-e", f"sparkfleet_results_dir={tmp_path / 'r'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stdout[-3000:]
+    h1 = json.loads((tmp_path / "h1.json").read_text())
+    assert h1["total"] == 2 and h1["gpu_state"]["power_limit"] == 150 and h1["gpu_state"]["drop_caches"] is True
+    assert h1["paths"]["results_dir"] == str(tmp_path / "h1" / "results" / "c1" / "h1")
+    assert h1["paths"]["models_dir"] == str(tmp_path / "h1" / "models")
+    assert json.loads((tmp_path / "h2.json").read_text())["gpu_state"]["drop_caches"] is False
+
+    # a stage run alone (provision, restore, gpu_state, preflight): settings only, checked, no runs
+    alone = subprocess.run([*base, str(_show_plan(tmp_path, "host_plan.yml")), "-e", "sparkfleet_rootfs_prune=yes"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stdout[-3000:]
+    h2 = json.loads((tmp_path / "h2.json").read_text())
+    assert h2["runs"] == [] and h2["rootfs"]["prune"] is True and h2["gpu_state"]["drop_caches"] is False
+    assert h2["paths"]["work_dir"] == str(tmp_path / "h2")
+    bad = subprocess.run([*base, str(_show_plan(tmp_path, "host_plan.yml")), "-e", '{"sparkfleet_gpus": [-1]}'],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "sparkfleet_gpus: must be a list of GPU indices" in bad.stdout
