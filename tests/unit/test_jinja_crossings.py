@@ -75,7 +75,7 @@ def test_the_rule_catches_the_recomputations_it_is_for():
     assert "filter selectattr" in computations("{{ x.environments | selectattr('kind', 'eq', 'native') | list }}")
     assert "Mul" in computations("{{ (n | int) * 2 }}")
     assert "For" in computations("{% for s in xs %}{{ s }}{% endfor %}")
-    assert computations("{{ y | sparkfleet.bench.campaign_resolve }}") == ["filter sparkfleet.bench.campaign_resolve"]
+    assert computations("{{ y | sparkfleet.bench.host_plan }}") == ["filter sparkfleet.bench.host_plan"]
     assert computations("{{ a.b }}/{{ c | default(omit) }}/{{ d.e[f] }} {{ g | dirname }}") == []
     task = {"name": "t", "when": "xs | length > 0", "vars": {"y": "{{ z }}"}}
     assert [computations(t) for _, t in _templates(task, "t")] == [["filter length"], []]
