@@ -50,6 +50,8 @@ class RunOutcome:
     #: the playbook's final counters per host (playbook_on_stats), None when it never got there
     stats: dict[str, dict[str, int]] | None = None
     cancelled: bool = False
+    #: the reproducibility tolerance (percent) the hosts' plans carried, None when no plan was seen
+    tolerance_pct: float | None = None
 
 
 def _resolve_inventory(value: str) -> str:
@@ -190,7 +192,8 @@ def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]]
         status = str(runner.status or (statuses[-1] if statuses else "unknown"))
         dirs = [d if os.path.isabs(d) else str(REPO / d) for d in folder.campaign_dirs]  # runner's cwd: REPO
         return RunOutcome(rc=rc, status=status, stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
-                          stats=stats[-1] if stats else None, cancelled=cancelled.is_set())
+                          stats=stats[-1] if stats else None, cancelled=cancelled.is_set(),
+                          tolerance_pct=folder.tolerance_pct)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

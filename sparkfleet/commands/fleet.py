@@ -21,21 +21,31 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def analyse_and_write(root: Path, tolerance_pct: float):
+    """The fleet's state, written as report/fleet.md and report/fleet.json: (state, the markdown)."""
     from sparkfleet.fleet_state import analyse, render_markdown  # noqa: PLC0415 - pandas/scipy: only when used
 
-    root = Path(args.results)
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
-    if args.tolerance <= 0:
+    if tolerance_pct <= 0:
         raise UsageError("--tolerance must be positive")
-    state = analyse(root, tolerance=args.tolerance / 100)
+    state = analyse(root, tolerance=tolerance_pct / 100)
     if not state.hosts:
         raise UsageError(f"{root}: no host directories (expected <host>/host.json or <host>/runs/)")
-    text = render_markdown(state, args.tolerance / 100)
+    text = render_markdown(state, tolerance_pct / 100)
     (root / "report").mkdir(exist_ok=True)
     (root / "report" / "fleet.md").write_text(text)
     write_json_atomic(root / "report" / "fleet.json", state.to_dict())
+    return state, text
+
+
+def write(root: Path, tolerance_pct: float) -> str:
+    """report/fleet.md and fleet.json of ``root`` (sparkfleet run after reproducibility.yml); the markdown."""
+    return analyse_and_write(root, tolerance_pct)[1]
+
+
+def run(args) -> int:
+    state, text = analyse_and_write(Path(args.results), args.tolerance)
     print(json.dumps(state.to_dict(), indent=2, default=str) if args.json else text, end="")
     # Non-zero when the fleet does not reproduce (an outlier host or missing runs): usable as a CI gate.
     return 1 if state.outside_hosts or state.missing else 0

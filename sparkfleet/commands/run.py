@@ -31,15 +31,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def wants_report(playbook: str, outcome) -> list[str]:
-    """The campaign directories to report on: after the repo's bench.yml, when some host got to its end (the
-    report stage ran for the hosts still in play), and the run was not cancelled."""
+#: What the package makes of a playbook's results tree once it has run (playbooks relative to the repo).
+AFTER = {"bench.yml": "report", "playbooks/reproducibility.yml": "fleet"}
+
+
+def after_playbook(playbook: str, outcome) -> tuple[str | None, list[str]]:
+    """(what to write: "report", "fleet" or None, the campaign directories): after the repo's bench.yml or
+    reproducibility.yml, when some host got to its end and the run was not cancelled."""
     from sparkfleet.runner import REPO
 
-    if outcome.cancelled or Path(playbook).resolve() != (REPO / "bench.yml").resolve():
-        return []
+    kind = next((k for name, k in AFTER.items() if Path(playbook).resolve() == (REPO / name).resolve()), None)
     finished = [h for h, s in (outcome.stats or {}).items() if not s.get("failed") and not s.get("unreachable")]
-    return list(outcome.campaign_dirs) if finished else []
+    if kind is None or outcome.cancelled or not finished:
+        return None, []
+    return kind, list(outcome.campaign_dirs)
 
 
 def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
@@ -51,6 +56,21 @@ def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
         return report.summarise(report.args_for(campaign_dir)).splitlines(), None
     except UsageError as exc:
         return [], str(exc)
+
+
+def write_fleet_report(campaign_dir: str, tolerance_pct: float | None) -> tuple[list[str], str | None]:
+    """`sparkfleet fleet DIR --tolerance T`, in this process (the tolerance the plans carried):
+    (report/fleet.md's lines, or [] and a one-line error)."""
+    from sparkfleet.commands import fleet
+    from sparkfleet.errors import UsageError
+    from sparkfleet.thresholds import DEFAULT_TOLERANCE
+
+    tolerance = tolerance_pct if tolerance_pct is not None else DEFAULT_TOLERANCE * 100
+    try:
+        text = fleet.write(Path(campaign_dir), tolerance)
+    except UsageError as exc:
+        return [], str(exc)
+    return text.splitlines(), None
 
 
 def run(args) -> int:
@@ -76,10 +96,14 @@ def run(args) -> int:
     try:
         outcome = run_playbook(request, feed)
         rc = outcome.rc
-        for campaign_dir in wants_report(playbook, outcome):
-            lines, error = write_report(campaign_dir)
+        kind, campaign_dirs = after_playbook(playbook, outcome)
+        for campaign_dir in campaign_dirs:
+            if kind == "fleet":
+                lines, error = write_fleet_report(campaign_dir, outcome.tolerance_pct)
+            else:
+                lines, error = write_report(campaign_dir)
             if error:
-                print(f"sparkfleet run: report: {error}", file=sys.stderr)
+                print(f"sparkfleet run: {kind}: {error}", file=sys.stderr)
                 rc = rc or 2
             else:
                 feed([progress_event("report", lines=lines)])

@@ -252,3 +252,28 @@ def test_sparkfleet_run_locally_end_to_end(tmp_path):
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
     assert [e["event"] for e in events].count("run") == 5
     assert events[-1]["event"] == "stats" and "report" not in [e["event"] for e in events]  # not bench.yml
+
+
+def test_the_reproducibility_tolerance_and_campaign_dir_come_from_the_plans_in_the_stream():
+    folder = RunnerEvents()
+    facts = {"sparkfleet_resolved_campaign": {"name": "repro"}, "sparkfleet_controller_results": "/r",
+             "sparkfleet_plan": {"runs": [], "reproducibility": {"tolerance_pct": 3.5}}}
+    _fold([{"event": "runner_on_ok", "event_data": {"host": "spark1", "task": "Hand each host its part of the plan",
+                                                    "res": {"ansible_facts": facts}}}], folder)
+    assert folder.tolerance_pct == 3.5 and folder.campaign_dirs == ["/r/repro"]
+
+
+@pytest.mark.parametrize(("playbook", "stats", "cancelled", "kind"), [
+    ("bench.yml", {"a": {"failed": 0, "unreachable": 0}}, False, "report"),
+    ("playbooks/reproducibility.yml", {"a": {"failed": 0, "unreachable": 1}, "b": {}}, False, "fleet"),
+    ("playbooks/provision.yml", {"a": {}}, False, None),
+    ("bench.yml", {"a": {"failed": 1}}, False, None),  # no host got to its end
+    ("bench.yml", {"a": {}}, True, None),  # Ctrl+C: nothing is written
+])
+def test_what_sparkfleet_run_writes_after_a_playbook(playbook, stats, cancelled, kind):
+    from sparkfleet.commands.run import after_playbook
+    from sparkfleet.runner import REPO, RunOutcome
+
+    outcome = RunOutcome(rc=0, status="successful", stdout_tail=[], campaign_dirs=["/r/c"], stats=stats,
+                         cancelled=cancelled)
+    assert after_playbook(str(REPO / playbook), outcome) == (kind, ["/r/c"] if kind else [])
