@@ -140,7 +140,9 @@ class ActionModule(ActionBase):
         hands it to the next attempt in task_vars) says how many it returned. Every result lists all runs
         finished so far, so a consumer of the results (sparkfleet run) dedupes them itself."""
         register = getattr(self._task, "register", None)
-        previous = (task_vars or {}).get(register) if register else None
+        # ansible-core 2.19: the variable's name; 2.21: {name: expression} (register projections)
+        names = list(register) if isinstance(register, dict) else [register] if isinstance(register, str) else []
+        previous = next((v for v in map((task_vars or {}).get, names) if isinstance(v, dict)), None)
         if isinstance(previous, dict) and previous.get("finished") is False and previous.get("attempts"):
             done = previous.get("done")
             return done if isinstance(done, int) and done >= 0 else 0

@@ -132,12 +132,12 @@ class _Host:
             fh.write(_line(**entry))
 
 
-def _action(host: _Host, **args):
+def _action(host: _Host, register="matrix_follow", **args):
     action = follow.ActionModule.__new__(follow.ActionModule)
     merged = {"job": {"results_file": str(host.job), "ansible_job_id": "j1"}, "ledger": str(host.ledger),
               "jobs_dir": str(host.jobs), "total": 2, "poll_interval_s": 0.05, "report_after_s": 5}
     merged.update(args)
-    action._task = SimpleNamespace(args=merged, register="matrix_follow")
+    action._task = SimpleNamespace(args=merged, register=register)
     action._low_level_execute_command = host.execute
     action._display = SimpleNamespace(display=host.shown.append)
     return action
@@ -181,18 +181,22 @@ def test_returns_when_a_run_finishes_then_with_the_jobs_result(tmp_path, no_base
     assert host.shown == ["spark1: run 1/2 ok in 2.0 s (m/native/w #1)", "spark1: run 2/2 ok in 2.0 s (m/native/w #1)"]
 
 
+# ansible-core 2.19 keeps `register:` as the name, 2.21 as {name: expression} (a register projection).
+@pytest.mark.parametrize("register", ["matrix_follow", {"matrix_follow": "_task.polymorphic_result"}])
 def test_a_first_attempt_prints_every_finished_run_whatever_an_earlier_run_of_the_task_registered(
-        tmp_path, no_base_run):
+        tmp_path, no_base_run, register):
     host = _Host(tmp_path)
     host.register_alive()
     host.job.write_text(json.dumps({"started": 1, "finished": 0}))
     host.append(**_finished("a", ts="1"))
     host.append(event="started", run_id="b")
     earlier = {"finished": True, "done": 5, "attempts": 3}  # the task's result from an earlier play
-    out = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s", "matrix_follow": earlier})
+    out = _action(host, register, report_after_s=0.2).run(task_vars={"inventory_hostname": "s",
+                                                                       "matrix_follow": earlier})
     assert out["done"] == 1 and host.shown == ["s: run 1/2 ok in 2.0 s (m/native/w #1)"]
     retry = dict(out, attempts=1)
-    again = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s", "matrix_follow": retry})
+    again = _action(host, register, report_after_s=0.2).run(task_vars={"inventory_hostname": "s",
+                                                                         "matrix_follow": retry})
     assert [e["run_id"] for e in again["sparkfleet_events"]] == ["a"]  # every finished run, every time
     assert host.shown == ["s: run 1/2 ok in 2.0 s (m/native/w #1)"]  # printed once
 
