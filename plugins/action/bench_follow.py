@@ -142,11 +142,23 @@ class ActionModule(ActionBase):
         register = getattr(self._task, "register", None)
         # ansible-core 2.19: the variable's name; 2.21: {name: expression} (register projections)
         names = list(register) if isinstance(register, dict) else [register] if isinstance(register, str) else []
-        previous = next((v for v in map((task_vars or {}).get, names) if isinstance(v, dict)), None)
+        previous = next((v for v in map(self._registered(task_vars), names) if isinstance(v, dict)), None)
         if isinstance(previous, dict) and previous.get("finished") is False and previous.get("attempts"):
             done = previous.get("done")
             return done if isinstance(done, int) and done >= 0 else 0
         return 0  # the first attempt (a value registered by an earlier run of the task is a finished one)
+
+    def _registered(self, task_vars):
+        """name -> the registered value as a dict: on 2.21 it is a lazy projection that templating resolves."""
+        def value(name):
+            found = (task_vars or {}).get(name)
+            if found is None or isinstance(found, dict):
+                return found
+            try:
+                return self._templar.template(found)
+            except Exception:  # noqa: BLE001 - not resolvable: the lines are shown again, nothing is lost
+                return None
+        return value
 
     def _show(self, task_vars, shown: int, done: list, total) -> None:
         """Print each run finished since the previous attempt, once."""

@@ -262,3 +262,21 @@ def test_a_foreground_result_from_check_mode_is_returned_as_it_is_without_touchi
     assert host.commands == 0
     with pytest.raises(AnsibleActionFail, match="give the registered result of the async bench_run task"):
         _action(host, job={"changed": False}).run(task_vars={})
+
+
+def test_on_ansible_core_2_21_the_previous_attempt_is_a_lazy_projection_that_templating_resolves(
+        tmp_path, no_base_run):
+    host = _Host(tmp_path)
+    host.register_alive()
+    host.job.write_text(json.dumps({"started": 1, "finished": 0}))
+    host.append(**_finished("a", ts="1"))
+    host.append(event="started", run_id="b")
+    previous = {"finished": False, "done": 1, "attempts": 1}
+
+    class Projection:  # stands for ansible-core 2.21's TemplateExpressionWrapper: no mapping methods
+        pass
+
+    action = _action(host, {"matrix_follow": "_task.polymorphic_result"}, report_after_s=0.2)
+    action._templar = SimpleNamespace(template=lambda value: previous if isinstance(value, Projection) else value)
+    out = action.run(task_vars={"inventory_hostname": "s", "matrix_follow": Projection()})
+    assert out["done"] == 1 and host.shown == []  # run 1 was printed by the previous attempt
