@@ -15,7 +15,7 @@
 #  3. playbooks/gpu_state.yml --check: what the GPU-state role would do, changing nothing;
 #  4. bench.yml on examples/gpu/campaign.yml: preflight facts and gates from the real GPU, provision, GPU state
 #     (read and recorded only: no control set, caches not dropped, nvidia-smi behind a read-only guard),
-#     the matrix (thermal_wait on NVML before each run, NVML telemetry), collect, report;
+#     the matrix (thermal_wait on NVML before each run, NVML telemetry), collect; then `sparkfleet report`;
 #  5. playbooks/restore.yml; a bare-vs-native summary (compare.md).
 #
 # Results go to $OUT when it is set (the device tool returns what is there), else to examples/gpu/out/:
