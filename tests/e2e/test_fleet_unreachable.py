@@ -14,17 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from playrecap import play_recap
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.docker, pytest.mark.slow]
-
-
-def _recap(stdout: str) -> dict[str, dict[str, int]]:
-    rows = {}
-    for line in stdout.split("PLAY RECAP")[-1].splitlines():
-        host, sep, rest = line.partition(" : ")
-        if sep:
-            rows[host.strip()] = {k: int(v) for k, v in (item.split("=") for item in rest.split())}
-    return rows
 
 
 def test_bench_goes_on_without_an_unreachable_host(fleet_factory, test_image, ansible_env, repo, tmp_path):
@@ -56,7 +48,7 @@ def test_bench_goes_on_without_an_unreachable_host(fleet_factory, test_image, an
     out = proc.stdout[-6000:] + proc.stderr[-3000:]
     # ansible-playbook's rc when a host was unreachable (and none failed): the run says so
     assert proc.returncode == 4, out
-    recap = _recap(proc.stdout)
+    recap = play_recap(proc.stdout)
     assert recap[gone.name]["unreachable"] == 1 and recap[gone.name]["changed"] == 0, out
     assert recap[up.name]["unreachable"] == 0 and recap[up.name]["failed"] == 0, out
 

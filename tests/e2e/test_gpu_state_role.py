@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from playrecap import play_recap
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet]
 
@@ -27,13 +27,6 @@ WANT = {
 
 def _ansible(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=180)
-
-
-def _recap(stdout: str) -> dict[str, dict[str, int]]:
-    out = {}
-    for m in re.finditer(r"^(spark\d+)\s*:\s*(.*)$", stdout, re.M):
-        out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
 
 
 def _smi(host, *args: str) -> None:
@@ -91,7 +84,7 @@ def test_apply_verify_idempotent_and_undo(fleet, ansible_env, repo, tmp_path):
 
     again = _ansible([*base, "-e", "sparkfleet_drop_caches=false", "playbooks/gpu_state.yml"], ansible_env, repo)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert {h: r["changed"] for h, r in _recap(again.stdout).items()} == {"spark1": 0, "spark2": 0}
+    assert {h: r["changed"] for h, r in play_recap(again.stdout).items()} == {"spark1": 0, "spark2": 0}
     for host in fleet.hosts:  # the original state is still the saved one
         saved = json.loads(Path(host.work_dir, "state", "gpu_state_saved.json").read_text())["saved"]
         assert saved["gpus"][0]["persistence_mode"] is False

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playrecap import play_recap
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.docker]
 
@@ -35,13 +36,6 @@ def _playbook(name: str, fleet, env, repo, *extra: str) -> subprocess.CompletedP
 
 def _offline(image: str) -> list[str]:
     return ["-e", f"sparkfleet_image={image}", "-e", "sparkfleet_image_offline=true"]
-
-
-def _recap(stdout: str) -> dict[str, dict[str, int]]:
-    out = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.M):
-        out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
 
 
 def _mounts(host, under: str | None = None) -> list[list[str]]:
@@ -117,7 +111,7 @@ def test_provision_two_hosts_chroot_idempotent_and_restore(fleet_factory, test_i
     try:
         first = _playbook("provision.yml", fleet, ansible_env, repo, *_offline(test_image))
         assert first.returncode == 0, first.stdout + first.stderr
-        assert all(r["changed"] > 0 and r["failed"] == 0 for r in _recap(first.stdout).values())
+        assert all(r["changed"] > 0 and r["failed"] == 0 for r in play_recap(first.stdout).values())
         digest = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", test_image],
                                 capture_output=True, text=True, check=True).stdout.strip()
         resolv = Path(os.path.realpath("/etc/resolv.conf")).read_text()
@@ -160,7 +154,7 @@ def test_provision_two_hosts_chroot_idempotent_and_restore(fleet_factory, test_i
 
         second = _playbook("provision.yml", fleet, ansible_env, repo, *_offline(test_image))
         assert second.returncode == 0, second.stdout + second.stderr
-        recap = _recap(second.stdout)
+        recap = play_recap(second.stdout)
         assert sorted(recap) == ["spark1", "spark2"]
         assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), second.stdout
 
@@ -169,7 +163,7 @@ def test_provision_two_hosts_chroot_idempotent_and_restore(fleet_factory, test_i
             assert _mounts(host) == []
             assert (_rootfs_dirs(host)[0] / MARKER).exists()  # restore unmounts, it does not delete
         again = _playbook("restore.yml", fleet, ansible_env, repo)
-        assert again.returncode == 0 and all(r["changed"] == 0 for r in _recap(again.stdout).values())
+        assert again.returncode == 0 and all(r["changed"] == 0 for r in play_recap(again.stdout).values())
     finally:
         _playbook("restore.yml", fleet, ansible_env, repo)
 
@@ -301,7 +295,7 @@ def test_image_archive_and_wrong_architecture(fleet_factory, test_image, ansible
         assert (rootfs / "hello.txt").read_text() == f"hello from {here}\n"
         assert f"SPARKFLEET_ARCH={here}" in json.loads((rootfs / MARKER).read_text())["env"]
         again = _playbook("provision.yml", fleet, ansible_env, repo, *args)
-        assert again.returncode == 0 and _recap(again.stdout)["spark1"]["changed"] == 0, again.stdout
+        assert again.returncode == 0 and play_recap(again.stdout)["spark1"]["changed"] == 0, again.stdout
 
         # An older digest stays until a prune is asked for.
         old = rootfs.parent / ("sha256-" + "0" * 64)

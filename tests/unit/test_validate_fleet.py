@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from playrecap import play_recap
 
 from sparkfleet import planning
 
@@ -44,15 +45,6 @@ def validate(tmp_path: Path, hosts: dict[str, dict]) -> subprocess.CompletedProc
             "-i", str(tmp_path / "inventory.yml"), "-e", f"@{tmp_path / 'campaign.yml'}",
             "-e", f"sparkfleet_results_dir={tmp_path / 'results'}"]
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-
-
-def recap(stdout: str) -> dict[str, dict[str, int]]:
-    rows = {}
-    for line in stdout.split("PLAY RECAP")[-1].splitlines():
-        host, sep, rest = line.partition(" : ")
-        if sep:
-            rows[host.strip()] = {k: int(v) for k, v in (item.split("=") for item in rest.split())}
-    return rows
 
 
 # ------------------------------------------------------------------------------------- host name (unit)
@@ -103,7 +95,7 @@ def test_an_unreachable_host_is_reported_and_the_reachable_ones_are_planned(tmp_
                       "sparkfleet_work_dir": str(tmp_path / "work" / "gone")}}
     proc = validate(tmp_path, hosts)
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-2000:]  # ansible-playbook: a host unreachable
-    rows = recap(proc.stdout)
+    rows = play_recap(proc.stdout)
     assert rows["gone"]["unreachable"] == 1 and rows["h1"]["failed"] == 0 and rows["h1"]["unreachable"] == 0
     assert "2 runs planned on h1" in proc.stdout  # the reachable host got its plan ...
     doc = json.loads((tmp_path / "results" / "c1" / "campaign.json").read_text())
@@ -120,7 +112,7 @@ def test_an_unsafe_host_name_is_refused_in_validate_before_any_host_changes(tmp_
     assert "runs planned" not in proc.stdout  # no host was handed a plan
     assert not (tmp_path / "results").exists() and not (tmp_path / "work").exists()
     assert not (tmp_path / "pwned").exists()
-    rows = recap(proc.stdout)
+    rows = play_recap(proc.stdout)
     assert all(r["changed"] == 0 for r in rows.values()) and rows[bad]["failed"] == 1 and rows["h1"]["failed"] == 1
 
 
@@ -130,4 +122,4 @@ def test_a_host_whose_check_fails_still_stops_the_whole_fleet(tmp_path):
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "h2: sparkfleet_telemetry_interval_s: must be positive, got 0" in proc.stdout
     assert "runs planned" not in proc.stdout and not (tmp_path / "results").exists()
-    assert recap(proc.stdout)["h1"]["failed"] == 1
+    assert play_recap(proc.stdout)["h1"]["failed"] == 1
