@@ -10,7 +10,7 @@
 #  1. a controller virtualenv in the work dir that sees the machine's own Python packages (torch, pandas,
 #     nvidia-ml-py, ...) and adds what is missing from wheels: ansible-core, resolvelib, cryptography, cffi,
 #     pycparser (offline, --no-index); sparkfleet from this checkout;
-#  2. playbooks/provision.yml: the native rootfs as an overlay of the host's / (native_rootfs_source=overlay),
+#  2. playbooks/provision.yml: the native rootfs as an overlay of the host's / (sparkfleet_rootfs_source=overlay),
 #     GPU driver bind mounts, probes in the chroot (nvidia-smi -L; torch.cuda.is_available());
 #  3. playbooks/gpu_state.yml --check: what the GPU-state role would do, changing nothing;
 #  4. bench.yml on examples/gpu/campaign.yml: preflight facts and gates from the real GPU, provision, GPU state

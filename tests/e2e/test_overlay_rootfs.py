@@ -1,4 +1,4 @@
-"""native_rootfs with native_rootfs_source=overlay on this machine: an overlay of a host directory as the rootfs.
+"""native_rootfs with sparkfleet_rootfs_source=overlay on this machine: an overlay of a host directory as the rootfs.
 
 playbooks/provision.yml mounts an overlay of / (the host's own userland) under a work dir, binds what a chroot
 needs, runs a probe inside; a command in the chroot then sees the host's Python, its writes stay in the upper
