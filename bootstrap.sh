@@ -42,9 +42,23 @@ make_venv() {
     "$dir/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
     touch "$dir/.installed"
   fi
-  # The checkout is the collection sparkfleet.bench: ansible.cfg finds it through this link.
-  "$dir/bin/python" -m sparkfleet.collection >/dev/null
+  # The venv lists <root> (the checkout is <root>/ansible_collections/<ns>/<name>): Ansible finds the collection
+  # on sys.path and the package imports its code by the same name.
+  local site
+  site=$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$collection_root" > "$site/sparkfleet-collection.pth"
 }
+
+# The checkout is the collection <ns>.<name> (galaxy.yml) and must sit at <root>/ansible_collections/<ns>/<name>,
+# where Ansible looks for collections (community.general's layout for a development checkout).
+ns=$(sed -n 's/^namespace: *//p' galaxy.yml)
+name=$(sed -n 's/^name: *//p' galaxy.yml)
+here=$(pwd -P)
+case "$here" in
+  */ansible_collections/"$ns"/"$name") collection_root=${here%/ansible_collections/"$ns"/"$name"} ;;
+  *) echo "error: this checkout is the Ansible collection $ns.$name and must sit at <dir>/ansible_collections/$ns/$name" \
+       "(it is at $here); clone it there: git clone <url> ansible_collections/$ns/$name" >&2; exit 2 ;;
+esac
 
 # The newest CPython >= 3.12 on this machine (Debian's, deadsnakes', or pyenv's), if any.
 newest_python() {
@@ -109,9 +123,9 @@ workers=${SPARKFLEET_TEST_WORKERS:-3}
 unit_tests_alone() {
   local tmp status=0
   tmp=$(mktemp -d)
-  mkdir "$tmp/sparkfleet"
-  git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tmp/sparkfleet"
-  (cd "$tmp/sparkfleet" && PYTHONPATH="$PWD:$PWD/plugins/module_utils" "$OLDPWD/.venv/bin/python" -m pytest -q \
+  mkdir -p "$tmp/ansible_collections/$ns/$name"
+  git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$tmp/ansible_collections/$ns/$name"
+  (cd "$tmp/ansible_collections/$ns/$name" && "$OLDPWD/.venv/bin/python" -m pytest -q \
     -p no:cacheprovider -ra -n "$workers" tests/unit) >"$tmp/log" 2>&1 || status=$?
   tail -n "$([ $status -eq 0 ] && echo 15 || echo 80)" "$tmp/log"
   if grep -iE "SKIPPED.*(not found|missing|shared|data)" "$tmp/log"; then echo "skipped for missing data" >&2; status=1; fi
@@ -122,7 +136,7 @@ unit_tests_alone() {
 if [ $# -eq 0 ]; then
   step "unit tests (ansible-core $ansible_version), in a copy of the repo alone in an empty directory" unit_tests_alone
   # --dist loadfile: a file's tests share one worker (and its fake fleets); the e2e tests mostly wait.
-  step "end-to-end tests (ansible-core $ansible_version)" .venv/bin/pytest -q -ra -n "$workers" --dist loadfile tests/e2e
+  step "end-to-end tests (ansible-core $ansible_version)" .venv/bin/pytest -q -ra -n "$workers" --dist loadfile tests/integration
 else
   step "pytest $* (ansible-core $ansible_version)" .venv/bin/pytest -q -ra -n "$workers" --dist loadfile "$@"
 fi
@@ -136,7 +150,7 @@ if [ -n "$newest" ]; then
   # the localhost pipeline end to end on the newest ansible-core too.
   if [ "$(id -u)" = 0 ]; then
     step "end-to-end smoke on ansible-core $(.venv-newest/bin/python -c 'import ansible.release as r; print(r.__version__)')" \
-      .venv-newest/bin/pytest -q tests/e2e/test_bench_local.py
+      .venv-newest/bin/pytest -q tests/integration/test_bench_local.py
   fi
 else
   echo "note: no Python >= 3.12 here; the unit tests ran on $(python3 --version) only"

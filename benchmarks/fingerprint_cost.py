@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
-from sparkfleet_host import fingerprint  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint  # noqa: E402
 
 
 def cpu_s() -> float:

@@ -94,7 +94,7 @@ def jitter_stats(lateness_s: list[float]) -> dict[str, float | None]:
 
 
 def worker_ours(sensor: str, interval: float, seconds: float, cgroup_file: str | None) -> dict[str, Any]:
-    from sparkfleet_host.telemetry import TelemetrySampler  # noqa: PLC0415
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         sampler = TelemetrySampler(
@@ -194,7 +194,9 @@ def start_container() -> tuple[str | None, str]:
 def cgroup_file_of(container_id: str | None) -> str | None:
     if not container_id:
         return None
-    from sparkfleet_host.telemetry import cgroup_memory_file_for_pid  # noqa: PLC0415
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import (
+        cgroup_memory_file_for_pid,  # noqa: PLC0415
+    )
 
     pid = subprocess.run(
         ["docker", "inspect", "-f", "{{.State.Pid}}", container_id], capture_output=True, text=True

@@ -28,7 +28,6 @@ import json
 import math
 import random
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,19 +40,11 @@ STUDY_THRESHOLD, STUDY_EXTRA_S = 45.0, 300.0
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-from sparkfleet.collection import install_collection_loader  # noqa: E402
-
-install_collection_loader()  # thermal_wait imports its module_utils by the collection's name
 gpu = importlib.import_module("ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu")
 
 
 def load_thermal_wait() -> Any:
-    spec = importlib.util.spec_from_file_location("thermal_wait_bench", REPO / "plugins/modules/thermal_wait.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("ansible_collections.sparkfleet.bench.plugins.modules.thermal_wait")
 
 
 @dataclass

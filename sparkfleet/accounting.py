@@ -28,8 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from sparkfleet_host import ledger as ledger_mod
-from sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"

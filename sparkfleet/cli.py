@@ -12,8 +12,8 @@ import importlib
 import pkgutil
 import sys
 
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import __version__, commands
-from sparkfleet.errors import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

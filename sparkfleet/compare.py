@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparkfleet.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet.stats import (
     CELL_KEYS,
     DEFAULT_LEVEL,

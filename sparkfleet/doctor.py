@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkfleet.errors import UsageError
-from sparkfleet.files import read_text
-from sparkfleet_host.settings import SETTINGS_BY_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import SETTINGS_BY_NAME
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import read_text
 
 DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (sparkfleet_host.settings)
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "~/.ssh/known_hosts")

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from sparkfleet.accounting import Accounting, account
 from sparkfleet.unpack import STAGING_PREFIXES
-from sparkfleet_host import record as contract
 
 RECORD_NAME = "record.json"
 #: Directories under a results tree that never hold run records (the report writes its own files there).

@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkfleet.collection import dev_link
-from sparkfleet.errors import UsageError
-from sparkfleet.files import check_dir, read_text, read_yaml
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (
+    setting_problems,
+    type_name,
+)
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir, read_text, read_yaml
 from sparkfleet.progress import RunnerEvents
-from sparkfleet_host.settings import setting_problems, type_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +89,7 @@ def _extra_var_args(extra_vars: list[str]) -> list[str]:
 def _check_extra_vars_file(path: Path) -> None:
     """An ``-e @FILE`` is read here first: an unreadable or malformed file, or a campaign in it that
     validation refuses, is one line naming the file (exit 2) before ansible-playbook starts."""
-    from sparkfleet.campaign import WRAPPER_KEY, resolve  # noqa: PLC0415
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import WRAPPER_KEY, resolve  # noqa: PLC0415
 
     data = read_yaml(path, "extra vars file")
     if data is None:
@@ -115,7 +117,6 @@ def runner_kwargs(request: RunRequest, private_data_dir: str) -> dict[str, Any]:
     """Keyword arguments for ``ansible_runner.run``/``run_async`` (without callbacks)."""
     if not (REPO / "ansible.cfg").is_file():
         raise UsageError(f"{REPO}/ansible.cfg not found: sparkfleet run needs the sparkfleet repo checkout")
-    dev_link(REPO)  # ansible.cfg finds the collection sparkfleet.bench through it
     # No inventory given: ansible.cfg's (inventory/local.ini, this machine), as ansible-playbook would use.
     inventory = _resolve_inventory(request.inventory or str(REPO / "inventory" / "local.ini"))
     playbook = _resolve_playbook(request.playbook)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkfleet_host.settings import SETTINGS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

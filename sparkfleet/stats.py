@@ -16,8 +16,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import (
+    KV_BUDGET_METRICS,
+    METRICS,
+    STATUSES,
+)
 from sparkfleet.thresholds import DEFAULT_ALPHA
-from sparkfleet_host.record import KV_BUDGET_METRICS, METRICS, STATUSES
 
 CELL_KEYS = ("host", "model", "environment", "workload")
 DEFAULT_CV_GATE = 0.05

@@ -17,13 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "fleet"))
 
 from fakefleet import FakeFleet  # noqa: E402
-
-from sparkfleet.collection import dev_link  # noqa: E402
-
-dev_link()  # playbooks run from the checkout find the collection sparkfleet.bench through it
 
 IS_ROOT = os.geteuid() == 0
 ROOT_REASON = ("needs root: the fake fleet creates network namespaces and veths, runs sshd and dockerd, "

@@ -102,7 +102,7 @@ export ANSIBLE_LOCAL_TEMP=$WORK/.ansible-tmp ANSIBLE_HOME=$WORK/.ansible
 export PYTHONUNBUFFERED=1
 # NVLink multicast stays off on lent machines (harmless on one GPU); the overlay chroot keeps these too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-NAME=$("$VENV/bin/python" -c 'import sys; from sparkfleet.campaign import load; print(load(sys.argv[1])["name"])' "$CAMPAIGN") \
+NAME=$("$VENV/bin/python" -c 'import sys; from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import load; print(load(sys.argv[1])["name"])' "$CAMPAIGN") \
   || die "campaign $CAMPAIGN is not valid"
 if [[ ${FRESH:-0} == 1 ]]; then rm -rf "${WORK:?}/results/$NAME" "${CTRL:?}/$NAME"; fi
 

@@ -10,12 +10,13 @@ import shlex
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, settings
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
     COLLECTION_ROOT,
     checked_args,
     marked_sections,
-    sparkfleet,
 )
 
 #: The options documented in plugins/modules/campaign_check.py (a test checks that the two agree).
@@ -63,7 +64,7 @@ def linked_outside(text: str, paths: list[str], models_dir: str) -> list[tuple[s
     answers = [body.strip().splitlines() for kind, body in sections if kind == "path"]
     if not real_dir or len(answers) != len(paths):
         return []
-    within = sparkfleet("planning").path_within
+    within = planning.path_within
     return [(p, lines[1].strip(), real_dir) for p, lines in zip(paths, answers, strict=True)
             if len(lines) > 1 and lines[0] == "yes" and not within(lines[1].strip(), real_dir)]
 
@@ -98,7 +99,6 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        planning = sparkfleet("planning")
         args = checked_args(ARGUMENT_SPEC, self._task.args)
         host = str(task_vars.get("inventory_hostname"))
         try:

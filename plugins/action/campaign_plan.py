@@ -10,7 +10,9 @@ import sys
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ANSIBLE_VERSION
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args, sparkfleet
+
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args
 
 #: The options documented in plugins/modules/campaign_plan.py (a test checks that the two agree).
 ARGUMENT_SPEC = {
@@ -27,7 +29,6 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        planning = sparkfleet("planning")
         if not self._task.run_once:
             raise AnsibleActionFail("plans the whole fleet at once: run it with run_once: true")
         args = checked_args(ARGUMENT_SPEC, self._task.args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import UnpackError, unpack_host_archive
 

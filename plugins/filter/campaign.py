@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import COLLECTION_ROOT, sparkfleet
+
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import COLLECTION_ROOT
 
 
 def default_campaign(group_names, kind="campaign"):
     """The campaign a host gets when none is given (kind ``campaign``: the study's matrix for the ``sparks``
     group, the sanity campaign otherwise; kind ``reference``: the reproducibility check's), from the
     collection's own inventory/group_vars, so that an inventory kept elsewhere gets the same defaults."""
-    planning = sparkfleet("planning")
     try:
         return planning.default_campaign(group_names, kind, COLLECTION_ROOT)
     except planning.CampaignError as exc:

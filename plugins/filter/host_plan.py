@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import sparkfleet
+
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 
 
 def host_plan(variables, host):
     """``sparkfleet_plan`` of ``host`` from its ``sparkfleet_*`` variables (name -> value): paths and knobs
     grouped as validate.yml's plan carries them, no runs; fails naming each bad variable."""
-    planning = sparkfleet("planning")
     if not isinstance(variables, dict):
         raise AnsibleFilterError(f"host_plan: the variables must be a mapping, got {type(variables).__name__}")
     try:

@@ -248,6 +248,7 @@ sparkfleet_events:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.matrix_run import (
     JobStopped,
     MatrixError,

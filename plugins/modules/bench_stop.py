@@ -85,6 +85,7 @@ stopped:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import list_jobs, stop_job  # noqa: E402
 
 

@@ -217,6 +217,7 @@ import stat  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
     CUDA_COMPAT_CONF,
     DEFAULT_DRIVER_LIB_EXCLUDES,

@@ -130,6 +130,7 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import trtllm_cli
 
 

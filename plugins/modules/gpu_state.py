@@ -208,6 +208,7 @@ from collections.abc import Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (  # noqa: E402
     GpuSensorError,
     find_nvidia_smi,

@@ -76,6 +76,7 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import hostinfo  # noqa: E402
 
 TIMEOUT_S = 20

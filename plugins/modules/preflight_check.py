@@ -176,6 +176,7 @@ import os  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import (  # noqa: E402
     LIMIT_DEFAULTS,
     Command,

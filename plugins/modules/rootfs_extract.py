@@ -193,6 +193,7 @@ import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
     IMAGE_CONFIG_KEYS,
     MARKER,

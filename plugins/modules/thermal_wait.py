@@ -243,6 +243,7 @@ import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (  # noqa: E402
     GpuSensor,
     GpuSensorError,

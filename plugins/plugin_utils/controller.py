@@ -1,13 +1,12 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
-"""What the collection's controller-side plugins share: importing the sparkfleet package, checking arguments."""
+"""What the collection's controller-side plugins share: splitting a host command's output, checking arguments."""
 
 from __future__ import annotations
 
-import importlib
 import os
 
-from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 #: The collection's root (its inventory/group_vars hold the default campaigns).
@@ -24,15 +23,6 @@ def marked_sections(text: str, mark: str) -> list[tuple[str, str]]:
         elif sections:
             sections[-1] = (sections[-1][0], sections[-1][1] + line + "\n")
     return sections
-
-
-def sparkfleet(module: str):
-    """``sparkfleet.<module>``, or an error that says how to run ansible with a Python that has it."""
-    try:
-        return importlib.import_module(f"sparkfleet.{module}")
-    except ImportError as exc:  # the controller runs ansible from a Python without sparkfleet installed
-        raise AnsibleError(f"sparkfleet is not importable by the Python running ansible ({exc}); "
-                           "run ansible-playbook from the project's virtualenv (./bootstrap.sh bench)") from None
 
 
 def checked_args(spec: dict, args: dict) -> dict:

@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir
 from sparkfleet.argtypes import finite_float
-from sparkfleet.errors import UsageError
-from sparkfleet.files import check_dir
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD, MATCH_MODES
 
 # Analysis modules (pandas, scipy) load inside run() so that building the CLI parser stays fast.

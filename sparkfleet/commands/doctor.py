@@ -25,8 +25,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
     from sparkfleet.doctor import Limits, check_fleet, load_targets, render_table
-    from sparkfleet.errors import UsageError
 
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")

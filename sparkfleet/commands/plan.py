@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from sparkfleet.campaign import load, plan
-from sparkfleet.errors import UsageError
-from sparkfleet_host import runexec, settings, trtllm_cli
-from sparkfleet_host.chroot import MARKER
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, settings, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import MARKER
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import load, plan
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 
 HOST = "HOST"
 ENTRYPOINT = "<image-entrypoint>"  # the image's Entrypoint, recorded in the rootfs marker on the host

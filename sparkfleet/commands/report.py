@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from sparkfleet.errors import UsageError
-from sparkfleet.files import check_dir
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 # pandas, scipy and matplotlib load inside run(): building the CLI parser must stay fast for every

@@ -49,8 +49,8 @@ def after_playbook(playbook: str, outcome) -> tuple[str | None, list[str]]:
 
 def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
     """`sparkfleet report DIR`, in this process: (its terminal summary's lines, or [] and a one-line error)."""
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
     from sparkfleet.commands import report
-    from sparkfleet.errors import UsageError
 
     try:
         return report.summarise(report.args_for(campaign_dir)).splitlines(), None
@@ -61,8 +61,8 @@ def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
 def write_fleet_report(campaign_dir: str, tolerance_pct: float | None) -> tuple[list[str], str | None]:
     """`sparkfleet fleet DIR --tolerance T`, in this process (the tolerance the plans carried):
     (report/fleet.md's lines, or [] and a one-line error)."""
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
     from sparkfleet.commands import fleet
-    from sparkfleet.errors import UsageError
     from sparkfleet.thresholds import DEFAULT_TOLERANCE
 
     tolerance = tolerance_pct if tolerance_pct is not None else DEFAULT_TOLERANCE * 100

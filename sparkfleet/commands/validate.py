@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sparkfleet.files import read_json
-from sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import read_json
 
 
 def register(sub) -> None:

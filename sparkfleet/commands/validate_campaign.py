@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from sparkfleet import estimate
-from sparkfleet.campaign import CampaignError, load, plan
-from sparkfleet.planning import model_path_problems, pathless_trtllm_models
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, load, plan
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.planning import (
+    model_path_problems,
+    pathless_trtllm_models,
+)
 
 
 def register(sub) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import compare, reproducibility, stats, thresholds
 from sparkfleet.accounting import Accounting
-from sparkfleet.errors import UsageError
 from sparkfleet.load import LoadProblem, LoadResult, load_runs
 from sparkfleet.report.host_facts import facts_for_runs
 

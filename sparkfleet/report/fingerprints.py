@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparkfleet_host import fingerprint as fp_mod
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint as fp_mod
 
 Cell = tuple[str, str, str]  # (model, workload, environment)
 #: Records read per cell for its fingerprint (the richest of them is kept): runs of one cell run one image.

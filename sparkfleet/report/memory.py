@@ -20,10 +20,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.trtllm_memory import (
+    kv_source_kind,
+)
 from sparkfleet import compare, stats
 from sparkfleet.report.types import MemoryStudy, Verdict, VerdictLine
 from sparkfleet.report.wording import pct, words
-from sparkfleet_host.parsers.trtllm_memory import kv_source_kind
 
 #: The parts of device_total, bottom to top in the figure.
 PARTS = ("model_gib", "page_cache_gib", "cgroup_gib", "unexplained_gib", "kv_gib", "reserve_gib")

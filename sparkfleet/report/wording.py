@@ -3,7 +3,7 @@ relative change as the verdicts and the memory lines print them."""
 
 from __future__ import annotations
 
-from sparkfleet_host.record import METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 
 WORDS = {
     "output_tok_s": "output throughput",

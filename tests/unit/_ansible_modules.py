@@ -1,8 +1,7 @@
 """Load and run the modules under plugins/ in-process, as Ansible would on a target.
 
-The modules import their module_utils as ``ansible_collections.sparkfleet.bench.plugins.module_utils...``:
-ansible-core's collection loader, installed here on the checkout's development link, resolves those names
-as AnsiballZ's bundle does on a host.
+The modules and their module_utils are plain Python under ``ansible_collections.sparkfleet.bench`` (the
+checkout sits in an ansible_collections tree on sys.path), imported by that name as AnsiballZ's bundle does.
 """
 
 from __future__ import annotations
@@ -11,23 +10,16 @@ import contextlib
 import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ansible.module_utils.testing import patch_module_args
 
-from sparkfleet.collection import install_collection_loader
-
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
 STANDINS = REPO / "tests" / "fleet" / "standins"
 
-install_collection_loader(REPO)
-
-#: The name the modules import their module_utils by (the collection's), not the controller's ``sparkfleet_host``:
-#: a module's classes and a test's must be the same objects.
 HOST_UTILS = "ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host"
 
 
@@ -39,14 +31,8 @@ sparkfleet_gpu = host_util("gpu")
 
 
 def load_module(name: str) -> ModuleType:
-    """Import plugins/modules/<name>.py afresh (a new module object, so monkeypatches do not leak)."""
-    path = PLUGINS / "modules" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"sparkfleet_plugin_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """plugins/modules/<name>.py, imported by its collection name."""
+    return importlib.import_module(f"ansible_collections.sparkfleet.bench.plugins.modules.{name}")
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ def test_paths_resolve_to_the_repo(tmp_path, from_elsewhere):
         env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
         cwd = tmp_path
     values = _config_dump(cwd, env)
-    assert str(REPO / ".collections") in values["COLLECTIONS_PATHS"]
+    assert str(REPO.parents[2]) in values["COLLECTIONS_PATHS"]  # <root> of <root>/ansible_collections/ns/name
     assert str(REPO / "inventory/local.ini") in values["DEFAULT_HOST_LIST"]
     assert values["HOST_KEY_CHECKING"] == "True"
 

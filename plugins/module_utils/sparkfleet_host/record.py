@@ -4,8 +4,8 @@ A run record is one JSON object per run (``record.json``). Its definition is thi
 
 * :class:`RunRecord` is the record as a type: each field with its JSON type(s), whether a reader may rely on
   it being present, and what it means. The JSON Schema (``docs/record.schema.json``) is *generated* from it
-  (:func:`json_schema`; ``python -m sparkfleet_host.record > docs/record.schema.json``) and a test checks the
-  two agree, so there is nothing to keep in step by hand.
+  (:func:`json_schema`; run this file as a module of ``ansible_collections.sparkfleet.bench``) and a test checks
+  the two agree, so there is nothing to keep in step by hand.
 * :func:`new_record` is the one builder: identity in, ``run_id`` computed, every other field defaulted.
 * :func:`validate` says what is wrong with a record (empty list: it honours the contract); :func:`sealed` is
   what a producer writes: the record as built when it is valid, else the same run as ``failed`` with a

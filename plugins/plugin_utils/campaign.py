@@ -1,0 +1,356 @@
+"""Campaign definition: strict validation with errors that name the field, presets, and the run plan.
+
+A campaign is a mapping (YAML) — either bare or under a ``sparkfleet_campaign`` key, so the same file
+works with ``sparkfleet validate campaign.yml`` and ``ansible-playbook bench.yml -e @campaign.yml``.
+Validation runs on the controller before any host is touched; the plan it returns is what every host
+executes, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id, slug
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import FileProblem, read_yaml
+
+WRAPPER_KEY = "sparkfleet_campaign"
+
+# The campaign's fields, presets and cooldown are defined once, in sparkfleet_host.settings (the hosts check
+# the same rules).
+COOLDOWN_DEFAULTS = settings.defaults(settings.COOLDOWN_FIELDS)
+
+
+class CampaignError(UsageError):
+    """Every problem found, each naming its field: `campaign.models[1].name: ...`."""
+
+    def __init__(self, problems: list[str], source: str = "campaign"):
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems) if len(problems) == 1 else
+                         f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run as the host executes it: identity, place in the order, and its full launch spec (model,
+    environment with its resolved docker flags, workload, timeout, cooldown)."""
+
+    run_id: str
+    order_index: int
+    model: dict[str, Any]
+    environment: dict[str, Any]
+    workload: dict[str, Any]
+    iteration: int
+    warmup: bool
+    timeout_s: float = 3600
+    cooldown: dict[str, Any] = field(default_factory=lambda: dict(COOLDOWN_DEFAULTS))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "order_index": self.order_index, "model": self.model,
+                "environment": self.environment, "workload": self.workload, "iteration": self.iteration,
+                "warmup": self.warmup, "timeout_s": self.timeout_s, "cooldown": self.cooldown}
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a campaign file; returns the resolved campaign. Any unreadable file is a one-line
+    UsageError naming it (see sparkfleet.files)."""
+    try:
+        data = read_yaml(path, "campaign")
+    except FileProblem as exc:
+        raise CampaignError([exc.problem], exc.path) from None
+    return resolve(data, source=str(path))
+
+
+def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
+    """Validate a campaign mapping and fill in defaults and presets. Raises CampaignError."""
+    if isinstance(data, dict) and set(data) == {WRAPPER_KEY}:
+        data = data[WRAPPER_KEY]
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise CampaignError([f"campaign must be a mapping, got {_tname(data)}"], source)
+    data = memstudy.apply_preset(data)  # `preset: memory-study`: the preset's keys under the campaign's own
+    # The matrix size from the lists' lengths, before any entry is checked or expanded: a campaign of millions
+    # of runs is refused at once (sparkfleet.estimate), with the top-level fields' own problems.
+    cap = _checked(data, "max_runs")
+    raw = estimate.raw_count(data, _checked(data, "iterations"), _checked(data, "warmup_runs"))
+    if raw > cap:
+        settings.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
+                               settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+        raise CampaignError(problems + [f"campaign.max_runs: {estimate.too_many(raw, cap)}"], source)
+    nested = {"models", "environments", "workloads", "cooldown", "image_build"}
+    # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
+    settings.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
+                           settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+    problems += [f"campaign.{f.name}: required" for f in settings.CAMPAIGN_FIELDS if f.required and f.name not in data]
+    out: dict[str, Any] = {f.name: data.get(f.name, f.default) for f in settings.CAMPAIGN_FIELDS
+                           if f.resolved and f.name not in nested}
+    out["name"] = data.get("name", "")
+    if isinstance(out["name"], str) and out["name"] and slug(out["name"], 80) != out["name"]:
+        problems.append(f"campaign.name: {out['name']!r} must use only letters, digits, '.', '_' and '-'")
+    out["models"] = _models(data.get("models"), problems)
+    # A/A twins and the memory-state factors (sparkfleet.memstudy): more environments and workloads, nothing else
+    twins = memstudy.twin_environments(data.get("environments"), _checked(data, "aa"), problems)
+    out["environments"] = memstudy.mark_aa(_environments(twins, problems))
+    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems), _checked(data, "factors"),
+                                              problems)
+    for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
+        if data.get(key) not in (None, False):
+            out[key] = data[key]
+    out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
+    out["image_build"] = _image_build(data.get("image_build"), problems)
+    if isinstance(out.get("image"), str) and out["image"].startswith(settings.OVERLAY_IMAGE_PREFIX) and any(
+            e["kind"] == "container" for e in out["environments"]):
+        problems.append(f"campaign.image: {out['image']!r} is an overlay of a host directory, not an image: a "
+                        "container environment needs an image Docker can run")
+    if not problems and estimate.count_runs(out) > cap:  # the twins and factors counted in
+        problems.append(f"campaign.max_runs: {estimate.too_many(estimate.count_runs(out), cap)}")
+    if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
+        problem = settings.find_non_finite(data, "campaign")
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise CampaignError(problems, source)
+    out["config_hash"] = config_hash(out)
+    return out
+
+
+def _checked(data: dict[str, Any], name: str) -> Any:
+    """The field's value when it passed its check (already reported otherwise), else its default: what builds
+    on a field never sees a value its definition refuses."""
+    f = next(f for f in settings.CAMPAIGN_FIELDS if f.name == name)
+    value = data.get(name, f.default)
+    return value if settings.field_problem(f, value) is None else f.default
+
+
+def config_hash(campaign: dict[str, Any]) -> str:
+    body = {k: v for k, v in campaign.items() if k != "config_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_tname = settings.type_name
+
+
+def _list_of(value: Any, where: str, problems: list[str]) -> list:
+    if not isinstance(value, list):  # None (missing: reported as required) or a wrong type (reported)
+        return []
+    if not value:
+        problems.append(f"{where}: empty: the matrix would have no runs")
+    return value
+
+
+def _unique_names(items: list[dict], where: str, problems: list[str]) -> None:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        name = item.get("name")
+        if name in seen:
+            problems.append(f"{where}[{i}].name: duplicate name {name!r}")
+        seen.add(name)
+
+
+def _confusable(value: Any, where: str, problems: list[str]) -> None:
+    """Names a reader cannot tell apart (case, spaces, invisible characters) are one name spelled twice:
+    refused naming both spellings. A bare string entry is its name."""
+    if isinstance(value, list):
+        names = [(f"{where}[{i}].name", item if isinstance(item, str) else item.get("name"))
+                 for i, item in enumerate(value) if isinstance(item, (str, dict))]
+        problems += settings.confusable_names(names)
+
+
+def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"{where}.name: required, a non-empty string")
+        return False
+    if "\n" in name or "\x00" in name or len(name) > 200:
+        problems.append(f"{where}.name: {name!r} contains a newline/NUL or is longer than 200 characters")
+        return False
+    problem = settings.name_problem(name)
+    if problem:  # refused; the name stays in the list so that a near twin is named too (both spellings)
+        problems.append(f"{where}.name: {problem}")
+    return True
+
+
+def _check(item: dict, fields, where: str, problems: list[str]) -> None:
+    """Types, ranges and unknown keys from the field table; `name` is checked by _name_ok."""
+    settings.check_mapping({k: v for k, v in item.items() if k != "name"}, fields, where, problems,
+                           required=False)
+    if "name" not in {f.name for f in fields}:
+        return
+
+
+def _models(value: Any, problems: list[str]) -> list[dict]:
+    out = []
+    for i, item in enumerate(_list_of(value, "campaign.models", problems)):
+        where = f"campaign.models[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
+            continue
+        before = len(problems)
+        _check(item, settings.MODEL_FIELDS, where, problems)
+        path = item.get("path")
+        if isinstance(path, str) and path and not path.startswith("/") and len(problems) > before:
+            problems[before:] = [p for p in problems[before:] if not p.startswith(f"{where}.path:")]
+            problems.append(f"{where}.path: must be absolute (a path on the hosts), got {path!r}")
+        if _name_ok(item.get("name"), where, problems):
+            out.append({"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")})
+    _unique_names(out, "campaign.models", problems)
+    _confusable(value, "campaign.models", problems)
+    return out
+
+
+def _environments(value: Any, problems: list[str]) -> list[dict]:
+    out = []
+    for i, item in enumerate(_list_of(value, "campaign.environments", problems)):
+        where = f"campaign.environments[{i}]"
+        if isinstance(item, str):
+            item = {"name": item, **({"kind": item} if item in settings.ENVIRONMENT_KINDS else {})}
+        if not isinstance(item, dict):
+            problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
+            continue
+        if not _name_ok(item.get("name"), where, problems):
+            continue
+        kind = item.get("kind", memstudy.environment_kind(item))
+        if kind is None:  # never guessed: `Native` is not `native`, and not a container either
+            problems.append(f"{where}: {_kind_unknown(item['name'])}")
+            continue
+        before = len(problems)
+        _check({**item, "kind": kind}, settings.ENVIRONMENT_FIELDS, where, problems)
+        if any(p.startswith(f"{where}.kind:") for p in problems[before:]):
+            continue
+        if kind != "container" and "docker_flags" in item:
+            problems.append(f"{where}.docker_flags: only a container environment takes docker flags")
+        out.append({"name": item["name"], "kind": kind, "docker_flags": item.get("docker_flags"),
+                    "variant": item.get("variant")})
+    _unique_names(out, "campaign.environments", problems)
+    _confusable(value, "campaign.environments", problems)
+    return out
+
+
+def _kind_unknown(name: str) -> str:
+    near = [k for k in settings.ENVIRONMENT_KINDS if settings.name_key(name) == k]
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (f"{name!r} is not an environment kind ({', '.join(settings.ENVIRONMENT_KINDS)}) and declares no kind: "
+            f"write {{name: {name!r}, kind: <one of them>}}{hint}")
+
+
+def _workloads(value: Any, problems: list[str]) -> list[dict]:
+    out = []
+    for i, item in enumerate(_list_of(value, "campaign.workloads", problems)):
+        where = f"campaign.workloads[{i}]"
+        if isinstance(item, str):
+            item = {"name": item, "preset": item}
+        if not isinstance(item, dict):
+            problems.append(f"{where}: must be a mapping or a preset name, got {_tname(item)}")
+            continue
+        before = len(problems)
+        _check(item, settings.WORKLOAD_FIELDS, where, problems)
+        if not _name_ok(item.get("name", item.get("preset")), where, problems):
+            continue
+        preset_name = item.get("preset", item["name"] if item.get("name") in settings.WORKLOAD_PRESETS else None)
+        if preset_name is not None and not isinstance(preset_name, str):
+            continue  # its type is already reported
+        if preset_name is not None and preset_name not in settings.WORKLOAD_PRESETS:
+            problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
+                            f"{', '.join(settings.WORKLOAD_PRESETS)})")
+            continue
+        preset_engine = settings.WORKLOAD_PRESETS.get(preset_name or "", {}).get("engine")
+        if "preset" not in item and preset_engine is not None and item.get("engine", preset_engine) != preset_engine:
+            # Named like a preset, another engine: the preset's parameters would be inherited unasked. (An explicit
+            # `preset:` with another engine is asked for: e.g. hf-generate in T1's shape.)
+            problems.append(f"{where}.engine: {item['engine']!r}, but the workload is named like the preset "
+                            f"{preset_name!r}, whose engine is {preset_engine!r} (its parameters would be inherited): "
+                            f"give the workload another name, or write preset: {preset_name} to inherit them")
+            continue
+        resolved = {**settings.WORKLOAD_PRESETS.get(preset_name or "", {}),
+                    **{k: v for k, v in item.items() if k != "preset"}}
+        resolved.setdefault("name", preset_name)
+        engine = resolved.get("engine")
+        if engine not in settings.ENGINES:
+            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(settings.ENGINES)}")
+            continue
+        if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
+            problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
+        if len(problems) == before:
+            out.append(resolved)
+    _unique_names(out, "campaign.workloads", problems)
+    _confusable(value, "campaign.workloads", problems)
+    return out
+
+
+def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):  # reported with the campaign's fields
+        return dict(COOLDOWN_DEFAULTS)
+    where = "campaign.cooldown"
+    problems += [f"{where}.{k}: unknown key (known: {', '.join(sorted(settings.COOLDOWN_BY_NAME))})"
+                 for k in value if k not in settings.COOLDOWN_BY_NAME]
+    problems += settings.cooldown_problems(value, where)
+    return {**COOLDOWN_DEFAULTS, **{k: v for k, v in value.items() if k in settings.COOLDOWN_BY_NAME}}
+
+
+def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
+    """Optional: build `image` on the host itself (debootstrap + docker import) when it is absent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):  # reported with the campaign's fields
+        return None
+    settings.check_mapping(value, settings.IMAGE_BUILD_FIELDS, "campaign.image_build", problems)
+    return {**settings.defaults(settings.IMAGE_BUILD_FIELDS), **value}
+
+
+def launch_environment(environment: dict[str, Any], host_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The environment as the host launches it: a container's ``docker_flags`` resolved (its own, else those of
+    the variant it names, else of ``sparkfleet_docker_variant``, from the host's ``sparkfleet_docker_*``
+    settings); other kinds unchanged. ValueError for a variant the host does not define."""
+    if environment.get("kind") != "container":
+        return environment
+    return {**environment, "docker_flags": settings.resolve_docker_flags(environment, host_settings or {})}
+
+
+def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | None = None) -> list[PlannedRun]:
+    """The host's runs in execution order, each with its full launch spec: model, environment (a container's
+    docker flags resolved from ``host_settings``, the host's ``sparkfleet_*`` variables), workload, timeout and
+    cooldown. Resolved once, here, on the controller; the roles pass the plan to bench_run as it is.
+
+    Warm-up runs (iteration 0, 1-based negatives) come first per cell.
+
+    interleaved: iteration-major; within an iteration the environments alternate fastest, then models,
+    and the environment order flips every iteration — slow drift hits every cell alike.
+    randomized: a seeded shuffle of the whole matrix (warm-ups kept first). sequential: the study's order
+    (model, then environment, then all iterations).
+    """
+    models, envs, loads = campaign["models"], campaign["environments"], campaign["workloads"]
+    n_iter, n_warm = campaign["iterations"], campaign["warmup_runs"]
+    cells = [(m, e, w) for m in models for w in loads for e in envs]
+    warm = [(m, e, w, -k, True) for k in range(n_warm, 0, -1) for (m, e, w) in cells]
+    if campaign["order"] == "sequential":
+        measured = [(m, e, w, i, False) for m in models for e in envs for w in loads for i in range(1, n_iter + 1)]
+    elif campaign["order"] == "randomized":
+        measured = [(m, e, w, i, False) for (m, e, w) in cells for i in range(1, n_iter + 1)]
+        random.Random(campaign["seed"]).shuffle(measured)  # same order on every host: comparable
+    else:
+        measured = []
+        for i in range(1, n_iter + 1):
+            env_order = envs if i % 2 else list(reversed(envs))
+            measured += [(m, e, w, i, False) for w in loads for m in models for e in env_order]
+    launch, problems = {}, []
+    for index, env in enumerate(envs):
+        try:
+            launch[env["name"]] = launch_environment(env, host_settings)
+        except ValueError as exc:
+            problems.append(f"campaign.environments[{index}].variant: on {host}: {exc}")
+    if problems:
+        raise CampaignError(problems, "sparkfleet_campaign")
+    timeout_s, cooldown = campaign["timeout_s"], campaign["cooldown"]
+    runs = []
+    for index, (m, e, w, i, is_warm) in enumerate(warm + measured):
+        rid = run_id(campaign["name"], host, m["name"], e["name"], w["name"], i)
+        runs.append(PlannedRun(rid, index, m, launch[e["name"]], w, i, is_warm, timeout_s, cooldown))
+    return runs
