@@ -9,10 +9,10 @@ import sys
 import tarfile
 
 import pytest
+import testimage
 from _ansible_modules import load_module, run_module
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, trtllm_cli
-import testimage
 
 MODEL = {"name": "llama", "hf_id": "meta-llama/Llama-3.1-8B", "path": "/models/meta-llama/Llama-3.1-8B"}
 T4 = {"name": "T4", "engine": "trtllm", "mode": "throughput", "batch": 4, "input_len": 512, "output_len": 128}
