@@ -9,17 +9,41 @@ fixed seed, so any CUDA host can run an LLM workload without a checkpoint.
 Method (the study's): synthetic prompts of exactly ``--input-len`` seeded random tokens, ``--batch`` of
 them at once; greedy generation of exactly ``--output-len`` new tokens (EOS disabled, KV cache on);
 ``--warmup`` unmeasured iterations, then ``--iterations`` measured ones, each timed with the device
-synchronised. TTFT is a prefill-only call (``generate`` with one new token) timed separately in every
-iteration; TPOT = (mean latency - mean TTFT) / (output_len - 1). Prints a stable block that
-``sparkfleet_host.parsers.hf_generate`` reads, plus the ``[sparkfleet-probe]`` lines of matmul.py.
+synchronised. An iteration is ``generations_per_iteration`` back-to-back generations (enough for
+``--min-decode-tokens`` decode tokens; one on a CPU), its line the mean of them; TPOT = (mean latency -
+mean TTFT) / (output_len - 1), decode_tok_s = batch / TPOT.
+
+Two decoders (``--decoder``):
+
+* ``graph`` (default), the way gpt-fast-style decoders run: the model built on the device in its dtype,
+  a static KV cache (transformers' ``StaticCache``), the prompt prefilled once (TTFT: prefill + first
+  token), then the one-token decode step (forward, greedy argmax, next input and positions advanced, all
+  on the device) captured ONCE in a CUDA graph after a warm-up on a side stream and replayed per token;
+  the tokens stay on the device until the generation ends. The GPU, not the Python loop, sets the pace
+  (``launch_bound: no``). On CUDA the step goes through ``torch.compile`` first (``--compile auto``:
+  Inductor's fused kernels, fewer and larger launches inside the graph; measured on an H100 with the
+  llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled); where compiling fails the eager step is
+  captured instead, and said so. Without CUDA, or where the capture fails (named in
+  ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
+  (``decode_path: eager-static``). Compiling, capturing and checking take seconds to a minute per process
+  (``decoder_setup_s``), before and outside the measured iterations.
+* ``generate``: transformers' own ``generate`` (what many users run; dynamic cache); TTFT is a separate
+  one-new-token ``generate`` call. One Python step and its kernel launches per token: on a fast GPU it
+  measures the host, not the GPU (``launch_bound: yes``).
+
+Prints a stable block that ``sparkfleet_host.parsers.hf_generate`` reads, plus the ``[sparkfleet-probe]``
+lines of matmul.py.
 
     python3 hf_generate.py --model NAME_OR_PATH [--batch 1] [--input-len 128] [--output-len 128]
                            [--warmup 2] [--iterations 10] [--dtype auto] [--device auto]
+                           [--decoder graph|generate] [--min-decode-tokens N] [--compile auto|on|off]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import math
 import os
@@ -33,6 +57,12 @@ BEGIN = "=== sparkfleet hf-generate ==="
 END = "=== end sparkfleet hf-generate ==="
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
+DECODERS = ("graph", "generate")
+#: Decode tokens (batch x (output_len - 1)) each measured iteration covers at least, on CUDA, by default: a
+#: T1 generation (32 new tokens) alone is a few tens of milliseconds of graph replays.
+MIN_DECODE_TOKENS_CUDA = 512
+WARM_STEPS = 3  # eager decode steps on a side stream before the capture
+CHECK_TOKENS = 64  # tokens of the graph's first generation compared with the eager loop's
 SEED = 0
 GIB = float(2**30)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling module, copied with the scripts
@@ -156,9 +186,17 @@ def dtype_kwarg(transformers: Any) -> str:
 def load_model(torch: Any, transformers: Any, ref: str, dtype: Any, device: Any) -> tuple[Any, str]:
     """(model in eval mode on ``device`` in ``dtype``, 'path' or 'preset')."""
     if is_local_model(ref):
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            ref, local_files_only=True, **{dtype_kwarg(transformers): dtype}
-        )
+        kwargs = {"local_files_only": True, dtype_kwarg(transformers): dtype}
+        model = None
+        if device.type == "cuda":
+            # Straight onto the GPU where this transformers can (device_map; older ones need accelerate for
+            # it): no full copy of the weights in host memory first. Else the CPU load and a copy below.
+            try:
+                model = transformers.AutoModelForCausalLM.from_pretrained(ref, device_map=str(device), **kwargs)
+            except (ImportError, ValueError, TypeError, RuntimeError):
+                model = None
+        if model is None:
+            model = transformers.AutoModelForCausalLM.from_pretrained(ref, **kwargs)
         source = "path"
     elif ref in PRESETS:
         class_name, kwargs = PRESETS[ref]
@@ -296,6 +334,237 @@ class Bench:
         return latency, ttft, self.new_tokens(out), out
 
 
+class GenerateDecoder:
+    """``--decoder generate``: transformers' ``generate``, a Python step and its launches per token."""
+
+    name = "generate"
+    path = "generate"
+    launch_bound = "yes"
+    kv_cache_kind = "dynamic"
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.reason = "transformers' generate: one Python step and its kernel launches per token"
+        self.check = "n/a"
+        self.last: Any = None
+
+    def generation(self) -> tuple[float, float, int]:
+        latency, ttft, tokens, self.last = self.bench.iteration()
+        return latency, ttft, tokens
+
+    def cache(self) -> Any:
+        return getattr(self.last, "past_key_values", None)
+
+
+def forward_parameters(model: Any) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def make_static_cache(transformers: Any, model: Any, batch: int, length: int, device: Any, dtype: Any) -> Any:
+    """transformers' ``StaticCache`` for ``batch`` sequences of ``length`` tokens, across its constructors:
+    4.38-4.5x take (config, max_batch_size | batch_size, max_cache_len, device, dtype) and allocate at once;
+    4.56+/5.x take (config, max_cache_len) and allocate on the first update (the prefill)."""
+    cls = getattr(transformers, "StaticCache", None)
+    if cls is None:
+        raise SetupError(f"transformers {transformers.__version__} has no StaticCache, which the graph decoder "
+                         "needs (transformers >= 4.38); use --decoder generate")
+    try:
+        params = set(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):
+        params = set()
+    kwargs: dict[str, Any] = {"config": model.config, "max_cache_len": length}
+    for name in ("max_batch_size", "batch_size"):
+        if name in params:
+            kwargs[name] = batch
+            break
+    if "device" in params:
+        kwargs["device"] = device
+    if "dtype" in params:
+        kwargs["dtype"] = dtype
+    return cls(**kwargs)
+
+
+class GraphDecoder:
+    """``--decoder graph``: static KV cache, prefill once, the one-token decode step captured once in a CUDA
+    graph and replayed per token; greedy argmax on the device, tokens copied to the host once per generation.
+
+    The step's state lives in static device tensors that the step itself advances (next input token,
+    position ids, cache position where the model takes one, the output slot), so a replay needs nothing
+    from the host. The cache holds input_len + output_len - 1 tokens (the last token is never fed back).
+    """
+
+    name = "graph"
+    kv_cache_kind = "static"
+
+    def __init__(self, torch: Any, transformers: Any, model: Any, device: Any, dtype: Any,
+                 args: argparse.Namespace, prompt: Any) -> None:
+        self.torch, self.model, self.device = torch, model, device
+        self.batch, self.input_len, self.output_len = args.batch, args.input_len, args.output_len
+        self.static = make_static_cache(transformers, model, self.batch, self.input_len + self.output_len - 1,
+                                        device, dtype)
+        params = forward_parameters(model)
+        self.cache_position = "cache_position" in params  # 4.38-5.x early; later caches count for themselves
+        self.keep: dict[str, Any] = {}
+        for name in ("logits_to_keep", "num_logits_to_keep"):
+            if name in params:
+                self.keep = {name: 1}
+                break
+        with torch.inference_mode():
+            self.prompt = prompt
+            positions = torch.arange(self.input_len, dtype=torch.long, device=device)
+            self.prompt_cpos = positions
+            self.prompt_pos = positions.unsqueeze(0).expand(self.batch, -1)
+            self.ids = torch.zeros((self.batch, 1), dtype=torch.long, device=device)
+            self.pos = torch.zeros((self.batch, 1), dtype=torch.long, device=device)
+            self.cpos = torch.zeros((1,), dtype=torch.long, device=device)
+            self.slot = torch.zeros((1,), dtype=torch.long, device=device)
+            self.tokens = torch.zeros((self.batch, self.output_len), dtype=torch.long, device=device)
+        self.step_fn = self._step
+        self.compiled = False
+        self.graph: Any = None
+        started = time.perf_counter()
+        self.check = "n/a"
+        if self.output_len < 2:
+            self.path, self.launch_bound = "prefill-only", "n/a"
+            self.reason = "output_len 1: no decode step"
+        elif device.type != "cuda":
+            self.path, self.launch_bound = "eager-static", "yes"
+            self.reason = "no CUDA device: a plain eager loop over the static cache"
+            if args.compile == "on":
+                self.step_fn, self.compiled = torch.compile(self._step, dynamic=False), True
+        else:
+            self.path, self.launch_bound, self.reason = "cuda-graph", "no", "decode step replayed from a CUDA graph"
+            compile_failed = None
+            if args.compile != "off" and hasattr(torch, "compile"):
+                # Inductor's fused kernels inside the graph; compiled in the warm-up before the capture.
+                self.step_fn, self.compiled = torch.compile(self._step, dynamic=False), True
+                compile_failed = self.capture()
+                if compile_failed is not None:
+                    self.step_fn, self.compiled = self._step, False
+            failed = self.capture() if self.graph is None else None
+            if failed is not None:
+                self.path, self.launch_bound = "eager-static", "yes"
+                self.reason = f"CUDA graph capture failed ({failed}): eager static loop"
+            elif compile_failed is not None:
+                self.reason += f" (eager step: the compiled one failed: {compile_failed})"
+        self.setup_s = time.perf_counter() - started
+
+    def forward(self, ids: Any, pos: Any, cpos: Any) -> Any:
+        kwargs = dict(input_ids=ids, position_ids=pos, past_key_values=self.static, use_cache=True, **self.keep)
+        if self.cache_position:
+            kwargs["cache_position"] = cpos
+        logits = self.model(**kwargs).logits
+        return logits[:, -1, :].argmax(dim=-1)
+
+    def _step(self) -> None:
+        nxt = self.forward(self.ids, self.pos, self.cpos)
+        self.tokens.index_copy_(1, self.slot, nxt.unsqueeze(1))
+        self.ids.copy_(nxt.unsqueeze(1))
+        self.pos.add_(1)
+        self.cpos.add_(1)
+        self.slot.add_(1)
+
+    def prefill(self) -> None:
+        """Empty cache, the prompt through the model, the first token; the step's state set for position
+        input_len. Device work only (no host read)."""
+        self.static.reset()
+        nxt = self.forward(self.prompt, self.prompt_pos, self.prompt_cpos)
+        self.tokens[:, 0].copy_(nxt)
+        self.ids.copy_(nxt.unsqueeze(1))
+        self.pos.fill_(self.input_len)
+        self.cpos.fill_(self.input_len)
+        self.slot.fill_(1)
+
+    def decode(self, steps: int | None = None) -> None:
+        for _ in range(self.output_len - 1 if steps is None else steps):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self.step_fn()
+
+    def capture(self) -> str | None:
+        """Warm the step up on a side stream, capture it once; None, or why it could not be captured."""
+        torch = self.torch
+        try:
+            with torch.inference_mode():
+                self.prefill()  # allocates a lazily built cache before anything is captured
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(min(WARM_STEPS, self.output_len - 1)):  # stays inside the cache
+                        self.step_fn()
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                self.prefill()  # the captured step reads its state from the tensors, whatever they hold now
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self.step_fn()
+                torch.cuda.synchronize(self.device)
+        except Exception as exc:  # an op that reads the device from the host, no compiler, no graph support
+            self.graph = None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            with contextlib.suppress(Exception):  # the error above is the one to report
+                torch.cuda.synchronize(self.device)
+            return f"{type(exc).__name__}: {first[:160]}"
+        self.graph = graph
+        self.check = self.compare_with_eager()
+        return None
+
+    def compare_with_eager(self) -> str:
+        """The graph's tokens against the eager loop's for the first tokens of one generation (same kernels,
+        same inputs: they should be equal; a difference says the replay does not do what the loop does)."""
+        count = min(self.output_len, CHECK_TOKENS)
+        with self.torch.inference_mode():
+            self.prefill()
+            self.decode(count - 1)
+            replayed = self.tokens[:, :count].cpu()
+            graph, self.graph = self.graph, None
+            try:
+                self.prefill()
+                self.decode(count - 1)
+                eager = self.tokens[:, :count].cpu()
+            finally:
+                self.graph = graph
+        differ = (replayed != eager).nonzero()
+        if differ.numel() == 0:
+            return f"ok ({count} tokens per sequence equal to the eager loop's)"
+        return f"differs (first at token {int(differ[0][1])} of {count}, {int(differ.shape[0])} tokens differ)"
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def generation(self) -> tuple[float, float, int]:
+        """(latency s, ttft s, new tokens over the batch) of one greedy generation."""
+        with self.torch.inference_mode():
+            self.sync()
+            start = time.perf_counter()
+            self.prefill()
+            self.sync()
+            first = time.perf_counter()
+            self.decode()
+            self.sync()
+            end = time.perf_counter()
+            tokens = self.tokens.cpu()  # once, after the clock stopped
+        return end - start, first - start, int(tokens.numel())
+
+    def cache(self) -> Any:
+        return self.static
+
+
+def generations_per_iteration(args: argparse.Namespace, device: Any) -> int:
+    wanted = args.min_decode_tokens
+    if wanted is None:
+        wanted = MIN_DECODE_TOKENS_CUDA if device.type == "cuda" else 0
+    per_generation = args.batch * (args.output_len - 1)
+    if wanted <= 0 or per_generation <= 0:
+        return 1
+    return max(1, -(-wanted // per_generation))
+
+
 def loaded_config_lines(model: Any, ref: str, source: str) -> list[str]:
     """What was loaded, from the model built (its config as read), for sparkfleet's provenance check: the
     directory, the config's architecture, layers, hidden size and dtype (the checkpoint's, not the run's)."""
@@ -339,20 +608,31 @@ def run(args: argparse.Namespace) -> list[str]:
         raise SetupError(f"input {args.input_len} + output {args.output_len} tokens exceed the model's "
                          f"max_position_embeddings {max_pos}")
     bench = Bench(torch, transformers, model, device, args)
+    if args.decoder == "generate":
+        decoder: Any = GenerateDecoder(bench)
+    else:
+        decoder = GraphDecoder(torch, transformers, model, device, dtype, args, bench.input_ids)
     expected_tokens = args.batch * args.output_len
+    per_iteration = generations_per_iteration(args, device)
     for _ in range(args.warmup):
-        bench.iteration()
-    latencies, ttfts, rows, last = [], [], [], None
+        for _ in range(per_iteration):
+            decoder.generation()
+    latencies, ttfts, rows = [], [], []
     for i in range(1, args.iterations + 1):
-        latency, ttft, tokens, last = bench.iteration()
-        if tokens != expected_tokens:
-            raise SetupError(f"iteration {i} generated {tokens} new tokens, expected {expected_tokens} "
-                             f"(batch {args.batch} x output {args.output_len})")
+        latency = ttft = 0.0
+        for _ in range(per_iteration):
+            one_latency, one_ttft, tokens = decoder.generation()
+            if tokens != expected_tokens:
+                raise SetupError(f"iteration {i} generated {tokens} new tokens, expected {expected_tokens} "
+                                 f"(batch {args.batch} x output {args.output_len})")
+            latency += one_latency / per_iteration
+            ttft += one_ttft / per_iteration
         latencies.append(latency * 1000.0)
         ttfts.append(ttft * 1000.0)
         rows.append(f"iteration {i}/{args.iterations}: latency_ms {latency * 1000.0:.6f} "
                     f"ttft_ms {ttft * 1000.0:.6f} output_tokens {tokens}")
-    kv_bytes, kv_tokens, kv_tensors = kv_cache_size(getattr(last, "past_key_values", None))
+    kv_bytes, kv_tokens, kv_tensors = kv_cache_size(decoder.cache())
+    weight_bytes = sum(int(p.numel()) * int(p.element_size()) for p in model.parameters())
 
     if device.type == "cuda":
         allocated = torch.cuda.max_memory_allocated(device)
@@ -367,7 +647,10 @@ def run(args: argparse.Namespace) -> list[str]:
     mean_ms = sum(latencies) / len(latencies)
     ttft_ms = sum(ttfts) / len(ttfts)
     seconds = mean_ms / 1000.0
-    tpot = f"{(mean_ms - ttft_ms) / (args.output_len - 1):.6f}" if args.output_len > 1 else "n/a"
+    decode_ms = mean_ms - ttft_ms
+    tpot = f"{decode_ms / (args.output_len - 1):.6f}" if args.output_len > 1 else "n/a"
+    decode_tok_s = (f"{args.batch * (args.output_len - 1) / (decode_ms / 1000.0):.6f}"
+                    if args.output_len > 1 and decode_ms > 0 else "n/a")
 
     def gib(value: int | None) -> str:
         return "n/a" if value is None else f"{value / GIB:.6f}"
@@ -385,6 +668,7 @@ def run(args: argparse.Namespace) -> list[str]:
         f"model_source: {source}",
         f"architecture: {type(model).__name__}",
         f"parameters: {params}",
+        f"weight_bytes: {weight_bytes}",
         *loaded_config_lines(model, args.model, source),
         f"attn_implementation: {getattr(model.config, '_attn_implementation', None) or 'default'}",
         f"batch: {args.batch}",
@@ -393,6 +677,16 @@ def run(args: argparse.Namespace) -> list[str]:
         f"warmup: {args.warmup}",
         f"iterations: {args.iterations}",
         f"output_tokens_per_iteration: {expected_tokens}",
+        f"decoder: {decoder.name}",
+        f"decode_path: {decoder.path}",
+        f"decode_path_reason: {decoder.reason}",
+        f"launch_bound: {decoder.launch_bound}",
+        f"kv_cache_kind: {decoder.kv_cache_kind}",
+        f"compiled: {'yes' if getattr(decoder, 'compiled', False) else 'no'}",
+        f"decoder_setup_s: {getattr(decoder, 'setup_s', 0.0):.3f}",
+        f"decode_check: {decoder.check}",
+        f"generations_per_iteration: {per_iteration}",
+        f"measured_decode_tokens_per_iteration: {per_iteration * args.batch * (args.output_len - 1)}",
         *rows,
         f"output_tok_s: {expected_tokens / seconds:.6f}",
         f"total_tok_s: {args.batch * (args.input_len + args.output_len) / seconds:.6f}",
@@ -401,6 +695,7 @@ def run(args: argparse.Namespace) -> list[str]:
         *(f"latency_ms_p{q}: {percentile(latencies, q):.6f}" for q in (50, 90, 95, 99)),
         f"ttft_ms: {ttft_ms:.6f}",
         f"tpot_ms: {tpot}",
+        f"decode_tok_s: {decode_tok_s}",
         f"peak_memory_gib: {gib(peak)}",
         f"peak_memory_source: {peak_source}",
         f"peak_memory_allocated_gib: {gib(allocated)}",
@@ -427,9 +722,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=10, help="measured iterations (default 10)")
     parser.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when available")
+    parser.add_argument("--decoder", choices=DECODERS, default="graph",
+                        help="graph (default): static KV cache, the decode step replayed from a CUDA graph (an "
+                             "eager loop without CUDA); generate: transformers' generate, launch-bound")
+    parser.add_argument("--min-decode-tokens", type=int, default=None,
+                        help="decode tokens (batch x (output_len - 1)) each measured iteration covers at least, "
+                             f"by repeating the generation (default {MIN_DECODE_TOKENS_CUDA} on CUDA, 0 = one "
+                             "generation on a CPU)")
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                        help="graph decoder: torch.compile the decode step before its capture (fused kernels; "
+                             "compiled in the warm-up, not measured). auto (default): on CUDA, falling back "
+                             "to the eager step if compiling fails; on: also without CUDA; off: never")
     args = parser.parse_args(argv)
     if min(args.batch, args.input_len, args.output_len, args.iterations) < 1 or args.warmup < 0:
         parser.error("--batch, --input-len, --output-len and --iterations must be at least 1, --warmup at least 0")
+    if args.min_decode_tokens is not None and args.min_decode_tokens < 0:
+        parser.error("--min-decode-tokens must be at least 0")
     return args
 
 

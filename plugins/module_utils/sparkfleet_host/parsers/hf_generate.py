@@ -1,4 +1,5 @@
-"""Output of ``roles/matrix/files/hf_generate.py``: Hugging Face transformers ``generate`` on PyTorch.
+"""Output of ``roles/matrix/files/hf_generate.py``: Hugging Face transformers on PyTorch, decoded by a
+static-cache CUDA-graph loop (decoder ``graph``) or by transformers' ``generate`` (decoder ``generate``).
 
 Layout (one ``key: value`` per line between the markers; metric keys are the record's own names)::
 
@@ -13,6 +14,7 @@ Layout (one ``key: value`` per line between the markers; metric keys are the rec
     model_source: preset | path
     architecture: LlamaForCausalLM    (the class built)
     parameters: N
+    weight_bytes: N                   (the parameters' bytes, tied weights once; newer outputs)
     model_path: /abs/dir | n/a        (what was loaded, for the provenance check; n/a for a preset)
     config_architecture: LlamaForCausalLM
     num_hidden_layers: 32
@@ -23,12 +25,22 @@ Layout (one ``key: value`` per line between the markers; metric keys are the rec
     output_len: 128
     warmup: 2
     iterations: 10
-    output_tokens_per_iteration: 512
+    output_tokens_per_iteration: 512  (new tokens of one generation, over the batch)
+    decoder: graph | generate         (newer outputs; absent before the graph decoder: read as generate)
+    decode_path: cuda-graph | eager-static | prefill-only | generate
+    decode_path_reason: free text     (why that path: e.g. the capture's failure)
+    launch_bound: no | yes | n/a      (yes: each token's kernels launched from a Python step)
+    kv_cache_kind: static | dynamic
+    compiled: no | yes                (the decode step through torch.compile before its capture)
+    decoder_setup_s: 12.5             (compile + capture + check, before the iterations; not measured)
+    decode_check: ok (...) | differs (...) | n/a   (graph replay vs the eager loop, first tokens)
+    generations_per_iteration: K      (an iteration's line is the mean of K generations)
+    measured_decode_tokens_per_iteration: N
     iteration 1/10: latency_ms 1234.5 ttft_ms 45.6 output_tokens 512
     ...
     output_tok_s: ...   total_tok_s: ...   req_s: ...
     latency_ms_avg / _p50 / _p90 / _p95 / _p99: ...
-    ttft_ms: ...   tpot_ms: ... | n/a
+    ttft_ms: ...   tpot_ms: ... | n/a   decode_tok_s: ... | n/a   (batch / TPOT; newer outputs)
     peak_memory_gib: ...   peak_memory_source: torch.cuda.max_memory_reserved | ru_maxrss ...
     kv_cache_gib: ...   kv_cache_bytes: N   kv_cache_tokens: N
     device_total_gib: ...
@@ -76,8 +88,16 @@ _INT_FIELDS = (
     "kv_cache_bytes",
     "kv_cache_tokens",
     "kv_cache_tensors",
+    "weight_bytes",
+    "generations_per_iteration",
+    "measured_decode_tokens_per_iteration",
 )
-_FLOAT_FIELDS = ("peak_memory_allocated_gib", "peak_memory_reserved_gib")
+_FLOAT_FIELDS = ("peak_memory_allocated_gib", "peak_memory_reserved_gib", "decode_tok_s", "decoder_setup_s")
+#: yes/no lines, read as booleans (n/a or anything else: left out)
+_BOOL_FIELDS = ("launch_bound", "compiled")
+_YES_NO = {"yes": True, "no": False}
+#: Outputs from before the graph decoder have no ``decoder`` line: they were all transformers' generate.
+LEGACY_DECODER = "generate"
 _TEXT_FIELDS = (
     "torch_version",
     "transformers_version",
@@ -89,6 +109,11 @@ _TEXT_FIELDS = (
     "attn_implementation",
     "peak_memory_source",
     "status",
+    "decoder",
+    "decode_path",
+    "decode_path_reason",
+    "kv_cache_kind",
+    "decode_check",
 )
 
 _FIELD = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*:\s*(.*?)\s*$")
@@ -138,6 +163,23 @@ def _check(fields: dict[str, str], rows: list[tuple[float, float, float]], resul
     status = fields.get("status")
     if status and status != "ok":
         result.warnings.append(f"hf-generate status: {status}")
+    _check_decoder(result)
+
+
+def _check_decoder(result: ParseResult) -> None:
+    extra = result.extra
+    decode, tpot, batch = extra.get("decode_tok_s"), result.metrics.get("tpot_ms"), extra.get("batch")
+    if decode is not None and tpot and batch:
+        own = batch * 1000.0 / tpot
+        if abs(own - decode) > 0.01 * own:
+            result.warnings.append(f"decode_tok_s {decode} differs from batch / tpot_ms ({own:.6f})")
+    if extra.get("decoder") == "graph" and extra.get("decode_path") == "eager-static" \
+            and str(extra.get("device", "")).startswith("cuda"):
+        result.warnings.append("graph decoder ran an eager loop on a CUDA device (launch-bound): "
+                               + str(extra.get("decode_path_reason") or "no reason given"))
+    check = str(extra.get("decode_check") or "")
+    if check.startswith("differs"):
+        result.warnings.append(f"graph replay and eager loop disagree: {check}")
 
 
 def _loaded(fields: dict[str, str], result: ParseResult) -> None:
@@ -182,6 +224,14 @@ def parse_hf_generate(text: str) -> ParseResult:
     for key in _TEXT_FIELDS:
         if fields.get(key):
             result.extra[key] = fields[key]
+    for key in _BOOL_FIELDS:
+        flag = _YES_NO.get((fields.get(key) or "").strip().lower())
+        if flag is not None:
+            result.extra[key] = flag
+    if "decoder" not in fields and "output_tokens_per_iteration" in fields and "weight_bytes" not in fields:
+        # past where a newer output says its decoder, and none said: an output of the generate-only workload
+        result.extra.setdefault("decoder", LEGACY_DECODER)
+        result.extra.setdefault("launch_bound", True)
     result.extra["iteration_latency_ms"] = [r[0] for r in rows]
     result.extra["iteration_ttft_ms"] = [r[1] for r in rows]
     result.set_samples("latency_ms", [r[0] for r in rows], SOURCE)
