@@ -7,9 +7,13 @@
 # as root; WHEELS_DIR defaults to .whl in the repo; further arguments go to every ansible-playbook call
 # (e.g. -e sparkfleet_preflight_max_load_per_cpu=8 on a busy machine).
 #
+#  0. the checkout is the collection sparkfleet.bench and runs from <root>/ansible_collections/sparkfleet/bench:
+#     a checkout elsewhere (the device tool's copy) is copied to $WORK/src/ansible_collections/sparkfleet/bench
+#     (its tracked and untracked files; not .venv, .whl, results, out) and everything runs from that copy;
 #  1. a controller virtualenv in the work dir that sees the machine's own Python packages (torch, pandas,
 #     nvidia-ml-py, ...) and adds what is missing from wheels: ansible-core, resolvelib, cryptography, cffi,
-#     pycparser (offline, --no-index); sparkfleet from this checkout;
+#     pycparser (offline, --no-index); sparkfleet and the collection's code from that copy (a .pth naming
+#     <root>, as bootstrap.sh writes it);
 #  2. playbooks/provision.yml: the native rootfs as an overlay of the host's / (sparkfleet_rootfs_source=overlay),
 #     GPU driver bind mounts, probes in the chroot (nvidia-smi -L; torch.cuda.is_available());
 #  3. playbooks/gpu_state.yml --check: what the GPU-state role would do, changing nothing;
@@ -26,16 +30,21 @@
 # FRESH=1 (forget earlier results in the work dir instead of resuming).
 set -uo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-HERE=$REPO/examples/gpu
-WHEELS=$(cd "${1:-$REPO/.whl}" 2>/dev/null && pwd || true)
+CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
+WHEELS=$(cd "${1:-$CHECKOUT/.whl}" 2>/dev/null && pwd || true)
 PY=${PYTHON:-python3}
 WORK=${SPARKFLEET_GPU_WORK:-/var/tmp/sparkfleet-gpu}
-CAMPAIGN=${CAMPAIGN:-$HERE/campaign.yml}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
-DEST=${OUT:-$HERE/out}
+DEST=${OUT:-$CHECKOUT/examples/gpu/out}
 VENV=$WORK/venv
 CTRL=$WORK/controller-results
+case "$CHECKOUT" in
+  */ansible_collections/sparkfleet/bench) REPO=$CHECKOUT ;;
+  *) REPO=$WORK/src/ansible_collections/sparkfleet/bench ;;
+esac
+COLLECTIONS_ROOT=${REPO%/ansible_collections/sparkfleet/bench}
+HERE=$REPO/examples/gpu
+CAMPAIGN=$(readlink -f "${CAMPAIGN:-$CHECKOUT/examples/gpu/campaign.yml}")
 INVENTORY=$HERE/inventory.ini
 
 mkdir -p "$DEST" "$WORK"
@@ -47,6 +56,20 @@ die() { echo "run-on-device: $*" >&2; exit 1; }
 
 [[ $(id -u) == 0 ]] || die "needs root (overlay and bind mounts, chroot)"
 command -v "$PY" >/dev/null || die "no $PY"
+
+if [[ $REPO != "$CHECKOUT" ]]; then
+  step "the checkout, copied into the collection layout: $REPO"
+  rm -rf "$REPO" && mkdir -p "$REPO" || die "cannot make $REPO"
+  if git -C "$CHECKOUT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$CHECKOUT" && git ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$REPO"
+  else
+    tar -C "$CHECKOUT" -cf - --exclude=./.git --exclude='./.venv*' --exclude=./.whl --exclude=./results \
+      --exclude=./examples/gpu/out --exclude=__pycache__ . | tar -xf - -C "$REPO"
+  fi
+  [[ -f $REPO/galaxy.yml && -f $HERE/inventory.ini ]] || die "copying the checkout to $REPO failed"
+  # the copy's campaign file, when the campaign is one of the checkout's
+  [[ $CAMPAIGN == "$CHECKOUT"/* ]] && CAMPAIGN=$REPO/${CAMPAIGN#"$CHECKOUT"/}
+fi
 
 step "machine"
 {
@@ -74,10 +97,11 @@ SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
 import site, sys
 dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if d]
 with open(sys.argv[1], "w") as fh:
-    fh.write("import site; [site.addsitedir(d) for d in %r]\n" % dirs)
+    fh.write("import site; list(map(site.addsitedir, %r))\n" % dirs)
 EOF
-# sparkfleet from the checkout: the controller package, and the host code it shares with the modules.
-printf '%s\n' "$REPO" "$REPO/plugins/module_utils" > "$SITE/_sparkfleet_repo.pth"
+# sparkfleet from the checkout, and <root>: the package imports the collection's code (and Ansible finds the
+# collection) as ansible_collections.sparkfleet.bench.
+printf '%s\n' "$REPO" "$COLLECTIONS_ROOT" > "$SITE/_sparkfleet_repo.pth"
 if [[ -n $WHEELS ]] && compgen -G "$WHEELS/*.whl" >/dev/null; then
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --ignore-installed --no-compile \
     --disable-pip-version-check "$WHEELS"/*.whl || die "installing the wheels from $WHEELS failed"
@@ -90,12 +114,17 @@ sys.exit(main())
 EOF
 chmod +x "$VENV/bin/sparkfleet"
 export PATH=$VENV/bin:$PATH
-"$VENV/bin/python" -c 'import ansible, jinja2, yaml, pandas, pynvml, sparkfleet, sparkfleet_host; from ansible.release import __version__ as v;
-print("ansible-core", v, "| pandas", pandas.__version__, "| nvidia-ml-py", getattr(pynvml, "__version__", "?"))' \
-  || die "the controller virtualenv is incomplete (missing wheels?)"
+"$VENV/bin/python" - "$REPO" <<'EOF' || die "the controller virtualenv is incomplete (missing wheels?)"
+import os, sys
+import ansible, jinja2, yaml, pandas, pynvml, sparkfleet.cli
+from ansible.release import __version__ as v
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record
+for mod in (sparkfleet.cli, record):  # this checkout's code, not another copy on the path
+    assert os.path.realpath(mod.__file__).startswith(os.path.realpath(sys.argv[1]) + "/"), mod.__file__
+print("ansible-core", v, "| pandas", pandas.__version__, "| nvidia-ml-py", getattr(pynvml, "__version__", "?"),
+      "| run-record format", record.SCHEMA_VERSION)
+EOF
 command -v ansible-playbook >/dev/null || die "ansible-playbook not installed"
-# The checkout is the collection sparkfleet.bench; ansible.cfg finds it through this link.
-"$VENV/bin/python" -m sparkfleet.collection "$REPO" || die "cannot link the collection"
 
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 export ANSIBLE_LOCAL_TEMP=$WORK/.ansible-tmp ANSIBLE_HOME=$WORK/.ansible
