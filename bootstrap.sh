@@ -113,7 +113,7 @@ step "ruff" .venv/bin/ruff check .
 step "ansible-playbook --syntax-check" bash -c \
   'for pb in bench.yml playbooks/*.yml; do .venv/bin/ansible-playbook --syntax-check "$pb" >/dev/null || exit 1; done'
 step "ansible-lint (production profile, as configured in .ansible-lint)" .venv/bin/ansible-lint -q
-step "ansible-test sanity validate-modules (the built collection)" tests/sanity/run.sh .venv
+step "ansible-test sanity validate-modules (the checkout, in place)" tests/sanity/run.sh .venv
 [ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
 ansible_version=$(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)')
 workers=${SPARKFLEET_TEST_WORKERS:-3}

@@ -10,7 +10,7 @@ word (issue 23):
   not reachable, a collect that did not finish);
 * ``unreadable``: a record that is not JSON, truncated, or breaks the contract (also listed as skipped);
 * ``no-metrics``: a run whose status is ``ok`` but whose record holds no metric at all;
-* leftover unpack staging directories (``sparkfleet.unpack.STAGING_PREFIXES``): never read as results,
+* leftover unpack staging directories (``plugin_utils.unpack.STAGING_PREFIXES``): never read as results,
   named so that they can be deleted.
 
 A run directory named ``<run_id>.interrupted-N`` is an earlier attempt a resume kept aside (DESIGN.md):
@@ -212,10 +212,3 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
                                                 strict=True)]
     acc.missing.sort(key=lambda m: (KINDS.index(m.kind), str(m.path)))
     return acc
-
-
-def is_aside(name: str) -> bool:
-    return bool(_ASIDE.search(name))
-
-
-__all__ = ["Accounting", "MissingRun", "account", "is_aside"]

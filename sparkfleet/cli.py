@@ -44,7 +44,3 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"sparkfleet {args.command}: error: no such file: {exc.filename}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

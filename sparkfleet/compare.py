@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from sparkfleet.load import DEFAULT_KV_FRACTION, kv_fraction, numbers
 from sparkfleet.stats import (
     CELL_KEYS,
     DEFAULT_LEVEL,
@@ -29,12 +30,10 @@ from sparkfleet.stats import (
 )
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
-#: TensorRT-LLM's default ``free_gpu_memory_fraction``; used where a record does not say its kv_fraction.
-DEFAULT_KV_FRACTION = 0.9
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "classify", "compare_campaigns", "compare_environments"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
-#: memory, latencies and times are costs. device_total_gib and kv_fraction are configuration, not results.
+#: memory, latencies and times are costs. The configuration metrics (load.CONFIG_METRICS) are neither.
 HIGHER_IS_BETTER = ("output_tok_s", "total_tok_s", "req_s", "kv_cache_gib", "gflops")
 LOWER_IS_BETTER = (
     "latency_ms_avg",
@@ -233,7 +232,7 @@ def kv_decomposition(
 ) -> tuple[pd.DataFrame, KvFit | None]:
     """Each run's KV cache against the budget ``fraction x (device_total - peak + tmp_kv)``.
 
-    The fraction is the record's ``kv_fraction`` where present, otherwise ``assumed_fraction`` (TensorRT-
+    The fraction is the one the record states (load.kv_fraction), otherwise ``assumed_fraction`` (TensorRT-
     LLM's default 0.9). ``tmp_kv`` is the record's ``tmp_kv_gib`` (the temporary KV cache TensorRT-LLM made
     while profiling); a record without it (older records, engines whose log does not print it) leaves the term
     out, and its residual is larger by about ``fraction x tmp_kv`` (``tmp_kv_source`` says which).
@@ -251,10 +250,8 @@ def kv_decomposition(
         usable = usable[~usable["engine"].isin(GROWING_KV_ENGINES)]
     if usable.empty:
         return pd.DataFrame(), None
-    recorded = usable["kv_fraction"].notna() if "kv_fraction" in usable else pd.Series(False, usable.index)
-    fraction = usable["kv_fraction"].where(recorded, assumed_fraction) if "kv_fraction" in usable else \
-        pd.Series(assumed_fraction, usable.index)
-    tmp_kv = _float_column(usable, "tmp_kv_gib")
+    fraction, recorded = kv_fraction(usable, assumed_fraction)
+    tmp_kv = numbers(usable, "tmp_kv_gib")
     headroom = usable["device_total_gib"] - usable["peak_memory_gib"]
     budget = headroom + tmp_kv.fillna(0.0)
     expected = fraction * budget
@@ -267,7 +264,7 @@ def kv_decomposition(
         tmp_kv_source=np.where(tmp_kv.notna(), "recorded", "not recorded"),
         kv_expected_gib=expected,
         residual_gib=usable["kv_cache_gib"] - expected,
-        line_residual_gib=_float_column(usable, "kv_budget_residual_gib"),
+        line_residual_gib=numbers(usable, "kv_budget_residual_gib"),
     )
     h, kv = budget.to_numpy(dtype=float), usable["kv_cache_gib"].to_numpy(dtype=float)
     fitted = float((h @ kv) / (h @ h)) if (h @ h) > 0 else math.nan
@@ -283,13 +280,6 @@ def kv_decomposition(
         runs_with_tmp_kv=int(tmp_kv.notna().sum()),
     )
     return table.sort_values([*CELL_KEYS, "order_index"]).reset_index(drop=True), fit
-
-
-def _float_column(frame: pd.DataFrame, column: str) -> pd.Series:
-    """A metric column as floats; all NaN where the frame lacks it (records older than the metric)."""
-    if column not in frame:
-        return pd.Series(np.nan, index=frame.index, dtype="float64")
-    return frame[column].astype("float64")
 
 
 def kv_shift(env_comparison: pd.DataFrame, decomposition: pd.DataFrame) -> pd.DataFrame:

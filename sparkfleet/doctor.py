@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import SETTINGS_BY_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import read_text
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME
 
-DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (sparkfleet_host.settings)
+DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (plugin_utils/settings.py)
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "~/.ssh/known_hosts")
 
 # The only strings ever run on a host.

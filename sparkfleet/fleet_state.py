@@ -22,7 +22,7 @@ import pandas as pd
 from sparkfleet import reproducibility
 from sparkfleet.load import load_runs
 from sparkfleet.report.analysis import check_one_campaign
-from sparkfleet.report.host_facts import facts_of, read_json
+from sparkfleet.report.host_facts import facts_of
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
 TELEMETRY = {
@@ -58,32 +58,16 @@ class FleetState:
         }
 
 
-def host_facts(campaign_dir: Path, hosts: list[str]) -> pd.DataFrame:
-    return facts_of({host: campaign_dir / host for host in hosts})
-
-
-def missing_runs(campaign_dir: Path, runs: pd.DataFrame) -> dict[str, dict[str, int]]:
-    """Planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver."""
-    plan = read_json(campaign_dir / "campaign.json") or {}
-    found = runs.groupby("host")["run_id"].nunique().to_dict() if not runs.empty else {}
-    out = {}
-    for host, info in (plan.get("hosts") or {}).items():
-        planned = len(set(info.get("run_ids") or []))
-        have = int(found.get(host, 0))
-        if planned and have < planned:
-            out[host] = {"planned": planned, "found": have, "missing": planned - have}
-    return out
-
-
 def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE) -> FleetState:
     campaign_dir = Path(campaign_dir)
-    runs = load_runs(campaign_dir).runs
+    loaded = load_runs(campaign_dir)
+    runs = loaded.runs
     check_one_campaign(runs, campaign_dir)  # hosts are compared within one campaign, never across two
     ok = runs[runs["status"] == "ok"] if not runs.empty else runs
     if "warmup" in ok.columns:
         ok = ok[ok["warmup"].fillna(False) == False]  # noqa: E712 (a nullable column)
     hosts = sorted({p.name for p in campaign_dir.iterdir() if (p / "host.json").exists() or (p / "runs").is_dir()})
-    facts = host_facts(campaign_dir, hosts)
+    facts = facts_of({host: campaign_dir / host for host in hosts})
     differing = {}
     for column in facts.columns:
         values = facts[column].dropna()
@@ -112,8 +96,10 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
             throttle[host] = sorted(str(s) for s in seen if s not in ("", "none"))
     deviations = reproducibility.host_deviations(ok, tolerance=tolerance, facts=facts)
     outside = sorted(set(deviations.loc[deviations["outside"], "host"].astype(str)))
-    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside,
-                      missing_runs(campaign_dir, runs))
+    # planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver
+    missing = {key.split("/", 1)[1]: {"planned": c["planned"], "found": c["with_record"], "missing": c["missing"]}
+               for key, c in loaded.accounting.planned_hosts.items() if c["missing"]}
+    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing)
 
 
 def render_markdown(state: FleetState, tolerance: float) -> str:

@@ -29,8 +29,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
 from sparkfleet.accounting import Accounting, account
-from sparkfleet.unpack import STAGING_PREFIXES
 
 RECORD_NAME = "record.json"
 #: Directories under a results tree that never hold run records (the report writes its own files there).
@@ -67,7 +67,6 @@ MEMORY_COLUMNS = (
     ("mem_max_cached_gib", ("max_cached_gib",)),
     ("mem_min_available_gib", ("min_mem_available_gib",)),
     ("mem_samples", ("samples",)),
-    ("mem_kv_fraction", ("kv_fraction",)),
     ("mem_drop_requested", ("drop_caches", "requested")),
     ("mem_drop_done", ("drop_caches", "done")),
     ("mem_drop_seconds", ("drop_caches", "seconds")),
@@ -98,20 +97,57 @@ def _dig(section: Any, path: tuple[str, ...]) -> Any:
 
 
 def memory_columns(data: dict[str, Any]) -> dict[str, Any] | None:
-    """A record's memory section (MEMORY_COLUMNS) and memory-state factor levels (``factor_<name>`` from
-    ``workload_params.factors``) as flat columns; None for a record with neither."""
+    """A record's memory section (MEMORY_COLUMNS) and factor levels (``factor_<name>`` for each name in
+    ``workload_params.factors``, the level being the workload's own parameter of that name) as flat columns;
+    None for a record with neither."""
     memory, params = data.get("memory"), data.get("workload_params")
     factors = params.get("factors") if isinstance(params, dict) else None
-    if not isinstance(memory, dict) and not isinstance(factors, dict):
+    if not isinstance(memory, dict) and not isinstance(factors, (dict, list)):
         return None
     out: dict[str, Any] = {}
     if isinstance(memory, dict):
         out = {name: _dig(memory, path) for name, path in MEMORY_COLUMNS}
         flags = out["mem_container_flags"]
         out["mem_container_flags"] = " ".join(map(str, flags)) if isinstance(flags, list) else flags
-    if isinstance(factors, dict):
-        out |= {f"factor_{name}": value for name, value in sorted(factors.items())}
+    if isinstance(factors, (dict, list)):  # names; older records: names with their levels
+        levels = factors if isinstance(factors, dict) else {}
+        out |= {FACTOR_PREFIX + name: params.get(name, levels.get(name)) for name in factors if isinstance(name, str)}
     return out
+
+
+#: A factor's level per run: ``factor_<name>`` (memory_columns). The report reads factors and the KV fraction only
+#: through the accessors below.
+FACTOR_PREFIX = "factor_"
+#: Metrics that are the engine's configuration as its output states it, not results: never judged.
+CONFIG_METRICS = contract.CONFIG_METRICS
+#: TensorRT-LLM's default ``free_gpu_memory_fraction``: the KV fraction assumed where a run's engine output
+#: states none (``sparkfleet report --kv-fraction`` assumes another).
+DEFAULT_KV_FRACTION = 0.9
+
+
+def numbers(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as float64 (NaN where a value is not a number); all NaN where the frame lacks it."""
+    if column not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype="float64")
+    return pd.to_numeric(frame[column], errors="coerce").astype("float64")
+
+
+def kv_fraction(runs: pd.DataFrame, assumed: float = DEFAULT_KV_FRACTION) -> tuple[pd.Series, pd.Series]:
+    """Each run's KV-cache fraction, and whether its record states it: the engine's own statement (the metric)
+    where its output has one, else ``assumed``."""
+    stated = numbers(runs, "kv_fraction")
+    return stated.fillna(assumed), stated.notna()
+
+
+def factors(runs: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """The campaign's factors (``workload_params.factors``), each with its level per run (NaN where a run has
+    none): those with numbers for levels first, then the true/false ones (is_flag)."""
+    found = [(c.removeprefix(FACTOR_PREFIX), runs[c]) for c in sorted(runs) if c.startswith(FACTOR_PREFIX)]
+    return sorted(found, key=lambda item: is_flag(item[1]))
+
+
+def is_flag(levels: pd.Series) -> bool:
+    return all(isinstance(v, (bool, np.bool_)) for v in levels.dropna().unique())
 
 
 @dataclass(frozen=True)
@@ -136,7 +172,7 @@ def find_record_files(root: Path, plans: list[str] | None = None, staging: list[
     """Candidate record.json paths under ``root`` in a stable (sorted) order.
 
     ``plans`` (when given) receives the campaign.json paths seen on the way, ``staging`` the unpack staging
-    directories (``sparkfleet.unpack.STAGING_PREFIXES``), which are never read: what lies there is a copy
+    directories (``plugin_utils.unpack.STAGING_PREFIXES``), which are never read: what lies there is a copy
     being moved into place, or left by an interrupted unpack, never a result.
 
     The results tree puts records at ``<host>/runs/<run_id>/record.json``: inside a ``runs`` directory we
@@ -181,7 +217,7 @@ def read_record(path: str) -> dict[str, Any] | LoadProblem | None:
         return LoadProblem(Path(path), str(exc))
     if isinstance(data, dict):  # a metric outside its physical range: left out and named, the run kept
         data, _ = contract.screened(data)
-    problems = contract_problems(data)
+    problems = contract.validate(data)
     if problems:
         return LoadProblem(Path(path), "; ".join(problems))
     return data
@@ -212,11 +248,6 @@ def _read_bytes(path: str) -> bytes:
 _READ_SIZE = 1 << 16
 #: A record is a few KiB (raw samples included); anything this large is not one.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-
-
-def contract_problems(data: Any) -> list[str]:
-    """Problems with one record, as the run-record contract states them (an older version as migrated)."""
-    return contract.validate(data)
 
 
 def flatten_record(data: dict[str, Any], record_dir: str) -> dict[str, Any]:

@@ -101,8 +101,8 @@ class RunnerEvents:
         self._campaign: dict[str, str] = {}
         #: the controller's campaign directories (results dir / campaign name) the play hosts were given
         self.campaign_dirs: list[str] = []
-        #: The reproducibility tolerance (percent) the hosts' plans carry (the last one seen).
-        self.tolerance_pct: float | None = None
+        #: host -> the reproducibility tolerance (percent) its plan carries
+        self.tolerances: dict[str, float] = {}
 
     def fold(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("event")
@@ -148,7 +148,7 @@ class RunnerEvents:
             if isinstance(plan, dict):  # a host's part of campaign_plan's plan: its runs, async limit, ...
                 tolerance = (plan.get("reproducibility") or {}).get("tolerance_pct")
                 if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool):
-                    self.tolerance_pct = float(tolerance)
+                    self.tolerances[host] = float(tolerance)
                 plan = plan.get("runs")
             if isinstance(plan, list):
                 out.append(self._planned(host, plan))

@@ -21,19 +21,6 @@ from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 FLEET_KEYS = ("model", "environment", "workload")
 
 
-def variance_components(groups: list[np.ndarray]) -> dict[str, float]:
-    """One-way random-effects ANOVA for one cell's per-host samples (see ``anova_from_moments``)."""
-    groups = [g[~np.isnan(g)] for g in (np.asarray(g, dtype=float) for g in groups)]
-    groups = [g for g in groups if g.size]
-    frame = pd.DataFrame({
-        "cell": 0,
-        "n": [g.size for g in groups],
-        "mean": [g.mean() for g in groups],
-        "ss": [((g - g.mean()) ** 2).sum() for g in groups],
-    })
-    return anova_from_moments(frame, ["cell"]).drop(columns=["cell"]).iloc[0].to_dict()
-
-
 def anova_from_moments(per_host: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One-way random-effects ANOVA for unbalanced groups, for many cells at once.
 

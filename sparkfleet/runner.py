@@ -23,12 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (
-    setting_problems,
-    type_name,
-)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import type_name
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir, read_text, read_yaml
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import setting_problems
 from sparkfleet.progress import RunnerEvents
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,8 +50,8 @@ class RunOutcome:
     #: the playbook's final counters per host (playbook_on_stats), None when it never got there
     stats: dict[str, dict[str, int]] | None = None
     cancelled: bool = False
-    #: the reproducibility tolerance (percent) the hosts' plans carried, None when no plan was seen
-    tolerance_pct: float | None = None
+    #: host -> the reproducibility tolerance (percent) its plan carried
+    tolerances: dict[str, float] = field(default_factory=dict)
 
 
 def _resolve_inventory(value: str) -> str:
@@ -117,12 +115,12 @@ def runner_kwargs(request: RunRequest, private_data_dir: str) -> dict[str, Any]:
     """Keyword arguments for ``ansible_runner.run``/``run_async`` (without callbacks)."""
     if not (REPO / "ansible.cfg").is_file():
         raise UsageError(f"{REPO}/ansible.cfg not found: sparkfleet run needs the sparkfleet repo checkout")
-    # No inventory given: ansible.cfg's (inventory/local.ini, this machine), as ansible-playbook would use.
-    inventory = _resolve_inventory(request.inventory or str(REPO / "inventory" / "local.ini"))
     playbook = _resolve_playbook(request.playbook)
     # The inventory goes on the command line as given: ansible-runner would write a non-path string (an
-    # inline host list such as "spark1,spark2,") into an inventory file of its own.
-    cmdline = ["-i", inventory, *_extra_var_args(request.extra_vars)]
+    # inline host list such as "spark1,spark2,") into an inventory file of its own. None given: no -i, so
+    # ansible-playbook takes ansible.cfg's (ANSIBLE_CONFIG below; inventory/local.ini, this machine).
+    inventory = ["-i", _resolve_inventory(request.inventory)] if request.inventory else []
+    cmdline = [*inventory, *_extra_var_args(request.extra_vars)]
     base = os.environ
     venv_bin = str(Path(sys.executable).parent)
     envvars = {
@@ -194,7 +192,7 @@ def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]]
         dirs = [d if os.path.isabs(d) else str(REPO / d) for d in folder.campaign_dirs]  # runner's cwd: REPO
         return RunOutcome(rc=rc, status=status, stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
                           stats=stats[-1] if stats else None, cancelled=cancelled.is_set(),
-                          tolerance_pct=folder.tolerance_pct)
+                          tolerances=folder.tolerances)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

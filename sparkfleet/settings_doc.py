@@ -1,8 +1,8 @@
 """The README's settings table, generated from the one definition of the ``sparkfleet_*`` settings
-(``sparkfleet_host.settings``), between the ``settings-table`` markers in README.md.
+(``plugins/plugin_utils/settings.py``), between the ``settings-table`` markers in README.md.
 
-``python -m sparkfleet.settings_doc --write`` regenerates it; tests/unit/test_settings_registry.py fails when
-it is out of date. The roles take no ``sparkfleet_*`` setting: validate.yml (or host_plan.yml) applies the
+``python -m sparkfleet.settings_doc --write`` regenerates it; tests/unit/plugins/plugin_utils/test_settings_registry.py
+fails when it is out of date. The roles take no ``sparkfleet_*`` setting: validate.yml (or host_plan.yml) applies the
 defaults once, on the controller, into each host's ``sparkfleet_plan``.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import SETTINGS
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

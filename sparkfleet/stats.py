@@ -171,20 +171,6 @@ def _bootstrap_median_positions(n: int, resamples: int, seed: int) -> tuple[np.n
     return draws[:, (n - 1) // 2], draws[:, n // 2]
 
 
-def bootstrap_median_ci(
-    values: np.ndarray, level: float = DEFAULT_LEVEL, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the median; reproducible for a given seed. NaN for n < 2."""
-    x = np.sort(np.asarray(values, dtype=float))
-    x = x[~np.isnan(x)]
-    if x.size < 2:
-        return math.nan, math.nan
-    lo, hi = _bootstrap_median_positions(x.size, resamples, seed)
-    medians = (x[lo] + x[hi]) / 2
-    q = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
-    return float(q[0]), float(q[1])
-
-
 #: Cells per bootstrap batch: bounds the (cells x resamples) matrix to about 16 MB.
 _BOOTSTRAP_BATCH = 1000
 

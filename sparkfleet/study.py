@@ -2,7 +2,7 @@
 
 The same loader, statistics and report then run on the study and on new campaigns, and a new campaign can
 be compared with it (``sparkfleet compare``). What the study file does not say is left empty rather than
-guessed: latency (null in the study), kv_fraction (not recorded), model_loaded (the study's scripts ignored
+guessed: latency (null in the study), the KV fraction (not recorded), model_loaded (the study's scripts ignored
 the model argument, so nobody knows which checkpoint ran).
 """
 

@@ -20,7 +20,6 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import
 )
 
 MARK = "@@sparkfleet-follow@@"
-FINAL = ledger.FINAL
 
 
 def follow_command(results_file: str, ledger: str, jobs_dir: str) -> str:

@@ -11,13 +11,9 @@ import shlex
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, settings
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
-    COLLECTION_ROOT,
-    checked_args,
-    marked_sections,
-)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning, settings
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args, marked_sections
 
 #: The options documented in plugins/modules/campaign_check.py (a test checks that the two agree).
 ARGUMENT_SPEC = {
@@ -94,7 +90,7 @@ class ActionModule(ActionBase):
     def _campaign(self, planning, args: dict, task_vars: dict):
         if args.get("campaign") is not None:
             return planning.plain(args["campaign"])
-        return planning.default_campaign(task_vars.get("group_names") or [], "campaign", COLLECTION_ROOT)
+        return planning.default_campaign(task_vars.get("group_names") or [], "campaign")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

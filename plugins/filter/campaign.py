@@ -5,15 +5,14 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import COLLECTION_ROOT
 
 
 def default_campaign(group_names, kind="campaign"):
     """The campaign a host gets when none is given (kind ``campaign``: the study's matrix for the ``sparks``
     group, the sanity campaign otherwise; kind ``reference``: the reproducibility check's), from the
-    collection's own inventory/group_vars, so that an inventory kept elsewhere gets the same defaults."""
+    collection's catalogue (plugins/plugin_utils/catalogue/campaigns/)."""
     try:
-        return planning.default_campaign(group_names, kind, COLLECTION_ROOT)
+        return planning.default_campaign(group_names, kind)
     except planning.CampaignError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

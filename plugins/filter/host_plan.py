@@ -7,13 +7,15 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 
 
-def host_plan(variables, host):
+def host_plan(variables, host, groups=None):
     """``sparkfleet_plan`` of ``host`` from its ``sparkfleet_*`` variables (name -> value): paths and knobs
-    grouped as validate.yml's plan carries them, no runs; fails naming each bad variable."""
+    grouped as validate.yml's plan carries them, no runs; fails naming each bad variable. ``groups``: the host's
+    groups, which pick its default campaign when no sparkfleet_campaign is given."""
     if not isinstance(variables, dict):
         raise AnsibleFilterError(f"host_plan: the variables must be a mapping, got {type(variables).__name__}")
     try:
-        return planning.standalone_plan(str(host), planning.plain(dict(variables)))
+        return planning.standalone_plan(str(host), planning.plain(dict(variables)),
+                                        None if groups is None else [str(g) for g in groups])
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"host_plan: the sparkfleet_* variables must be plain data: {exc}") from None
     except planning.CampaignError as exc:
@@ -21,11 +23,9 @@ def host_plan(variables, host):
 
 
 def setting_default(name):
-    """The registry default of the ``sparkfleet_*`` setting ``name`` (sparkfleet_host/settings.py), for the few
+    """The registry default of the ``sparkfleet_*`` setting ``name`` (plugin_utils/settings.py), for the few
     play keywords templated before any host's plan exists (e.g. max_fail_percentage)."""
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.settings import (  # noqa: PLC0415
-        SETTINGS_BY_NAME,
-    )
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME  # noqa: PLC0415
 
     if name not in SETTINGS_BY_NAME:
         raise AnsibleFilterError(f"setting_default: {name!r} is not a sparkfleet setting")

@@ -23,8 +23,8 @@ description:
     SSH session and a controller that dies does not stop the measurements.
   - "Before each run: waits for the GPU to cool and settle with the same rule as M(sparkfleet.bench.thermal_wait);
     then, when the workload says C(drop_caches), drops the page cache (C(sync; echo 3 > /proc/sys/vm/drop_caches),
-    root only: a run that cannot is C(failed)); a workload's C(kv_fraction) becomes its run's
-    C(--extra_llm_api_options) file."
+    root only: a run that cannot is C(failed)); the workload goes unchanged to the engine's command builder
+    (a trtllm workload's KV-cache fraction becomes its run's C(--extra_llm_api_options) file)."
   - "Memory state (record's C(memory) section, docs/MEMORY.md): /proc/meminfo, what CUDA reports free, at the
     start; the container's cgroup (memory.current/peak/max/stat) and meminfo at the sample of highest use."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, thermal
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id, slug
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import FileProblem, read_yaml
 
 WRAPPER_KEY = "sparkfleet_campaign"
 
-# The campaign's fields, presets and cooldown are defined once, in sparkfleet_host.settings (the hosts check
-# the same rules).
-COOLDOWN_DEFAULTS = settings.defaults(settings.COOLDOWN_FIELDS)
+# The campaign's fields and presets are defined once, in settings.py and the catalogue; the cooldown's in
+# sparkfleet_host/thermal.py (thermal_wait and bench_run check the same rules).
+COOLDOWN_DEFAULTS = fields.defaults(thermal.COOLDOWN_FIELDS)
 
 
 class CampaignError(UsageError):
@@ -81,13 +81,13 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     cap = _checked(data, "max_runs")
     raw = estimate.raw_count(data, _checked(data, "iterations"), _checked(data, "warmup_runs"))
     if raw > cap:
-        settings.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
-                               settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+        fields.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
+                             settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
         raise CampaignError(problems + [f"campaign.max_runs: {estimate.too_many(raw, cap)}"], source)
     nested = {"models", "environments", "workloads", "cooldown", "image_build"}
     # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
-    settings.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
-                           settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
+    fields.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
+                         settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
     problems += [f"campaign.{f.name}: required" for f in settings.CAMPAIGN_FIELDS if f.required and f.name not in data]
     out: dict[str, Any] = {f.name: data.get(f.name, f.default) for f in settings.CAMPAIGN_FIELDS
                            if f.resolved and f.name not in nested}
@@ -112,7 +112,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     if not problems and estimate.count_runs(out) > cap:  # the twins and factors counted in
         problems.append(f"campaign.max_runs: {estimate.too_many(estimate.count_runs(out), cap)}")
     if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
-        problem = settings.find_non_finite(data, "campaign")
+        problem = fields.find_non_finite(data, "campaign")
         if problem:
             problems.append(problem)
     if problems:
@@ -126,7 +126,7 @@ def _checked(data: dict[str, Any], name: str) -> Any:
     on a field never sees a value its definition refuses."""
     f = next(f for f in settings.CAMPAIGN_FIELDS if f.name == name)
     value = data.get(name, f.default)
-    return value if settings.field_problem(f, value) is None else f.default
+    return value if fields.field_problem(f, value) is None else f.default
 
 
 def config_hash(campaign: dict[str, Any]) -> str:
@@ -134,7 +134,7 @@ def config_hash(campaign: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_tname = settings.type_name
+_tname = fields.type_name
 
 
 def _list_of(value: Any, where: str, problems: list[str]) -> list:
@@ -176,12 +176,9 @@ def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
     return True
 
 
-def _check(item: dict, fields, where: str, problems: list[str]) -> None:
+def _check(item: dict, table, where: str, problems: list[str]) -> None:
     """Types, ranges and unknown keys from the field table; `name` is checked by _name_ok."""
-    settings.check_mapping({k: v for k, v in item.items() if k != "name"}, fields, where, problems,
-                           required=False)
-    if "name" not in {f.name for f in fields}:
-        return
+    fields.check_mapping({k: v for k, v in item.items() if k != "name"}, table, where, problems, required=False)
 
 
 def _models(value: Any, problems: list[str]) -> list[dict]:
@@ -289,10 +286,10 @@ def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
     if not isinstance(value, dict):  # reported with the campaign's fields
         return dict(COOLDOWN_DEFAULTS)
     where = "campaign.cooldown"
-    problems += [f"{where}.{k}: unknown key (known: {', '.join(sorted(settings.COOLDOWN_BY_NAME))})"
-                 for k in value if k not in settings.COOLDOWN_BY_NAME]
-    problems += settings.cooldown_problems(value, where)
-    return {**COOLDOWN_DEFAULTS, **{k: v for k, v in value.items() if k in settings.COOLDOWN_BY_NAME}}
+    problems += [f"{where}.{k}: unknown key (known: {', '.join(sorted(thermal.COOLDOWN_BY_NAME))})"
+                 for k in value if k not in thermal.COOLDOWN_BY_NAME]
+    problems += thermal.cooldown_problems(value, where)
+    return {**COOLDOWN_DEFAULTS, **{k: v for k, v in value.items() if k in thermal.COOLDOWN_BY_NAME}}
 
 
 def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
@@ -301,8 +298,8 @@ def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):  # reported with the campaign's fields
         return None
-    settings.check_mapping(value, settings.IMAGE_BUILD_FIELDS, "campaign.image_build", problems)
-    return {**settings.defaults(settings.IMAGE_BUILD_FIELDS), **value}
+    fields.check_mapping(value, settings.IMAGE_BUILD_FIELDS, "campaign.image_build", problems)
+    return {**fields.defaults(settings.IMAGE_BUILD_FIELDS), **value}
 
 
 def launch_environment(environment: dict[str, Any], host_settings: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -4,13 +4,8 @@
 
 from __future__ import annotations
 
-import os
-
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
-#: The collection's root (its inventory/group_vars hold the default campaigns).
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def marked_sections(text: str, mark: str) -> list[tuple[str, str]]:

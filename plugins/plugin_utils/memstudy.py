@@ -15,8 +15,8 @@ unified memory. These campaign features let one campaign test that explanation:
   environment gets a twin ``<name>.aa``; ``aa: [names]`` only those) run the same thing twice, interleaved,
   so the report can measure the noise floor. Each member carries ``aa_group`` (the first member's name) and
   ``aa_member`` (``a``, ``b``, ...); environments outside a pair carry neither.
-* ``preset: memory-study``: the study's question with these factors (see :data:`CAMPAIGN_PRESETS`); the
-  campaign's own keys override the preset's.
+* ``preset: memory-study``: the study's question with these factors (the catalogue's
+  ``campaigns/memory-study.yml``); the campaign's own keys override the preset's.
 
 Controller side only; the hosts see the resolved workloads and environments.
 """
@@ -27,46 +27,20 @@ import copy
 import string
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import field_problem
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 FACTORS_FIELD = next(f for f in settings.CAMPAIGN_FIELDS if f.name == "factors")
 AA_SUFFIX = ".aa"
-
-#: The study's question on a Spark: native vs Docker (the study's flags) vs Docker under a memory limit, each
-#: with TensorRT-LLM's default KV fraction and a smaller one, with and without a dropped page cache, and the
-#: Docker environment run twice (A/A) for the noise floor.
-CAMPAIGN_PRESETS: dict[str, dict[str, Any]] = {
-    "memory-study": {
-        "name": "memory-study",
-        "description": "Why does Docker get less KV cache than native on a DGX Spark? Page cache, KV fraction, "
-                       "container memory flags, and an A/A pair for the noise floor.",
-        "models": [{"name": "deepseek", "hf_id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-                    "path": "/data/models/huggingface/deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"}],
-        "environments": [
-            "native",
-            {"name": "container", "kind": "container", "docker_flags": list(settings.STUDY_DOCKER_FLAGS)},
-            {"name": "container-memlimit", "kind": "container",
-             "docker_flags": list(settings.STUDY_DOCKER_FLAGS) + ["--memory=96g", "--memory-swap=96g"]},
-        ],
-        "workloads": ["study"],
-        "factors": {"kv_fraction": [0.9, 0.5], "drop_caches": [False, True]},
-        "aa": ["container"],
-        "iterations": 5,
-        "warmup_runs": 1,
-        "order": "interleaved",
-        "cooldown": {"threshold_c": 45, "settle_band_c": 1, "settle_window_s": 60, "max_wait_s": 1200,
-                     "on_timeout": "continue"},
-        "timeout_s": 3600,
-    },
-}
 
 
 # ----------------------------------------------------------------------------------------- resolving
 
 
 def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
-    """The campaign with its ``preset``'s keys under its own (unknown presets are left for the field check)."""
-    preset = CAMPAIGN_PRESETS.get(data.get("preset")) if isinstance(data.get("preset"), str) else None
+    """The campaign with its ``preset``'s keys (a catalogue campaign) under its own (unknown presets are left for
+    the field check)."""
+    preset = settings.CAMPAIGNS.get(data.get("preset")) if isinstance(data.get("preset"), str) else None
     if preset is None:
         return data
     return {**copy.deepcopy(preset), **data}
@@ -157,7 +131,7 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
         if workload.get("kv_fraction") is not None and workload.get("engine") != "trtllm":
             problems.append(f"campaign.workloads[{i}].kv_fraction: only a trtllm workload has a KV cache "
                             f"(engine {workload.get('engine')!r})")
-    if not isinstance(factors, dict) or not factors or settings.field_problem(FACTORS_FIELD, factors):
+    if not isinstance(factors, dict) or not factors or field_problem(FACTORS_FIELD, factors):
         return workloads
     out = []
     for i, workload in enumerate(workloads):

@@ -17,24 +17,19 @@ The playbooks only pass these results on: no Jinja recomputes anything.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, settings, textfile
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, hostvars
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, textfile
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, config_hash, plan, resolve
 
-#: Which default campaign a host gets without one: kind -> (group_vars file for the ``sparks`` group or None,
-#: for every other host, the variable it defines).
-DEFAULT_CAMPAIGNS = {
-    "campaign": ("sparks/campaign.yml", "all/campaign.yml", "sparkfleet_campaign"),
-    "reference": (None, "all/reproducibility.yml", "sparkfleet_reference_campaign"),
-}
+#: Which catalogue campaign a host gets without one: kind -> (for the ``sparks`` group or None, for every other host).
+DEFAULT_CAMPAIGNS = {"campaign": ("study", "sanity"), "reference": (None, "reference")}
 #: The controller's record of a campaign: resolved matrix, config hash, every host's planned runs.
 CAMPAIGN_FILE = "campaign.json"
 #: An inventory host name that can name a directory and a run id (bench_run's SAFE_NAME): no shell metacharacters.
@@ -54,17 +49,14 @@ class PlanningError(CampaignError):
     """A campaign the fleet cannot run as given; the message names the host and what to do."""
 
 
-def default_campaign(group_names, kind: str, root: str) -> dict[str, Any]:
-    """The campaign a host gets when none is given, read from the collection's own inventory/group_vars
-    (under ``root``), so that an inventory kept elsewhere, which does not see them, gets the same defaults:
-    kind ``campaign``: the study's matrix for the ``sparks`` group, the sanity campaign otherwise; kind
-    ``reference``: the reproducibility check's."""
+def default_campaign(group_names, kind: str) -> dict[str, Any]:
+    """The catalogue campaign a host gets when none is given (not resolved): kind ``campaign``: the study's
+    matrix for the ``sparks`` group, the sanity campaign otherwise; kind ``reference``: the reproducibility
+    check's."""
     if kind not in DEFAULT_CAMPAIGNS:
         raise PlanningError([f"default: must be one of {', '.join(DEFAULT_CAMPAIGNS)}, not {kind!r}"], "campaign")
-    sparks_file, other_file, key = DEFAULT_CAMPAIGNS[kind]
-    name = sparks_file if sparks_file and "sparks" in (group_names or ()) else other_file
-    with open(os.path.join(root, "inventory", "group_vars", name), encoding="utf-8") as fh:
-        return yaml.safe_load(fh)[key]
+    sparks, other = DEFAULT_CAMPAIGNS[kind]
+    return copy.deepcopy(settings.CAMPAIGNS[sparks if sparks and "sparks" in (group_names or ()) else other])
 
 
 @dataclass
@@ -119,7 +111,7 @@ def check_host(host: str, campaign: Any, variables: dict[str, Any]) -> HostCheck
                              "128; it names the host's results directory and every run id); rename the inventory "
                              "host and give its address as ansible_host"], "inventory_hostname")
     resolved = resolve(campaign, source="sparkfleet_campaign")
-    errors, warnings = hostvars.problems(host, variables)
+    errors, warnings = settings.setting_problems(host, variables)
     if errors:
         raise PlanningError(errors, "bad inventory variables")
     outside = model_path_problems(resolved, host_models_dir(variables), host)
@@ -219,16 +211,18 @@ def host_settings(host: str, variables: dict[str, Any], campaign: dict[str, Any]
     return out
 
 
-def standalone_plan(host: str, variables: dict[str, Any]) -> dict[str, Any]:
+def standalone_plan(host: str, variables: dict[str, Any], groups: list[str] | None = None) -> dict[str, Any]:
     """The plan of a host that a stage playbook runs without validate.yml (provision, restore, gpu_state,
-    preflight): its settings, checked, and the campaign given (``sparkfleet_campaign``) by name only — no runs.
-    CampaignError naming each bad variable."""
+    preflight): its settings, checked, and the campaign given (``sparkfleet_campaign``, else the default for the
+    host's ``groups`` when they are given) by name and image only — no runs. CampaignError naming each bad
+    variable."""
     known = {k: v for k, v in variables.items() if k in settings.SETTINGS_BY_NAME}
-    errors, _ = hostvars.problems(host, known)
+    errors, _ = settings.setting_problems(host, known)
     if errors:
         raise PlanningError(errors, "bad inventory variables")
     campaign = variables.get("sparkfleet_resolved_campaign") or variables.get("sparkfleet_campaign")
-    campaign = campaign if isinstance(campaign, dict) else {}
+    if not isinstance(campaign, dict):
+        campaign = default_campaign(groups, "campaign") if groups is not None else {}
     plan_ = host_settings(host, known, {k: campaign.get(k) for k in ("name", "image")})
     plan_.update(host=host, runs=[], total=0, needs_native=False, needs_container=False,
                  summary=f"{host}: settings only (validate.yml did not run: no runs planned)")

@@ -3,8 +3,8 @@
 """Unpack a host's fetched results archive into the controller's results tree, safely and atomically.
 
 Used by the results_unpack action (plugins/action/results_unpack.py) on the controller. Standard library
-only: the collection does not depend on the sparkfleet package (whose loader, ``sparkfleet.load``, knows
-the staging directory names below as ``sparkfleet.unpack.STAGING_PREFIXES``; a unit test keeps the two equal).
+only: the collection does not depend on the sparkfleet package (whose loader, ``sparkfleet.load``, imports
+the staging directory names below from here).
 
 A fetched tree comes from a machine we do not fully control: members with absolute paths, ``..``,
 links or device files are refused, so nothing can land outside ``results/<campaign>/<host>/``.

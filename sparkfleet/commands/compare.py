@@ -32,12 +32,10 @@ def register(sub) -> None:
 
 
 def _load(path: str, role: str, exclude: tuple[str, ...] = ()):
+    """The runs of a results directory (already checked by _nested)."""
     from sparkfleet.load import load_runs
 
     directory = Path(path)
-    check_dir(directory, f"{role} results directory")  # missing, a file, no permission: one line naming it
-    if not directory.is_dir():
-        raise UsageError(f"{role} {directory}: not a results directory")
     loaded = load_runs(directory, exclude=exclude)
     for problem in loaded.problems:
         print(f"sparkfleet compare: skipped {problem}", file=sys.stderr)

@@ -39,11 +39,6 @@ def analyse_and_write(root: Path, tolerance_pct: float):
     return state, text
 
 
-def write(root: Path, tolerance_pct: float) -> str:
-    """report/fleet.md and fleet.json of ``root`` (sparkfleet run after reproducibility.yml); the markdown."""
-    return analyse_and_write(root, tolerance_pct)[1]
-
-
 def run(args) -> int:
     state, text = analyse_and_write(Path(args.results), args.tolerance)
     print(json.dumps(state.to_dict(), indent=2, default=str) if args.json else text, end="")

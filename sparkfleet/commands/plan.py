@@ -2,17 +2,17 @@
 
 What a careful owner reads before a 14-hour campaign: for each planned run (in the host's order), each step
 as the host would execute it - the chroot argv of a native run, the ``docker run`` argv of a container run,
-``env -C`` of a bare one - built by the same functions bench_run uses (sparkfleet_host.runexec and
-trtllm_cli), secrets redacted. Nothing is touched: no host, no image, no network. What only the host knows
-(the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown as a placeholder and
-said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the image tag names.
+``env -C`` of a bare one - built by the same functions bench_run uses (sparkfleet_host.runexec, trtllm_cli,
+run_launch.run_env for the environment), secrets redacted. Nothing is touched: no host, no image, no network.
+What only the host knows (the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown
+as a placeholder and said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the
+image tag names.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -20,8 +20,13 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, settings, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
+    run_launch,
+    runexec,
+    trtllm_cli,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import MARKER
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import load, plan
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 
@@ -43,7 +48,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _settings(args) -> dict[str, Any]:
+def _settings(args, campaign: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the sparkfleet_* variables given, the host's plan settings made of them as validate.yml makes them:
+    paths, image, workload env, ...; planning.host_settings)."""
     variables: dict[str, Any] = {}
     for path in args.vars:
         with open(path, encoding="utf-8") as fh:
@@ -59,40 +66,23 @@ def _settings(args) -> dict[str, Any]:
     errors, _ = settings.setting_problems(args.host, variables)
     if errors:
         raise UsageError("; ".join(errors))
-    values = {**settings.defaults(settings.SETTINGS), **variables}
-    reference = re.compile(r"\{\{\s*(sparkfleet_\w+)\s*\}\}")
-    for _ in range(5):  # the defaults' own references ({{ sparkfleet_work_dir }}/models)
-        known = dict(values)
-        values = {k: reference.sub(lambda m, known=known: str(known.get(m.group(1), m.group(0))), v)
-                  if isinstance(v, str) else v for k, v in values.items()}
-    return values
+    return variables, planning.host_settings(args.host, variables, campaign)
 
 
-def _trtllm(args, campaign: dict[str, Any], values: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def _trtllm(args, host: dict[str, Any]) -> tuple[dict[str, Any], str]:
     if args.trtllm_version:
         version, how = args.trtllm_version, "--trtllm-version"
     else:
-        version, how = trtllm_cli.version_from_image(values.get("sparkfleet_image") or campaign["image"])
+        version, how = trtllm_cli.version_from_image(host["image"]["ref"])
         if version is None:
             raise UsageError(f"{how}: give --trtllm-version")
-    detection = {"version": version, "unknown_version": values["sparkfleet_trtllm_unknown_version"],
-                 "hf_cache_dir": values.get("sparkfleet_hf_cache_dir")}
+    detection = {"version": version, "unknown_version": host["workload"]["trtllm_unknown_version"],
+                 "hf_cache_dir": host["paths"]["hf_cache_dir"]}
     try:
         resolved = trtllm_cli.resolve(detection)
     except trtllm_cli.TrtllmCliError as exc:
         raise UsageError(str(exc)) from None
     return {**detection, "resolved": resolved}, how
-
-
-def _env(run, values: dict[str, Any], trtllm: dict[str, Any]) -> dict[str, str]:
-    """The run's environment variables, as bench_run composes them (inventory, workload, probe, trtllm)."""
-    env = {str(k): str(v) for k, v in (values.get("sparkfleet_workload_env") or {}).items()}
-    env.update({str(k): str(v) for k, v in (run.workload.get("env") or {}).items()})
-    env.setdefault("SPARKFLEET_ENV_PROBE", f"{run.environment.get('kind')}/{run.environment['name']}")
-    if run.workload.get("engine", "trtllm") == "trtllm":
-        for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
-            env.setdefault(key, value)
-    return env
 
 
 def _placeholder_rootfs(tmp: str) -> str:
@@ -104,17 +94,15 @@ def _placeholder_rootfs(tmp: str) -> str:
     return tmp
 
 
-def _commands(campaign, values, trtllm, runs, rootfs_tmp, host):
-    work_dir = values["sparkfleet_work_dir"]
-    results_root = f"{work_dir}/results"
-    models_dir = values["sparkfleet_models_dir"]
-    rootfs_shown = f"{work_dir}/rootfs/<sha256-image-id>"
-    image = values.get("sparkfleet_image") or campaign["image"]
+def _commands(campaign, host, trtllm, runs, rootfs_tmp):
+    paths = host["paths"]
+    results_root, models_dir = paths["results_root"], paths["models_dir"]
+    rootfs_shown = f"{paths['work_dir']}/rootfs/<sha256-image-id>"
     out = []
     for run in runs:
-        run_dir = f"{results_root}/{campaign['name']}/{host}/runs/{run.run_id}"
+        run_dir = f"{paths['results_dir']}/runs/{run.run_id}"
         kind = run.environment.get("kind", "native")
-        env = _env(run, values, trtllm)
+        env = run_launch.run_env(host["workload"]["env"], run.workload, run.environment, trtllm)
         try:
             steps = runexec.engine_steps(run.workload.get("engine", "trtllm"), run.workload, run.model, run_dir,
                                          f"{results_root}/{runexec.WORKLOADS_SUBDIR}", trtllm=trtllm,
@@ -136,7 +124,7 @@ def _commands(campaign, values, trtllm, runs, rootfs_tmp, host):
                     binds.append((trtllm["hf_cache_dir"], trtllm_cli.HF_CACHE_TARGET, False))
                 labels = {"sparkfleet.run_id": run.run_id, "sparkfleet.campaign": campaign["name"],
                           "sparkfleet.step": name}
-                cmd = runexec.container_command("docker", ("sf-" + run.run_id)[:120], image,
+                cmd = runexec.container_command("docker", ("sf-" + run.run_id)[:120], host["image"]["ref"],
                                                 run.environment.get("docker_flags") or [], argv, env, run_dir,
                                                 binds, labels)
             cmd = runexec.redact(cmd)
@@ -149,18 +137,18 @@ def _commands(campaign, values, trtllm, runs, rootfs_tmp, host):
 
 def run(args) -> int:
     campaign = load(args.campaign)  # CampaignError -> one clear message per problem, exit 2
-    values = _settings(args)
+    variables, host = _settings(args, campaign)
     has_trtllm = any(w.get("engine") == "trtllm" for w in campaign["workloads"])
-    trtllm, how = _trtllm(args, campaign, values) if has_trtllm else ({}, "")
+    trtllm, how = _trtllm(args, host) if has_trtllm else ({}, "")
     try:
-        runs = plan(campaign, host=args.host, host_settings=values)
+        runs = plan(campaign, host=args.host, host_settings=variables)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="sparkfleet-plan-") as tmp:
-        rows = _commands(campaign, values, {k: v for k, v in trtllm.items() if k != "resolved"}, runs,
-                         _placeholder_rootfs(os.path.join(tmp, "rootfs")), args.host)
-    image = values.get("sparkfleet_image") or campaign["image"]
-    notes = [f"offline: nothing was touched; host {args.host!r}, work dir {values['sparkfleet_work_dir']}",
+        rows = _commands(campaign, host, {k: v for k, v in trtllm.items() if k != "resolved"}, runs,
+                         _placeholder_rootfs(os.path.join(tmp, "rootfs")))
+    image = host["image"]["ref"]
+    notes = [f"offline: nothing was touched; host {args.host!r}, work dir {host['paths']['work_dir']}",
              f"native: {ENTRYPOINT} stands for the image's Entrypoint and <sha256-image-id> for its ID, both "
              f"recorded on the host when the rootfs is extracted (unknown offline); the image's own Env (Config.Env) "
              f"is added there too, and is not shown",

@@ -60,11 +60,10 @@ def check_out_dir(out: Path, what: str) -> None:
 
 
 def options_from(args):
+    """The report's Options from the arguments named like its fields (an argument not given: the default)."""
     from sparkfleet.report import Options
 
-    given = {"cv_gate": args.cv_gate, "level": args.level, "resamples": args.resamples, "seed": args.seed,
-             "tolerance": args.tolerance, "kv_fraction": args.kv_fraction, "threshold": args.threshold,
-             "alpha": args.alpha, "baseline": args.baseline}
+    given = {name: getattr(args, name, None) for name in Options.__dataclass_fields__}
     return Options(**{k: v for k, v in given.items() if v is not None})
 
 

@@ -58,19 +58,31 @@ def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
         return [], str(exc)
 
 
-def write_fleet_report(campaign_dir: str, tolerance_pct: float | None) -> tuple[list[str], str | None]:
-    """`sparkfleet fleet DIR --tolerance T`, in this process (the tolerance the plans carried):
+def fleet_tolerance(tolerances: dict[str, float]) -> float:
+    """The one tolerance (percent) of the hosts' plans (sparkfleet_reproducibility_tolerance_pct; the default
+    when no plan carried one). Hosts whose plans disagree: UsageError naming them, as one fleet comparison has
+    one tolerance."""
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+    from sparkfleet.thresholds import DEFAULT_TOLERANCE
+
+    values = set(tolerances.values())
+    if len(values) > 1:
+        hosts = ", ".join(f"{h}={t:g}" for h, t in sorted(tolerances.items()))
+        raise UsageError(f"the hosts' sparkfleet_reproducibility_tolerance_pct differ ({hosts}): set one for all "
+                         f"hosts, or compare with `sparkfleet fleet DIR --tolerance T`")
+    return values.pop() if values else DEFAULT_TOLERANCE * 100
+
+
+def write_fleet_report(campaign_dir: str, tolerances: dict[str, float]) -> tuple[list[str], str | None]:
+    """`sparkfleet fleet DIR --tolerance T`, in this process, T the hosts' plans' (:func:`fleet_tolerance`):
     (report/fleet.md's lines, or [] and a one-line error)."""
     from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
     from sparkfleet.commands import fleet
-    from sparkfleet.thresholds import DEFAULT_TOLERANCE
 
-    tolerance = tolerance_pct if tolerance_pct is not None else DEFAULT_TOLERANCE * 100
     try:
-        text = fleet.write(Path(campaign_dir), tolerance)
+        return fleet.analyse_and_write(Path(campaign_dir), fleet_tolerance(tolerances))[1].splitlines(), None
     except UsageError as exc:
         return [], str(exc)
-    return text.splitlines(), None
 
 
 def run(args) -> int:
@@ -99,7 +111,7 @@ def run(args) -> int:
         kind, campaign_dirs = after_playbook(playbook, outcome)
         for campaign_dir in campaign_dirs:
             if kind == "fleet":
-                lines, error = write_fleet_report(campaign_dir, outcome.tolerance_pct)
+                lines, error = write_fleet_report(campaign_dir, outcome.tolerances)
             else:
                 lines, error = write_report(campaign_dir)
             if error:

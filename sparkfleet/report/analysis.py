@@ -12,7 +12,7 @@ import pandas as pd
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import compare, reproducibility, stats, thresholds
 from sparkfleet.accounting import Accounting
-from sparkfleet.load import LoadProblem, LoadResult, load_runs
+from sparkfleet.load import DEFAULT_KV_FRACTION, LoadProblem, LoadResult, load_runs
 from sparkfleet.report.host_facts import facts_for_runs
 
 
@@ -23,7 +23,7 @@ class Options:
     resamples: int = stats.DEFAULT_RESAMPLES
     seed: int = stats.DEFAULT_SEED
     tolerance: float = reproducibility.DEFAULT_TOLERANCE
-    kv_fraction: float = compare.DEFAULT_KV_FRACTION
+    kv_fraction: float = DEFAULT_KV_FRACTION  # assumed where a run's engine output states none
     alpha: float = thresholds.DEFAULT_ALPHA
     threshold: float = thresholds.DEFAULT_THRESHOLD  # the smallest relative difference that matters
     baseline: str | None = None  # results directory the regression verdicts compare against

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparkfleet.load import CONFIG_METRICS
 from sparkfleet.report import plots
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
@@ -41,8 +42,6 @@ from sparkfleet.report.memory import (
 from sparkfleet.report.verdicts import twins_note
 from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL, range_violation
 
-#: Configuration, not results: kept in cells.csv and --json, left out of the statistics tables.
-CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 #: Per-run KV residuals are listed one by one up to this many runs; beyond, per cell (all in kv_residuals.csv).
 MAX_KV_RUN_ROWS = 200
 
@@ -72,11 +71,10 @@ def run_figure_makers(runs: pd.DataFrame, root: Path) -> dict[str, Callable[[], 
 
 
 def figure_makers(analysis: Report) -> dict[str, tuple[str, Callable[[], bytes | None]]]:
-    fraction = analysis.kv_fit.assumed_fraction if analysis.kv_fit else analysis.options.kv_fraction
     makers = run_figure_makers(analysis.runs, analysis.root) | {
         "effects": lambda: plots.effects(analysis.verdicts, analysis.options.threshold),
         "ci_bars": lambda: plots.ci_bars(analysis.cells, analysis.runs),
-        "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, fraction),
+        "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, analysis.options.kv_fraction),  # the fit's assumption
         "memory_decomposition": lambda: plots.memory_decomposition(analysis.memory.decomposition),
     }
     return {name: (title, makers[name]) for name, title in _TITLES.items()}
@@ -225,7 +223,7 @@ def warnings_section(analysis: Report) -> Section:
 
 
 def statistics_section(analysis: Report, figures: dict[str, Figure]) -> Section:
-    reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]
+    reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]  # in cells.csv and --json only
     n_max = reported["n"].max() if len(reported) else 0
     omitted = []
     if n_max < MIN_N_INTERVAL:

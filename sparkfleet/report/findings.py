@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sparkfleet.load import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.memory import budget_kv_cells
 from sparkfleet.report.types import Finding
@@ -128,7 +129,7 @@ def runs_not_ok(runs: pd.DataFrame) -> list[Finding]:
 def cv_gate_failures(analysis: Analysis) -> list[Finding]:
     """One line per cell: every metric over the gate, the worst CV first (each metric's CV in details)."""
     failed = analysis.cells[analysis.cells["cv_ok"].fillna(True).eq(False)]
-    failed = failed[~failed["metric"].isin(("device_total_gib", "kv_fraction"))]
+    failed = failed[~failed["metric"].isin(CONFIG_METRICS)]
     gate = analysis.options.cv_gate * 100
     cells = failed.groupby(list(CELL_KEYS), sort=True).ngroups if len(failed) else 0
     if cells > MAX_LISTED * 4:

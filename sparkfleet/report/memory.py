@@ -5,7 +5,7 @@ anything (issue 15): computed once from the loaded runs, rendered by the report 
   the fraction keeps back, page cache, cgroup-accounted memory, the engine's own peak and the unexplained rest;
   with each run's KV formula residual. Between an environment and its native reference the KV-cache gap is
   attributed to the same parts.
-* **Factor effects**: per model, each factor's (environment kind, memory limit, kv_fraction, drop_caches)
+* **Factor effects**: per model, each factor's (environment kind, memory limit, the campaign's factors)
   effect on the KV cache and the peak, Welch with its CI; the largest is named.
 * **A/A noise floor**: per metric, from the A/A pairs (``aa_group``/``aa_member``): the pooled run-to-run CV,
   the noise floor, the minimum detectable effect for the campaign's iterations and the iterations a 2% and a
@@ -23,7 +23,7 @@ from scipy import stats as sps
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.trtllm_memory import (
     kv_source_kind,
 )
-from sparkfleet import compare, stats
+from sparkfleet import compare, load, stats
 from sparkfleet.report.types import MemoryStudy, Verdict, VerdictLine
 from sparkfleet.report.wording import pct, words
 
@@ -43,21 +43,8 @@ EFFECT_METRICS = ("kv_cache_gib", "peak_memory_gib")
 #: The effects the A/A table recommends iterations for.
 TARGET_EFFECTS = (0.02, 0.05)
 _KEYS = ["host", "model", "workload"]
-
-
-def _num(frame: pd.DataFrame, column: str) -> pd.Series:
-    if column not in frame:
-        return pd.Series(np.nan, index=frame.index, dtype="float64")
-    return pd.to_numeric(frame[column], errors="coerce").astype("float64")
-
-
-def _flag(frame: pd.DataFrame, column: str) -> pd.Series:
-    """A boolean-ish column (True/False, "True"/"False" text) as True/False/NA."""
-    if column not in frame:
-        return pd.Series(pd.NA, index=frame.index, dtype="boolean")
-    mapping = {True: True, False: False, "True": True, "False": False, "true": True, "false": False}
-    return frame[column].map(lambda v: mapping.get(v, pd.NA) if not isinstance(v, float) else pd.NA) \
-        .astype("boolean")
+#: How a true/false factor's effect is worded (default: "<name> true vs false").
+FLAG_WORDS = {"drop_caches": "page cache dropped vs kept"}
 
 
 def _is_reference(runs: pd.DataFrame) -> pd.Series:
@@ -75,22 +62,22 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     m = measured.dropna(subset=needed)
     if "engine" in m:
         m = m[~m["engine"].isin(compare.GROWING_KV_ENGINES)]
-    cached = _num(m, "mem_peak_cached_gib").fillna(_num(m, "mem_start_cached_gib"))
+    cached = load.numbers(m, "mem_peak_cached_gib").fillna(load.numbers(m, "mem_start_cached_gib"))
     m = m[cached.notna()]
     if m.empty:
         return pd.DataFrame()
     cached = cached[m.index]
     total, peak, kv = (m[c].astype(float) for c in ("device_total_gib", "peak_memory_gib", "kv_cache_gib"))
-    buffers = _num(m, "mem_peak_buffers_gib").fillna(_num(m, "mem_start_buffers_gib")).fillna(0.0)
+    buffers = load.numbers(m, "mem_peak_buffers_gib").fillna(load.numbers(m, "mem_start_buffers_gib")).fillna(0.0)
     host_cache = cached + buffers
     container = m["environment_kind"].astype("string") == "container"
-    limit = _num(m, "mem_cgroup_limit_gib").fillna(_num(m, "mem_peak_cgroup_limit_gib"))
+    limit = load.numbers(m, "mem_cgroup_limit_gib").fillna(load.numbers(m, "mem_peak_cgroup_limit_gib"))
     limited = container & limit.notna() & (limit < total)
     # The cgroup's own high-water mark (the kernel's memory.peak), else the highest sampled charge: the charge at
     # the machine-wide peak sample can predate the container's allocation (sampling races a short run).
-    current = (_num(m, "mem_cgroup_peak_gib").fillna(_num(m, "mem_cgroup_current_max_gib"))
-               .fillna(_num(m, "mem_peak_cgroup_current_gib")))
-    file_pages = _num(m, "mem_peak_cgroup_file_gib").fillna(0.0)
+    current = (load.numbers(m, "mem_cgroup_peak_gib").fillna(load.numbers(m, "mem_cgroup_current_max_gib"))
+               .fillna(load.numbers(m, "mem_peak_cgroup_current_gib")))
+    file_pages = load.numbers(m, "mem_peak_cgroup_file_gib").fillna(0.0)
     charged = (current - file_pages).clip(lower=0).fillna(0.0)  # the cgroup's charge beyond its page cache
     # The engine's own peak: what the reference (native) runs of the same cell had beyond the page cache.
     own = (peak - host_cache).rename("own")
@@ -103,21 +90,21 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     page = host_cache.where(~limited, file_pages)
     model = engine.where(~limited, np.minimum(engine, charged))
     cgroup = (charged - model).clip(lower=0).where(container, 0.0) + (total - limit).where(limited, 0.0)
-    fraction = _num(m, "kv_fraction").fillna(compare.DEFAULT_KV_FRACTION)
-    tmp_kv = _num(m, "tmp_kv_gib")  # NaN: the record does not carry it, and the residual leaves it out
+    fraction, _ = load.kv_fraction(m)
+    tmp_kv = load.numbers(m, "tmp_kv_gib")  # NaN: the record does not carry it, and the residual leaves it out
     residual = kv - fraction * (total - peak + tmp_kv.fillna(0.0))
     if not kv_runs.empty and "residual_gib" in kv_runs:
         recorded = kv_runs.set_index("run_id")["residual_gib"]
         residual = m["run_id"].map(recorded).astype(float).fillna(residual)
     out = m[["host", "model", "environment", "workload", "environment_kind", "run_id"]].copy()
-    for column in ("aa_group", "aa_member", "factor_kv_fraction", "factor_drop_caches"):
+    for column in ("aa_group", "aa_member", *(levels.name for _, levels in load.factors(m))):
         out[column] = m.get(column)
     out["kv_is_budget"] = kv_figure(m).eq("budget").fillna(False).astype(bool)
     out = out.assign(
         device_total_gib=total, peak_gib=peak, fraction=fraction, model_gib=model, page_cache_gib=page,
         cgroup_gib=cgroup, unexplained_gib=peak - page - model - cgroup, kv_gib=kv,
         reserve_gib=total - peak - kv, kv_residual_gib=residual, tmp_kv_gib=tmp_kv,
-        line_residual_gib=_num(m, "kv_budget_residual_gib"), limit_gib=limit.where(limited),
+        line_residual_gib=load.numbers(m, "kv_budget_residual_gib"), limit_gib=limit.where(limited),
         engine_reference=has_reference)
     return out.reset_index(drop=True)
 
@@ -229,7 +216,7 @@ def _factor_levels(runs: pd.DataFrame) -> list[tuple[str, pd.Series, object, obj
     if {"native", "container"} <= set(kind.dropna()):
         out.append(("environment", kind.where(kind.isin(["native", "container"])), "native", "container",
                     "container vs native"))
-    limit = _num(runs, "mem_cgroup_limit_gib").fillna(_num(runs, "mem_peak_cgroup_limit_gib"))
+    limit = load.numbers(runs, "mem_cgroup_limit_gib").fillna(load.numbers(runs, "mem_peak_cgroup_limit_gib"))
     if "mem_container_flags" in runs:  # a container run whose flags set --memory / -m
         flags = runs["mem_container_flags"].astype("string").fillna("")
         limit = limit.where(limit.notna() | ~flags.str.contains(r"(?:^| )(?:--memory|-m)[= ]\s*[1-9]", regex=True),
@@ -237,14 +224,16 @@ def _factor_levels(runs: pd.DataFrame) -> list[tuple[str, pd.Series, object, obj
     limited = pd.Series(np.where(limit.notna(), "limit", "none"), index=runs.index).where(kind == "container")
     if limited.nunique() == 2:
         out.append(("memory_limit", limited, "none", "limit", "memory-limited container vs container"))
-    fraction = _num(runs, "factor_kv_fraction")
-    if fraction.nunique() >= 2:
-        high, low = float(fraction.max()), float(fraction.min())
-        out.append(("kv_fraction", fraction.where(fraction.isin([high, low])), high, low,
-                    f"kv_fraction {low:g} vs {high:g}"))
-    drop = _flag(runs, "factor_drop_caches")
-    if drop.dropna().nunique() == 2:
-        out.append(("drop_caches", drop.astype("object"), False, True, "page cache dropped vs kept"))
+    for name, levels in load.factors(runs):  # the campaign's own factors, as data
+        if load.is_flag(levels):  # true/false: false is the reference
+            if levels.dropna().nunique() == 2:
+                out.append((name, levels.astype("boolean").astype("object"), False, True,
+                            FLAG_WORDS.get(name, f"{name} true vs false")))
+            continue
+        number = load.numbers(runs, levels.name)
+        if number.nunique() >= 2:  # numbers: the highest level is the reference, the lowest is compared with it
+            high, low = float(number.max()), float(number.min())
+            out.append((name, number.where(number.isin([high, low])), high, low, f"{name} {low:g} vs {high:g}"))
     return out
 
 

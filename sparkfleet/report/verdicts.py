@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sparkfleet import compare
+from sparkfleet.load import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.findings import sequential_blocks
 from sparkfleet.report.fingerprints import caveat_text, cell_fingerprints
@@ -41,8 +42,6 @@ OUTCOMES = ("different", "same", "undetermined")
 #: The metrics an environment verdict speaks about: the first throughput metric a cell has, then memory.
 THROUGHPUT_METRICS = ("output_tok_s", "gflops", "total_tok_s", "req_s", "matmul_s_mean")
 MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib")
-#: Configuration, not results: never judged.
-CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 #: Lines of one question shown before "... and N more" (the tables beside hold every comparison).
 MAX_LINES = 30
 

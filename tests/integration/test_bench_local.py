@@ -53,8 +53,9 @@ def test_the_localhost_sanity_campaign_completes(docker_engine, ansible_env, rep
 def test_sparkfleet_run_runs_bench_then_writes_the_report_and_ends_with_its_verdicts(docker_engine, ansible_env, repo,
                                                                                       tmp_path):
     work, results, events = tmp_path / "work", tmp_path / "results", tmp_path / "events.jsonl"
-    env = {k: v for k, v in ansible_env.items() if k != "ANSIBLE_CONFIG"}  # sparkfleet run sets it itself
-    proc = subprocess.run([sys.executable, "-m", "sparkfleet", "run", "-i", "inventory/local.ini",
+    # sparkfleet run sets ANSIBLE_CONFIG itself; no -i: ansible.cfg's inventory (inventory/local.ini)
+    env = {k: v for k, v in ansible_env.items() if k not in ("ANSIBLE_CONFIG", "ANSIBLE_INVENTORY")}
+    proc = subprocess.run([sys.executable, "-m", "sparkfleet", "run",
                            "-e", f"sparkfleet_work_dir={work}", "-e", f"sparkfleet_results_dir={results}",
                            "--json-events", str(events)],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=1200)

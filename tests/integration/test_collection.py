@@ -31,7 +31,9 @@ def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("collection")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["ANSIBLE_CONFIG"] = str(work / "none.cfg")  # no sparkfleet ansible.cfg: nothing finds the checkout
-    (work / "none.cfg").write_text("[defaults]\n")
+    # No sys.path scan either: the venv lists the checkout's own ansible_collections tree (bootstrap.sh), which
+    # ansible-galaxy would take for an installed sparkfleet.bench and skip the install.
+    (work / "none.cfg").write_text("[defaults]\ncollections_scan_sys_path = False\n")
     build = _run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(work / "dist")],
                  env, work)
     assert build.returncode == 0, build.stderr
@@ -52,7 +54,9 @@ def installed(tmp_path_factory) -> Path:
 def test_a_playbook_outside_the_repo_uses_module_role_and_filter_by_fqcn(installed, tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    (outside / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {installed}\ngathering = explicit\n")
+    # The installed copy alone (no sys.path scan, as above).
+    (outside / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {installed}\n"
+                                         "collections_scan_sys_path = False\ngathering = explicit\n")
     (outside / "play.yml").write_text(textwrap.dedent(f"""\
         - name: Use sparkfleet.bench from an installed collection
           hosts: localhost

@@ -79,8 +79,8 @@ def test_memory_study_records_memory_state_and_kv_follows_the_unified_memory_mod
         assert validate(rec) == [], rec["run_id"]
         assert rec["status"] == "ok", (rec["run_id"], rec["reason"])
         params, m, mem = rec["workload_params"], rec["metrics"], rec["memory"]
-        fraction, drop = params["factors"]["kv_fraction"], params["factors"]["drop_caches"]
-        assert params["base"] == "small" and mem["version"] == 1 and mem["kv_fraction"] == fraction
+        fraction, drop = params["kv_fraction"], params["drop_caches"]  # the record keeps them once
+        assert params["base"] == "small" and mem["version"] == 2 and "kv_fraction" not in mem
         assert m["kv_fraction"] == pytest.approx(fraction, abs=1e-6)
         # the record's memory state: meminfo at start and peak, CUDA's view (a GB10 stand-in: not reported)
         start, peak = mem["start"]["meminfo"], mem["peak"]["meminfo"]

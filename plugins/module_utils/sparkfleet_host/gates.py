@@ -16,9 +16,10 @@ Six gates, each recorded in ``preflight.json`` with what was measured, its limit
 A GPU gate that cannot be measured (no nvidia-smi, no GPU, a query the driver refuses) has ``pass: null`` and
 an ``error``; ``fail_on_unknown`` decides whether that fails the host. Sizes are GiB rounded to 2 decimals.
 
-The limits take their defaults and their rules from the campaign settings (``sparkfleet_preflight_*`` in
-:mod:`.settings`). :func:`evaluate` and the message functions are pure; the readers take their paths as
-arguments, and commands run through a runner (tests pass fakes).
+The limits, their defaults and their rules are :data:`LIMIT_FIELDS`: the module's options, and the
+inventory settings ``sparkfleet_preflight_*`` (the controller's settings table takes these fields).
+:func:`evaluate` and the message functions are pure; the readers take their paths as arguments, and commands
+run through a runner (tests pass fakes).
 
 Stdlib only, Python 3.8+.
 """
@@ -29,23 +30,30 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .fields import GPU_TEMP_C, Field, field_problem
 from .gpu import NO_PROCESSES, GpuSensorError, compute_apps_argv, parse_number, query_gpu
-from .meminfo import MEMINFO, read_meminfo_kib
-from .settings import SETTINGS_BY_NAME, field_problem
+from .meminfo import MEMINFO, parse_meminfo_kib
 
 #: The gates, in the order they are evaluated, recorded and named in a failure.
 GATES = ("gpu_temperature", "performance_state", "cpu_load", "free_memory", "free_disk", "gpu_processes")
-#: The limit options of ``preflight_check`` and the campaign settings they take their defaults and rules from.
-LIMIT_SETTINGS = {
-    "max_gpu_temp_c": "sparkfleet_preflight_max_gpu_temp_c",
-    "pstates": "sparkfleet_preflight_pstates",
-    "max_load_per_cpu": "sparkfleet_preflight_max_load_per_cpu",
-    "min_free_memory_gib": "sparkfleet_preflight_min_free_memory_gib",
-    "min_free_disk_gib": "sparkfleet_preflight_min_free_disk_gib",
-    "max_gpu_processes": "sparkfleet_preflight_max_gpu_processes",
-    "fail_on_unknown": "sparkfleet_preflight_fail_on_unknown",
-}
-LIMIT_DEFAULTS = {option: SETTINGS_BY_NAME[name].default for option, name in LIMIT_SETTINGS.items()}
+#: The limits: each an inventory setting (its name) and a ``preflight_check`` option (its ``option``).
+LIMIT_FIELDS = (
+    Field("sparkfleet_preflight_max_gpu_temp_c", "float", 60.0, "Gate: hottest GPU before the runs.", "C",
+          GPU_TEMP_C[0], GPU_TEMP_C[1], option="max_gpu_temp_c"),
+    Field("sparkfleet_preflight_pstates", "list", [], "Gate: allowed GPU performance states (empty: any).",
+          elements="str", option="pstates"),
+    Field("sparkfleet_preflight_max_load_per_cpu", "float", 0.5, "Gate: 1-minute load average per CPU.", "",
+          0.0, 1000.0, option="max_load_per_cpu"),
+    Field("sparkfleet_preflight_min_free_memory_gib", "float", 8.0, "Gate: free memory.", "GiB", 0.0, 65536.0,
+          option="min_free_memory_gib"),
+    Field("sparkfleet_preflight_min_free_disk_gib", "float", 20.0, "Gate: free disk under the work directory.",
+          "GiB", 0.0, 10 ** 6, option="min_free_disk_gib"),
+    Field("sparkfleet_preflight_max_gpu_processes", "int", 0, "Gate: processes on the GPU.", "", 0, 100000,
+          option="max_gpu_processes"),
+    Field("sparkfleet_preflight_fail_on_unknown", "bool", False, "Gate: fail a gate whose value is unknown.",
+          option="fail_on_unknown"),
+)
+LIMIT_DEFAULTS = {f.option: f.default for f in LIMIT_FIELDS}
 #: ``--query-gpu`` fields the GPU gates read (run with ``--format=csv,noheader,nounits`` by gpu.query_gpu).
 GPU_FIELDS = ("index", "temperature.gpu", "pstate")
 KIB_PER_GIB = 1024 * 1024
@@ -88,13 +96,13 @@ CommandRunner = Callable[[Sequence[str]], Command]
 
 
 def limit_problems(params: Mapping[str, Any]) -> List[str]:
-    """Problems with the limit options (each naming its option) by the campaign settings' rules; [] if fine."""
+    """Problems with the limit options (each naming its option) by :data:`LIMIT_FIELDS`' rules; [] if fine."""
     problems = []
-    for option, name in LIMIT_SETTINGS.items():
-        if option in params:
-            problem = field_problem(SETTINGS_BY_NAME[name], params[option])
+    for f in LIMIT_FIELDS:
+        if f.option in params:
+            problem = field_problem(f, params[f.option])
             if problem:
-                problems.append("%s %s" % (option, problem))
+                problems.append("%s %s" % (f.option, problem))
     return problems
 
 
@@ -131,7 +139,8 @@ def load_1min(path: str = "/proc/loadavg") -> float:
 
 def mem_available_kib(path: str = MEMINFO) -> int:
     """``MemAvailable`` in KiB (the kernel's "kB")."""
-    values = read_meminfo_kib(path, ("MemAvailable",))
+    with open(path, encoding="ascii", errors="replace") as fh:
+        values = parse_meminfo_kib(fh.read(), ("MemAvailable",))
     if "MemAvailable" not in values:
         raise ValueError("%s has no MemAvailable line" % path)
     return values["MemAvailable"]
@@ -176,7 +185,7 @@ def evaluate(
 ) -> Dict[str, Dict[str, Any]]:
     """Every gate's record (``preflight.json``'s ``gates``) from what was measured.
 
-    ``limits`` has the limit options (:data:`LIMIT_SETTINGS`' keys); ``gpu_rows``/``gpu_error`` come from
+    ``limits`` has the limit options (of :data:`LIMIT_FIELDS`); ``gpu_rows``/``gpu_error`` come from
     :func:`query_gpus`, ``apps`` from :func:`query_apps`; memory and disk in KiB.
     """
     temps = [t for t in (parse_number(row.get("temperature.gpu")) for row in gpu_rows) if t is not None]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .meminfo import MEMINFO, read_meminfo_kib, used_kib
+from .meminfo import MEMINFO, used_kib
 
 # (argv) -> (rc, stdout, stderr); AnsibleModule.run_command fits once wrapped, subprocess by default.
 # typing's generics: collections.abc's are subscriptable only from Python 3.9.
@@ -520,7 +520,8 @@ TELEMETRY_COLUMNS = (
 def host_memory_used_mib(meminfo: str = MEMINFO) -> float | None:
     """MemTotal − MemAvailable in MiB: on unified memory (GB10) the only memory figure there is."""
     try:
-        used = used_kib(read_meminfo_kib(meminfo, ("MemTotal", "MemAvailable")))
+        with open(meminfo, encoding="ascii", errors="replace") as fh:
+            used = used_kib(fh.read())
     except OSError:
         return None
     return None if used is None else round(used / 1024.0, 1)

@@ -16,11 +16,6 @@ import datetime
 import json
 import os
 
-from .settings import STATUSES
-
-#: A run whose last event is ``finished`` with one of these statuses is done.
-FINAL = STATUSES
-
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

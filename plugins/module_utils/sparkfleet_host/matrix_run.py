@@ -19,6 +19,7 @@ import signal
 import time
 
 from . import modelcard
+from .fields import WEEK_S, Field, field_problem
 from .jobs import JobRegistration
 from .ledger import append_event, run_states
 from .record import run_id, write_json_atomic
@@ -26,10 +27,12 @@ from .resume import check_host, keep_config
 from .run_judge import judge, read_output
 from .run_launch import SETUP_ERRORS, Launcher, wait_cooldown
 from .run_record import Recorder
-from .settings import CAMPAIGN_FIELDS, SETTINGS_BY_NAME, WORKLOAD_FIELDS, Cooldown, check_mapping, field_problem
+from .thermal import Cooldown
 
-TIMEOUT_FIELD = next(f for f in CAMPAIGN_FIELDS if f.name == "timeout_s")
-TELEMETRY_FIELD = SETTINGS_BY_NAME["sparkfleet_telemetry_interval_s"]
+#: bench_run's number options (the argument_spec types them; a NaN, an infinity or a zero is refused here). The
+#: campaign's timeout_s and sparkfleet_telemetry_interval_s have the same ranges, checked on the controller.
+TIMEOUT_FIELD = Field("timeout_s", "float", unit="s", low=0.0, high=WEEK_S, low_open=True)
+TELEMETRY_FIELD = Field("telemetry_interval_s", "float", unit="s", low=0.0, high=60.0, low_open=True)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -53,12 +56,11 @@ def check_request(params: dict) -> list:
 
     ``params``: bench_run's options (argument_spec checked); its ``cooldown`` is normalised and ``total``
     (0) set to the number of runs, in place."""
-    # The campaign's and the inventory's rules (settings): a NaN or an infinity is refused like a zero.
     for name, field in (("timeout_s", TIMEOUT_FIELD), ("telemetry_interval_s", TELEMETRY_FIELD)):
         problem = field_problem(field, params[name])
         if problem:
             raise MatrixError("%s: %s" % (name, problem))
-    try:  # the campaign's rules (settings), checked before any run starts: never a ValueError mid-matrix
+    try:  # the cooldown's rules (thermal), checked before any run starts: never a ValueError mid-matrix
         params["cooldown"] = Cooldown.from_mapping(params["cooldown"], "cooldown").to_dict()
     except ValueError as exc:
         raise MatrixError(str(exc)) from None
@@ -88,20 +90,17 @@ class PlannedRun:
         self.plan = plan
         self.model = plan["model"]
         self.environment = plan["environment"]
-        self.workload = plan["workload"]
-        problems = []  # the campaign's rules for a workload (types, physical ranges, no NaN): the same definition
-        check_mapping(self.workload if isinstance(self.workload, dict) else {}, WORKLOAD_FIELDS,
-                      "runs[%s].workload" % plan.get("run_id"), problems, unknown=False, required=False)
-        if problems or not isinstance(self.workload, dict):
-            raise MatrixError("; ".join(problems) or "runs: workload must be a mapping, got %r" % (self.workload,))
+        self.workload = plan["workload"]  # checked with the campaign, on the controller
+        if not isinstance(self.workload, dict):
+            raise MatrixError("runs: workload must be a mapping, got %r" % (self.workload,))
         expected = run_id(params["campaign"], params["host"], self.model["name"], self.environment["name"],
                           self.workload["name"], int(plan["iteration"]))
         if expected != plan["run_id"]:
             raise MatrixError("run: run_id %r does not match its identity (%s)" % (plan["run_id"], expected))
         self.rid = expected
         # Each planned run carries its own timeout and cooldown (campaign.plan resolves them once, on the
-        # controller); the module's options are the defaults of a plan entry without them. Checked with the
-        # campaign's rules before any run starts.
+        # controller); the module's options are the defaults of a plan entry without them. Checked before any
+        # run starts.
         try:
             self.cooldown = Cooldown.from_mapping(plan.get("cooldown", params["cooldown"]), "cooldown").to_dict()
         except ValueError as exc:

@@ -36,15 +36,8 @@ def parse_meminfo_kib(text: str, keys: Optional[Iterable[str]] = None) -> Dict[s
     return values
 
 
-def read_meminfo_kib(path: str = MEMINFO, keys: Optional[Iterable[str]] = None) -> Dict[str, int]:
-    """:func:`parse_meminfo_kib` of the file at ``path``; OSError when it cannot be read."""
-    with open(path, encoding="ascii", errors="replace") as fh:
-        return parse_meminfo_kib(fh.read(), keys)
-
-
-def used_kib(values: Dict[str, int]) -> Optional[int]:
-    """MemTotal - MemAvailable (KiB): on unified memory (GB10) the memory in use by CPU and GPU together;
-    None when either is missing."""
-    if "MemTotal" not in values or "MemAvailable" not in values:
-        return None
-    return values["MemTotal"] - values["MemAvailable"]
+def used_kib(text: str) -> Optional[int]:
+    """MemTotal - MemAvailable (KiB) of a /proc/meminfo text: on unified memory (GB10) the memory in use by
+    CPU and GPU together; None when either is missing."""
+    values = parse_meminfo_kib(text, ("MemTotal", "MemAvailable"))
+    return values["MemTotal"] - values["MemAvailable"] if len(values) == 2 else None

@@ -36,7 +36,7 @@ from .gpu import GpuSensorError, memory_info
 from .meminfo import MEMINFO, parse_meminfo_kib
 
 GIB = float(2**30)
-SECTION_VERSION = 1
+SECTION_VERSION = 2  # 2: the KV fraction left the section (the record keeps it once, in workload_params)
 #: /proc/meminfo keys recorded, and their names in the record (GiB).
 MEMINFO_KEYS = (
     ("MemTotal", "mem_total_gib"),
@@ -381,13 +381,12 @@ def start_state(cuda: bool = True, meminfo: str = "/proc/meminfo", **cuda_kw: An
     return {"meminfo": read_meminfo(meminfo), "cuda": cuda_memory(**cuda_kw) if cuda else None}
 
 
-def section(kv_fraction: Optional[float], drop: Optional[Dict[str, Any]], start: Optional[Dict[str, Any]],
-            tracker: Optional[PeakTracker], container_flags: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+def section(drop: Optional[Dict[str, Any]], start: Optional[Dict[str, Any]], tracker: Optional[PeakTracker],
+            container_flags: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """The run record's ``memory`` section (docs/MEMORY.md)."""
     summary = tracker.summary() if tracker is not None else {}
     return {
         "version": SECTION_VERSION,
-        "kv_fraction": kv_fraction,
         "drop_caches": drop if drop is not None else {"requested": False, "done": False},
         "container_memory_flags": memory_flags(container_flags),
         "start": start,

@@ -33,8 +33,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .settings import STATUSES  # the run statuses, defined once (re-exported for the record's readers)
 from .textfile import write_atomic
+
+#: Run statuses: the final state of a run (record.json ``status``, the ledger's ``finished`` events).
+STATUSES = ("ok", "failed", "timeout", "invalid")
+#: Statuses a retry (``sparkfleet_retry_failed``) runs again.
+RETRY_STATUSES = ("failed", "timeout")
 
 #: The record format version this code writes. Older versions are read through ``MIGRATIONS``.
 SCHEMA_VERSION = 2
@@ -154,8 +158,10 @@ SAMPLES: Dict[str, str] = {
 #: never compared between runs, environments or hosts.
 KV_BUDGET_METRICS = ("tmp_kv_gib", "kv_budget_residual_gib")
 
+#: The engine's configuration as its output states it, not results: never judged (CV gate, verdicts, deviations).
+CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 #: Memory metrics must say where their figure came from (log line, report json, telemetry, ...).
-MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", "device_total_gib", "kv_fraction", *KV_BUDGET_METRICS)
+MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", *CONFIG_METRICS, *KV_BUDGET_METRICS)
 
 ENVIRONMENT_KINDS = ("native", "container", "bare")
 
@@ -298,7 +304,7 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
     "versions": {"campaign_config_hash": _S, "image": _S, "image_ref": _S, "engine": _S, "engine_version": _S,
                  "trtllm": _O},
     "probe": {"env_probe": _S, "hostname": _S, "dockerenv": _S, "pid": _S, "root_dev_ino": _S},
-    "memory": {"version": _I, "kv_fraction": _N, "samples": _I, "start": _O, "peak": _O, "cgroup": _O,
+    "memory": {"version": _I, "samples": _I, "start": _O, "peak": _O, "cgroup": _O,
                "drop_caches": _O, "environment": _O, "errors": _A, "container_memory_flags": _A,
                "max_cached_gib": _N, "min_cuda_free_gib": _N, "min_mem_available_gib": _N},
     "fingerprint": {"chroot": _B, "comm": _S, "depth": _I, "env": _O, "env_names": _A, "environment_kind": _S,
@@ -636,6 +642,6 @@ def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600)
 
 
-if __name__ == "__main__":  # python -m sparkfleet_host.record > docs/record.schema.json
+if __name__ == "__main__":  # docs/record.schema.json (docs/RECORD.md says how to run it)
     json.dump(json_schema(), sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -30,9 +30,8 @@ from .runexec import (
     run_process,
     strip_gpu_flags,
 )
-from .settings import Cooldown
 from .telemetry import TelemetrySampler
-from .thermal import wait_for_cooldown
+from .thermal import Cooldown, wait_for_cooldown
 
 #: What a run's setup may raise: the run fails at setup, naming it; the matrix goes on.
 SETUP_ERRORS = (RunSetupError, trtllm_cli.TrtllmCliError, ValueError, TypeError)
@@ -70,6 +69,18 @@ def wait_cooldown(params: dict) -> dict:
         "timed_out": bool(result.get("timed_out")),
         "polls": result.get("polls"),
     }
+
+
+def run_env(base: dict, workload: dict, environment: dict, trtllm: dict) -> dict:
+    """A run's environment variables: ``base`` (the inventory's), the workload's, the probe, trtllm's offline
+    defaults. The one definition: ``sparkfleet plan`` shows what this returns."""
+    env = {str(k): str(v) for k, v in (base or {}).items()}
+    env.update({str(k): str(v) for k, v in (workload.get("env") or {}).items()})
+    env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (environment.get("kind"), environment["name"]))
+    if workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
+        for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
+            env.setdefault(key, value)
+    return env
 
 
 class Launcher:
@@ -115,14 +126,7 @@ class Launcher:
         return self.p["trtllm"] or {}
 
     def env(self) -> dict:
-        workload, environment = self.run.workload, self.run.environment
-        env = {str(k): str(v) for k, v in (self.p["env"] or {}).items()}
-        env.update({str(k): str(v) for k, v in (workload.get("env") or {}).items()})
-        env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (environment.get("kind"), environment["name"]))
-        if workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
-            for key, value in trtllm_cli.run_env(self.trtllm().get("hf_cache_dir")).items():
-                env.setdefault(key, value)
-        return env
+        return run_env(self.p["env"], self.run.workload, self.run.environment, self.trtllm())
 
     def command(self, step: str, argv: list) -> list:
         run_dir, environment = self.run.run_dir, self.run.environment
@@ -167,7 +171,7 @@ class Launcher:
                 fh.write(options)
         drop = memstate.drop_page_cache() if workload.get("drop_caches") else None
         if drop is not None and not drop["done"]:
-            record.memory = memstate.section(workload.get("kv_fraction"), drop, None, None, self.flags)
+            record.memory = memstate.section(drop, None, None, self.flags)
             return drop, "setup: drop_caches: %s (needs root)" % drop["error"]
         return drop, None
 
@@ -202,8 +206,7 @@ class Launcher:
             if self.kind == "container":
                 subprocess.run([self.docker(), "rm", "-f", self.container_name()], capture_output=True)
         environment = self.run.environment
-        record.memory = memstate.section(self.run.workload.get("kv_fraction"), drop, start, self.tracker,
-                                         self.flags)
+        record.memory = memstate.section(drop, start, self.tracker, self.flags)
         record.memory["environment"] = {k: environment.get(k) for k in
                                         ("name", "kind", "variant", "aa_group", "aa_member")}
         record.started_utc, record.ended_utc = utc(started), utc(time.time())

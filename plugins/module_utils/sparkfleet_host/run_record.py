@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-from .ledger import FINAL, append_finished
-from .record import ContractError, new_record, write_record
-from .settings import RETRY_STATUSES
+from .ledger import append_finished
+from .record import RETRY_STATUSES, STATUSES, ContractError, new_record, write_record
 
 #: Space set aside before each run so that a run that fills the disk can still be recorded as failed.
 RESERVE_BYTES = 512 * 1024
@@ -104,7 +103,7 @@ class Recorder:
                     record = json.load(fh)
             except ValueError:
                 record = None
-        if record and record.get("status") in FINAL:
+        if record and record.get("status") in STATUSES:
             if not state or state.get("event") != "finished":  # crashed between record and ledger
                 append_finished(run.ledger, run.rid, record, run.plan.get("order_index"), recovered=True)
             if retry_failed and record["status"] in RETRY_STATUSES:

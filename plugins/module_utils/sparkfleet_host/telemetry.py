@@ -49,7 +49,7 @@ from .gpu import (
     parse_readings,
     query_argv,
 )
-from .meminfo import parse_meminfo_kib, used_kib
+from .meminfo import used_kib
 from .memstate import cgroup_dir_of_pid
 
 CSV_COLUMNS = (
@@ -93,7 +93,7 @@ class _PreadFile:
 
 def parse_meminfo_used_gib(text: str) -> Optional[float]:
     """MemTotal - MemAvailable of a /proc/meminfo text, in GiB; None when either is missing."""
-    used = used_kib(parse_meminfo_kib(text, ("MemTotal", "MemAvailable")))
+    used = used_kib(text)
     return None if used is None else used * 1024 / GIB
 
 

@@ -23,12 +23,102 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .fields import DAY_S, GPU_TEMP_C, Field, _num, field_problem
 from .gpu import GpuSensor, GpuSensorError
-from .settings import COOLDOWN_BY_OPTION, COOLDOWN_FIELDS, cooldown_problems, field_problem
 
 _EPS = 1e-9
 
-#: Option defaults of the thermal_wait module: the cooldown fields of the one definition (settings), by option name.
+# -------------------------------------------------------------------------------------------- cooldown
+
+#: The cooldown before each run (campaign ``cooldown``; ``thermal_wait``'s options are the ``option`` names).
+COOLDOWN_FIELDS = (
+    Field("enabled", "bool", True, "Wait for the GPU before each run at all."),
+    Field("threshold_c", "float", 45, "A GPU is cool at or below this temperature.", "C",
+          GPU_TEMP_C[0], GPU_TEMP_C[1], option="threshold"),
+    Field("settle_band_c", "float", 1.0, "Largest change of the fitted temperature trend across the settle "
+          "window for a GPU to count as settled.", "C", 0.0, 50.0, option="settle_band"),
+    Field("settle_window_s", "float", 30, "Window the temperature trend is fitted over (0: settle criterion "
+          "off); at most max_wait_s.", "s", 0.0, DAY_S, option="settle_window"),
+    Field("min_wait_s", "float", 0, "Wait at least this long, even when settled earlier; at most max_wait_s.",
+          "s", 0.0, DAY_S, option="min_wait"),
+    Field("max_wait_s", "float", 900, "Longest wait; then the run starts anyway (on_timeout continue).", "s",
+          0.0, DAY_S, option="max_wait"),
+    Field("poll_interval_s", "float", 2, "Seconds between temperature readings.", "s", 0.0, 3600.0,
+          low_open=True, option="poll_interval"),
+    Field("on_timeout", "str", "continue", "What reaching max_wait_s does: continue (start the run) or fail.",
+          choices=("continue", "fail"), option="on_timeout"),
+)
+COOLDOWN_BY_NAME = {f.name: f for f in COOLDOWN_FIELDS}
+COOLDOWN_BY_OPTION = {f.option: f for f in COOLDOWN_FIELDS if f.option}
+
+
+def cooldown_problems(values: Mapping[str, Any], where: str = "", by: str = "name") -> list[str]:
+    """Problems with a cooldown, each naming its field; ``values`` keyed by campaign name (``by='name'``)
+    or by ``thermal_wait`` option (``by='option'``). Missing keys take the defaults; unknown keys are left to
+    the caller. The cross-field rules: min_wait and settle_window at most max_wait."""
+    table = COOLDOWN_BY_NAME if by == "name" else COOLDOWN_BY_OPTION
+    prefix = where + "." if where else ""
+    problems = []
+    good = {}
+    for key, f in table.items():
+        value = values.get(key, f.default)
+        if value is None and by == "option":  # an Ansible option left unset
+            value = f.default
+        problem = field_problem(f, value)
+        if problem:
+            problems.append("%s%s: %s" % (prefix, key, problem))
+        else:
+            good[f.name] = value
+    if {"min_wait_s", "max_wait_s"} <= set(good) and good["min_wait_s"] > good["max_wait_s"]:
+        problems.append("%s%s: %s is above %s %s" % (prefix, _key("min_wait_s", by), _num(good["min_wait_s"]),
+                                                   _key("max_wait_s", by), _num(good["max_wait_s"])))
+    if {"settle_window_s", "max_wait_s"} <= set(good) and good["settle_window_s"] > good["max_wait_s"]:
+        problems.append("%s%s: %s is above %s %s: the GPUs could never settle in time"
+                        % (prefix, _key("settle_window_s", by), _num(good["settle_window_s"]),
+                           _key("max_wait_s", by), _num(good["max_wait_s"])))
+    return problems
+
+
+def _key(name: str, by: str) -> str:
+    return name if by == "name" else (COOLDOWN_BY_NAME[name].option or name)
+
+
+class Cooldown(object):
+    """The one cooldown type: the campaign's ``cooldown`` and the arguments of ``thermal.wait_for_cooldown``."""
+
+    __slots__ = tuple(f.name for f in COOLDOWN_FIELDS)
+
+    def __init__(self, **values: Any) -> None:
+        for f in COOLDOWN_FIELDS:
+            setattr(self, f.name, values.get(f.name, f.default))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None, where: str = "cooldown") -> "Cooldown":
+        """A checked Cooldown from campaign-named keys; ValueError naming every bad field."""
+        values = dict(values or {})
+        problems = ["%s.%s: unknown key (known: %s)" % (where, k, ", ".join(sorted(COOLDOWN_BY_NAME)))
+                    for k in values if k not in COOLDOWN_BY_NAME]
+        problems += cooldown_problems(values, where)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in COOLDOWN_FIELDS}
+
+    def wait_kwargs(self) -> dict[str, float]:
+        """Keyword arguments of ``thermal.wait_for_cooldown`` (its option names)."""
+        return {f.option: float(getattr(self, f.name)) for f in COOLDOWN_FIELDS
+                if f.option and f.kind == "float"}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Cooldown) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return "Cooldown(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
+
+
+#: Option defaults of the thermal_wait module: the cooldown fields, by option name.
 COOLDOWN_DEFAULTS: dict[str, Any] = {
     **{f.option: f.default for f in COOLDOWN_FIELDS if f.option and f.kind == "float"},
     "on_timeout": COOLDOWN_BY_OPTION["on_timeout"].default,
@@ -53,7 +143,7 @@ class CooldownError(GpuSensorError):
 def validate_cooldown_options(params: Mapping[str, Any]) -> list[str]:
     """Problems with the cooldown options (thermal_wait's names), each naming its option; ``[]`` when fine.
 
-    The rules are the campaign's (:func:`settings.cooldown_problems`): types, physical ranges, no NaN or
+    The rules are the campaign's (:func:`cooldown_problems`): types, physical ranges, no NaN or
     infinity, min_wait and settle_window at most max_wait. Missing keys take the defaults; keys this function
     does not know are ignored.
     """

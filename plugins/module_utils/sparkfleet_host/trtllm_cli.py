@@ -317,18 +317,11 @@ def run_env(hf_cache):
 # -------------------------------------------------------------------------------------------- argv
 
 
-def fraction_text(value):
-    value = float(value)
-    if not 0.0 < value <= 1.0:
-        raise TrtllmCliError("kv_fraction %r is not in (0, 1]" % value)
-    return repr(value)
-
-
 def llm_api_options(workload):
     """The LLM API options file (:data:`LLM_API_OPTIONS`) a trtllm workload needs (its kv_fraction), or None."""
     if workload.get("engine", "trtllm") != "trtllm" or workload.get("kv_fraction") is None:
         return None
-    return "kv_cache_config:\n  free_gpu_memory_fraction: %s\n" % fraction_text(workload["kv_fraction"])
+    return "kv_cache_config:\n  free_gpu_memory_fraction: %r\n" % float(workload["kv_fraction"])
 
 
 def steps(workload, model, run_dir, resolved, hf_cache=False):
@@ -376,7 +369,7 @@ def steps(workload, model, run_dir, resolved, hf_cache=False):
                                  "kv_cache_config in one place")
         # The LLM API options file is what sizes the KV cache (PyTorch backend); the CLI flag says the same,
         # so the engine's report (world_info.kv_cache_percentage, from the CLI) agrees with its log.
-        bench += ["--kv_cache_free_gpu_mem_fraction", fraction_text(workload["kv_fraction"])]
+        bench += ["--kv_cache_free_gpu_mem_fraction", repr(float(workload["kv_fraction"]))]
         if mode == "throughput" or resolved["latency_options_file"]:
             bench += [resolved["config_flag"], "%s/%s" % (run_dir, LLM_API_OPTIONS)]
     return [("prepare", prepare[0], prepare[1]), ("bench", bench + extra, None)]

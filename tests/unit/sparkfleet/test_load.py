@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
-from sparkfleet.load import contract_problems, export_runs, load_runs
+from sparkfleet.load import export_runs, load_runs
 
 
 def make_record(host: str = "h1", model: str = "m", environment: str = "native", workload: str = "w",
@@ -144,7 +144,7 @@ def test_every_broken_record_is_named_and_rejected(mutations: list[tuple]) -> No
             rec[mutation[1]] = mutation[2]
         elif mutation[0] == "metric" and isinstance(rec.get("metrics"), dict):
             rec["metrics"][mutation[1]] = mutation[2]
-    problems = contract_problems(rec)  # never raises, whatever the record holds
+    problems = contract.validate(rec)  # never raises, whatever the record holds
     assert all(isinstance(p, str) and p for p in problems)
     assert bool(problems) == any(m != ("none",) for m in mutations), (mutations, problems)
 

@@ -94,3 +94,30 @@ def test_a_model_without_path_is_named_and_an_hf_cache_lets_it_through(campaign,
 def test_an_image_tag_without_a_version_needs_the_flag(campaign, capsys):
     assert main(["plan", campaign(image="nvcr.io/nvidia/tensorrt-llm/release:latest")]) == 2
     assert "--trtllm-version" in capsys.readouterr().err
+
+
+def test_the_environment_shown_is_the_one_the_host_launcher_builds(campaign, capsys):
+    """The inventory's env, the workload's over it, the probe and trtllm's offline defaults: as bench_run's
+    Launcher composes them (the inventory's HF_TOKEN is overridden by the workload's, both redacted)."""
+    code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.3.0rc13",
+                          "-e", 'sparkfleet_workload_env={"A": "1", "HF_TOKEN": "inv"}')
+    assert code == 0
+    for kind, workload, expected in (
+            ("native", "t4", {"A": "1", "HF_TOKEN": "***", "SPARKFLEET_ENV_PROBE": "native/native",
+                              "HF_HUB_OFFLINE": "1"}),
+            ("container", "lat", {"A": "1", "HF_TOKEN": "***", "SPARKFLEET_ENV_PROBE": "container/container",
+                                  "HF_HUB_OFFLINE": "1"})):
+        argv = steps(out, kind, workload, "bench")["argv"]
+        shown = dict(a.split("=", 1) for a in argv if "=" in a and a.split("=", 1)[0] in expected)
+        assert shown == expected
+
+
+def test_the_paths_are_the_ones_the_hosts_plan_carries(campaign, capsys):
+    """A work dir given: results, models (its default {{ sparkfleet_work_dir }}/models) and rootfs under it."""
+    code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.3.0rc13", "-e", "sparkfleet_work_dir=/srv/sf/")
+    assert code == 0
+    bench = " ".join(steps(out, "container", "t4", "bench")["argv"])
+    assert "source=/srv/sf/results,target=/srv/sf/results" in bench
+    assert "source=/srv/sf/models,target=/srv/sf/models" in bench
+    assert "/srv/sf/results/demo/HOST/runs/" in bench
+    assert steps(out, "native", "t4", "bench")["argv"][1] == "/srv/sf/rootfs/<sha256-image-id>"

@@ -217,6 +217,8 @@ def test_runner_arguments(tmp_path, monkeypatch):
     assert "ANSIBLE_CALLBACKS_ENABLED" not in env  # progress comes from ansible-runner's own event stream
     assert env["ANSIBLE_LIBRARY"] == "/x" and env["EMPTY"] == ""
     assert runner_kwargs(RunRequest(inventory="h1,h2,"), "/p")["cmdline"].startswith("-i h1,h2,")
+    # none given: no -i, ansible-playbook reads ansible.cfg's (inventory/local.ini: test_ansible_wiring)
+    assert runner_kwargs(RunRequest(inventory=None), "/p")["cmdline"] == ""
 
     with pytest.raises(UsageError, match="no such file"):
         runner_kwargs(RunRequest(inventory="inv.ini", extra_vars=["@missing.yml"]), "/p")
@@ -254,13 +256,33 @@ def test_sparkfleet_run_locally_end_to_end(tmp_path):
     assert events[-1]["event"] == "stats" and "report" not in [e["event"] for e in events]  # not bench.yml
 
 
-def test_the_reproducibility_tolerance_and_campaign_dir_come_from_the_plans_in_the_stream():
-    folder = RunnerEvents()
+def _plan_event(host: str, tolerance_pct: float) -> dict:
     facts = {"sparkfleet_resolved_campaign": {"name": "repro"}, "sparkfleet_controller_results": "/r",
-             "sparkfleet_plan": {"runs": [], "reproducibility": {"tolerance_pct": 3.5}}}
-    _fold([{"event": "runner_on_ok", "event_data": {"host": "spark1", "task": "Hand each host its part of the plan",
-                                                    "res": {"ansible_facts": facts}}}], folder)
-    assert folder.tolerance_pct == 3.5 and folder.campaign_dirs == ["/r/repro"]
+             "sparkfleet_plan": {"runs": [], "reproducibility": {"tolerance_pct": tolerance_pct}}}
+    return {"event": "runner_on_ok", "event_data": {"host": host, "task": "Hand each host its part of the plan",
+                                                    "res": {"ansible_facts": facts}}}
+
+
+def test_the_reproducibility_tolerance_and_campaign_dir_come_from_the_plans_in_the_stream():
+    from sparkfleet.commands.run import fleet_tolerance
+
+    folder = RunnerEvents()
+    _fold([_plan_event("spark1", 3.5), _plan_event("spark2", 3.5)], folder)
+    assert folder.tolerances == {"spark1": 3.5, "spark2": 3.5} and folder.campaign_dirs == ["/r/repro"]
+    assert fleet_tolerance(folder.tolerances) == 3.5
+    assert fleet_tolerance({}) == 5.0  # no plan seen: sparkfleet fleet's default
+
+
+def test_hosts_whose_plans_disagree_on_the_tolerance_get_no_fleet_report(tmp_path):
+    """One fleet comparison has one tolerance: hosts' plans that differ are named, nothing is written."""
+    from sparkfleet.commands.run import write_fleet_report
+
+    folder = RunnerEvents()
+    _fold([_plan_event("spark1", 5.0), _plan_event("spark2", 2.0)], folder)
+    (tmp_path / "spark1" / "runs").mkdir(parents=True)
+    lines, error = write_fleet_report(str(tmp_path), folder.tolerances)
+    assert lines == [] and "spark1=5" in error and "spark2=2" in error
+    assert "tolerance" in error and not (tmp_path / "report").exists()
 
 
 @pytest.mark.parametrize(("playbook", "stats", "cancelled", "kind"), [

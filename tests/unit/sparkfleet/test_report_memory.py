@@ -17,7 +17,7 @@ from _shared import trtllm_fixture
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_file, parse_log
-from sparkfleet import stats
+from sparkfleet import load, stats
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs
 from sparkfleet.report.memory import aa_pairs, noise_floor
@@ -120,6 +120,20 @@ def test_loader_flattens_the_memory_section_and_factor_levels(tmp_path: Path) ->
     twin = runs[runs["environment"] == "native.aa"].iloc[0]
     assert (twin["aa_group"], twin["aa_member"]) == ("native", "b")
     assert pd.isna(runs[runs["environment"] == "container"].iloc[0]["aa_group"])
+
+
+def test_factor_levels_are_the_workloads_own_parameters(tmp_path: Path) -> None:
+    """A record names its factors (``workload_params.factors``) and keeps each level once, as the workload's own
+    parameter; the loader's factor columns read it there, numbers first (older records' {name: level} too)."""
+    rec = _record("native", "native", 0.5, True, 0, 0, np.random.default_rng(1))
+    del rec["memory"]["kv_fraction"]
+    rec["workload_params"] = {"engine": "trtllm", "base": "study", "kv_fraction": 0.5, "drop_caches": True,
+                              "factors": ["drop_caches", "kv_fraction"]}
+    contract.write_json_atomic(tmp_path / "r" / "h" / "runs" / rec["run_id"] / "record.json", rec)
+    runs = load_runs(tmp_path / "r").runs
+    assert [(name, list(levels)) for name, levels in load.factors(runs)] == [("kv_fraction", [0.5]),
+                                                                            ("drop_caches", [True])]
+    assert load.kv_fraction(runs)[0].tolist() == [0.5] and "mem_kv_fraction" not in runs
 
 
 def test_decomposition_gap_and_factor_on_a_known_campaign(tmp_path: Path) -> None:

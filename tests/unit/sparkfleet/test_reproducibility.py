@@ -7,7 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparkfleet.reproducibility import hardware_difference, host_deviations, host_variance, variance_components
+from sparkfleet.reproducibility import anova_from_moments, hardware_difference, host_deviations, host_variance
+
+
+def variance_components(groups: list[np.ndarray]) -> dict[str, float]:
+    """anova_from_moments of one cell whose hosts hold ``groups`` (n, mean and sum of squares by hand)."""
+    frame = pd.DataFrame({"cell": 0, "n": [g.size for g in groups], "mean": [g.mean() for g in groups],
+                          "ss": [((g - g.mean()) ** 2).sum() for g in groups]})
+    return anova_from_moments(frame, ["cell"]).iloc[0].to_dict()
 
 
 def test_variance_components_by_hand() -> None:
@@ -178,3 +185,21 @@ def test_the_report_does_not_call_healthy_hosts_out(tmp_path, capsys) -> None:
     assert not [w for w in out["warnings"] if w["kind"] == "host-deviation"]
     assert main(["fleet", str(root)]) == 0
     assert "No host is out" in capsys.readouterr().out
+
+
+def test_the_fleet_names_the_runs_a_host_did_not_deliver(tmp_path, capsys) -> None:
+    """campaign.json plans h3's runs too; none were collected (h3 unreachable): fleet.json and fleet.md say so,
+    the hosts that delivered everything are not named."""
+    import json as _json
+
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id
+    from sparkfleet.cli import main
+
+    root = _fleet_tree(tmp_path / "c", {"h1": [99, 100, 101, 100], "h2": [100, 101, 99, 100]})
+    plan = {h: {"planned": 4, "run_ids": [run_id("c", h, "m", "native", "w", i) for i in range(1, 5)]}
+            for h in ("h1", "h2", "h3")}
+    (root / "campaign.json").write_text(_json.dumps({"campaign": "c", "hosts": plan}))
+    main(["fleet", str(root)])
+    assert "- h3: 4 of 4 planned runs have no record" in capsys.readouterr().out
+    assert _json.loads((root / "report" / "fleet.json").read_text())["missing_runs"] == {
+        "h3": {"planned": 4, "found": 0, "missing": 4}}

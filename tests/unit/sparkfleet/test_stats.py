@@ -11,7 +11,6 @@ import pytest
 from sparkfleet.stats import (
     MIN_N_BOOTSTRAP,
     bootstrap_allowed,
-    bootstrap_median_ci,
     cell_statistics,
     flag_outliers,
     interval_allowed,
@@ -120,28 +119,35 @@ def test_welch_degenerate_cases() -> None:
     assert math.isnan(welch(np.array([1.0]), np.array([2.0, 3.0])).p_value)
 
 
-def test_bootstrap_median_ci_is_seeded_and_equals_a_plain_bootstrap() -> None:
-    values = np.array([3.1, 2.7, 3.3, 2.9, 3.0, 3.6, 2.8, 3.2, 3.4, 2.95])
-    first = bootstrap_median_ci(values, resamples=1000, seed=7)
-    assert first == bootstrap_median_ci(values, resamples=1000, seed=7)
-    # Plain bootstrap: the same draws, np.median of each resample, percentile interval.
-    rng = np.random.default_rng([7, values.size])
-    draws = rng.integers(0, values.size, size=(1000, values.size))
-    medians = np.median(np.sort(values)[draws], axis=1)
-    expected = np.quantile(medians, [0.025, 0.975])
-    assert first == pytest.approx(tuple(expected))
+def plain_bootstrap(values, seed: int, resamples: int = 2000) -> tuple[float, float]:
+    """A plain seeded percentile bootstrap of the median: the draws the code makes ([seed, n]), np.median of
+    each resample, the 2.5 and 97.5 percentiles."""
+    x = np.sort(np.asarray(values, dtype=float))
+    draws = np.random.default_rng([seed, x.size]).integers(0, x.size, size=(resamples, x.size))
+    return tuple(np.quantile(np.median(x[draws], axis=1), [0.025, 0.975]))
+
+
+def test_the_median_interval_is_seeded_and_equals_a_plain_bootstrap() -> None:
+    values = [3.1, 2.7, 3.3, 2.9, 3.0, 3.6, 2.8, 3.2, 3.4, 2.95]
+    cells = {("a", "native"): values, ("k", "native"): [4.0] * 10}
+
+    def interval(model: str) -> tuple[float, float]:
+        row = cell_statistics(runs_frame(cells), ["output_tok_s"], resamples=1000, seed=7).set_index("model")
+        return row.loc[model, "median_ci_low"], row.loc[model, "median_ci_high"]
+
+    first = interval("a")
+    assert first == interval("a") and first == pytest.approx(plain_bootstrap(values, 7, 1000))
     assert first[0] <= np.median(values) <= first[1]
-    assert bootstrap_median_ci(np.array([4.0, 4.0, 4.0])) == (4.0, 4.0)
-    assert all(math.isnan(v) for v in bootstrap_median_ci(np.array([4.0])))
+    assert interval("k") == (4.0, 4.0)  # a constant sample's median is that constant in every resample
 
 
-def test_cell_statistics_bootstrap_matches_single_cell_function() -> None:
+def test_cell_statistics_bootstrap_matches_a_plain_bootstrap_per_cell() -> None:
     rng = np.random.default_rng(1)
     cells = {("a", "native"): list(rng.normal(100, 3, 12)), ("b", "native"): list(rng.normal(50, 1, 10)),
              ("c", "native"): list(rng.normal(10, 1, 4))}
     table = cell_statistics(runs_frame(cells), ["output_tok_s"], seed=3).set_index("model")
     for model, values in [(k[0], v) for k, v in cells.items() if k[0] != "c"]:
-        low, high = bootstrap_median_ci(np.array(values), seed=3)
+        low, high = plain_bootstrap(values, seed=3)
         assert table.loc[model, "median_ci_low"] == pytest.approx(low)
         assert table.loc[model, "median_ci_high"] == pytest.approx(high)
     # Four runs: below MIN_N_BOOTSTRAP, so no bootstrap (but a t-interval: n >= MIN_N_INTERVAL).

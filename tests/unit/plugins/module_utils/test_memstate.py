@@ -224,8 +224,8 @@ def test_section_shape(tmp_path):
     t = memstate.PeakTracker()
     t.sample(0.0, meminfo_text(), [])
     start = memstate.start_state(cuda=False, meminfo=str(info))
-    sec = memstate.section(0.5, None, start, t, ["--memory=8g", "--label", "x"])
-    assert sec["version"] == 1 and sec["kv_fraction"] == 0.5
+    sec = memstate.section(None, start, t, ["--memory=8g", "--label", "x"])
+    assert sec["version"] == 2 and "kv_fraction" not in sec  # the record keeps it once: workload_params
     assert sec["drop_caches"] == {"requested": False, "done": False}
     assert sec["container_memory_flags"] == ["--memory=8g"]
     assert sec["start"]["meminfo"]["mem_total_gib"] == 120 and sec["start"]["cuda"] is None

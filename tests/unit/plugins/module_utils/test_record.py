@@ -117,7 +117,7 @@ def test_the_committed_json_schema_is_generated_from_the_python_definition():
     [{}, {"status": "great"}, {"metrics": {"tokens": 1.0}}, {"iteration": "3"}, {"samples": {"watts": [1.0]}},
      {"samples": {"matmul_s": ["fast"]}}, {"surprise": 1}, {"warmup": 1}, {"schema_version": 3},
      {"cooldown": {"waited_s": None, "start_temp_c": 41, "producer_detail": "kept"}}, {"cooldown": {"polls": 1.5}},
-     {"memory": {"kv_fraction": "0.9"}}, {"provenance": {"status": "confirmed", "checks": []}}],
+     {"memory": {"samples": "9"}}, {"provenance": {"status": "confirmed", "checks": []}}],
 )
 def test_the_generated_schema_and_validate_agree(change):
     """What jsonschema says of a record (current version) and what validate says: valid for both, or neither."""

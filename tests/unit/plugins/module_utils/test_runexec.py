@@ -143,8 +143,7 @@ def test_kv_fraction_goes_through_the_llm_api_options_file_and_the_cli():
     assert "--extra_llm_api_options" not in plain
 
 
-@pytest.mark.parametrize("workload", [
-    {"kv_fraction": 0.5, "extra_args": ["--extra_llm_api_options", "/x.yaml"]}, {"kv_fraction": 1.5}])
-def test_kv_fraction_conflicts_are_setup_errors(workload):
+def test_kv_fraction_conflicts_are_setup_errors():  # its range is the campaign's to check, once
+    workload = {"kv_fraction": 0.5, "extra_args": ["--extra_llm_api_options", "/x.yaml"]}
     with pytest.raises(runexec.RunSetupError):
         runexec.engine_steps("trtllm", {"name": "w", **workload}, LOCAL, "/r", "/w", trtllm=TRTLLM)

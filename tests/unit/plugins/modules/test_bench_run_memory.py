@@ -44,7 +44,7 @@ def test_kv_fraction_and_memory_state_are_recorded(tmp_path, standin_path):
     assert (run_dir / "extra_llm_api_options.yaml").read_text() == "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n"
     assert "--extra_llm_api_options" in rec["command"] and rec["metrics"]["kv_fraction"] == 0.5
     mem = rec["memory"]
-    assert mem["version"] == 1 and mem["kv_fraction"] == 0.5
+    assert mem["version"] == 2 and "kv_fraction" not in mem and rec["workload_params"]["kv_fraction"] == 0.5
     assert mem["drop_caches"] == {"requested": False, "done": False}
     assert mem["start"]["meminfo"]["mem_total_gib"] > 0 and mem["start"]["cuda"]["source"] in ("nvml", "nvidia-smi")
     assert mem["peak"]["meminfo"]["not_free_gib"] > 0 and mem["samples"] >= 1

@@ -1,6 +1,6 @@
 """Every plugin of the collection is documented, and each module's documentation says what its code accepts.
 
-ansible-test's validate-modules runs in CI on the built collection (tests/sanity/run.sh); these checks run
+ansible-test's validate-modules runs in CI on the checkout (tests/sanity/run.sh); these checks run
 with the unit tests and need nothing but ansible-core: the documentation parses as YAML, ansible-doc renders
 every plugin, the documented options are the argument_spec (names, types, required, defaults, choices,
 elements), and the examples call the modules by their FQCN.

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, plan, resolve
 from sparkfleet.cli import main
 

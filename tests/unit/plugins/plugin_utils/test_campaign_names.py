@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings as defs
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings as defs
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, resolve
 
 BASE = {"name": "c", "models": ["llama"], "environments": ["native"], "workloads": ["T1"]}

@@ -1,4 +1,4 @@
-"""Property-based: campaigns generated from the field definitions (sparkfleet_host.settings), some broken.
+"""Property-based: campaigns generated from the field definitions (plugin_utils/settings.py), some broken.
 
 * validate accepts => the plan builds on every host, and the hosts' own checks accept every run: the
   cooldown (thermal.validate_cooldown_options, Cooldown.from_mapping, as thermal_wait and bench_run check
@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import settings as defs
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import thermal
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, thermal
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import engine_steps
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.trtllm_cli import supported_versions
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings as defs
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, plan, resolve
 
 NAME = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,10}[A-Za-z0-9])?", fullmatch=True)
 
 
-def in_range(f: defs.Field):
+def in_range(f: fields.Field):
     """Values of a numeric field inside its physical range."""
     if f.kind == "int":
         return st.integers(min_value=int(f.low) + int(f.low_open), max_value=min(int(f.high), 10 ** 6))
@@ -36,7 +36,7 @@ def in_range(f: defs.Field):
 @st.composite
 def cooldowns(draw):
     c = {}
-    for f in defs.COOLDOWN_FIELDS:
+    for f in thermal.COOLDOWN_FIELDS:
         if not draw(st.booleans()):
             continue
         if f.kind in ("int", "float"):
@@ -45,7 +45,7 @@ def cooldowns(draw):
             c[f.name] = draw(st.sampled_from(f.choices))
         elif f.kind == "bool":
             c[f.name] = draw(st.booleans())
-    full = {**defs.defaults(defs.COOLDOWN_FIELDS), **c}
+    full = {**fields.defaults(thermal.COOLDOWN_FIELDS), **c}
     if full["min_wait_s"] > full["max_wait_s"] or full["settle_window_s"] > full["max_wait_s"]:
         c["max_wait_s"] = max(full["min_wait_s"], full["settle_window_s"])  # the cross-field rule, kept
     return c
@@ -97,7 +97,7 @@ def broken(draw):
         f = draw(st.sampled_from([f for f in defs.CAMPAIGN_FIELDS if f.kind in ("int", "float")]))
         target, path = c, f"campaign.{f.name}"
     elif where == "cooldown":
-        f = draw(st.sampled_from([f for f in defs.COOLDOWN_FIELDS if f.kind == "float"]))
+        f = draw(st.sampled_from([f for f in thermal.COOLDOWN_FIELDS if f.kind == "float"]))
         target = c.setdefault("cooldown", {})
         path = f"campaign.cooldown.{f.name}"
     else:
@@ -121,8 +121,8 @@ def _host_side_checks(campaign, host):
     runs = plan(campaign, host)
     assert len(runs) == (len(campaign["models"]) * len(campaign["environments"]) * len(campaign["workloads"])
                          * (campaign["iterations"] + campaign["warmup_runs"]))
-    cooldown = defs.Cooldown.from_mapping(campaign["cooldown"])  # bench_run's check, before any run
-    options = {f.option: getattr(cooldown, f.name) for f in defs.COOLDOWN_FIELDS if f.option}
+    cooldown = thermal.Cooldown.from_mapping(campaign["cooldown"])  # bench_run's check, before any run
+    options = {f.option: getattr(cooldown, f.name) for f in thermal.COOLDOWN_FIELDS if f.option}
     assert thermal.validate_cooldown_options(options) == []  # thermal_wait's check
     assert math.isfinite(campaign["timeout_s"]) and campaign["timeout_s"] > 0
     for run in runs:
@@ -165,7 +165,7 @@ JSONISH = st.recursive(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(campaigns(), st.sampled_from(["top", "cooldown", "workload", "model", "environment"]),
-       st.sampled_from([f.name for f in defs.CAMPAIGN_FIELDS + defs.COOLDOWN_FIELDS + defs.WORKLOAD_FIELDS]
+       st.sampled_from([f.name for f in defs.CAMPAIGN_FIELDS + thermal.COOLDOWN_FIELDS + defs.WORKLOAD_FIELDS]
                        + ["colour", "kind", "path", "hf_id", "docker_flags"]), JSONISH)
 def test_any_value_anywhere_either_passes_every_check_or_names_a_field(c, where, key, value):
     """Whatever lands in whatever field: accepted => the hosts accept the plan; refused => fields named."""

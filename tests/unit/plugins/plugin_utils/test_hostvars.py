@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.hostvars import problems
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import setting_problems as problems
 
 GOOD = {"sparkfleet_work_dir": "/var/lib/sparkfleet", "sparkfleet_workload_env": {"CUDA_VISIBLE_DEVICES": "0"},
         "sparkfleet_telemetry_interval_s": "0.5", "sparkfleet_image_offline": "true",

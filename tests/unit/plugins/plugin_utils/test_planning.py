@@ -65,11 +65,11 @@ def test_a_bad_campaign_is_refused_in_the_host_check_naming_its_fields():
 
 
 def test_the_default_campaign_depends_on_the_groups_and_the_kind():
-    assert planning.default_campaign(["local"], "campaign", str(REPO))["name"] == "sanity"
-    assert planning.default_campaign(["sparks"], "campaign", str(REPO))["name"] != "sanity"
-    assert planning.default_campaign([], "reference", str(REPO))["name"]
+    assert planning.default_campaign(["local"], "campaign")["name"] == "sanity"
+    assert planning.default_campaign(["sparks"], "campaign")["name"] != "sanity"
+    assert planning.default_campaign([], "reference")["name"]
     with pytest.raises(planning.PlanningError, match="default: must be one of campaign, reference"):
-        planning.default_campaign([], "other", str(REPO))
+        planning.default_campaign([], "other")
 
 
 # ----------------------------------------------------------------------------------------- step 2
@@ -253,7 +253,7 @@ def test_only_environments_that_see_the_host_through_binds_need_the_models_direc
 
 def test_the_shipped_default_campaigns_lie_under_the_default_models_directory():
     for groups, kind in ((["sparks"], "campaign"), ([], "reference")):
-        campaign = planning.default_campaign(groups, kind, str(REPO))
+        campaign = planning.default_campaign(groups, kind)
         assert all(m.get("path") for m in campaign["models"])
         assert planning.check_host("h1", campaign, {}).campaign["models"]
 
@@ -317,5 +317,9 @@ def test_a_standalone_plan_has_the_settings_and_no_runs_and_refuses_a_bad_variab
     assert got["paths"]["models_dir"] == "/w/models" and got["paths"]["results_dir"] == "/w/results/c9/h1"
     assert got["image"]["ref"] == planning.settings.DEFAULT_IMAGE
     assert planning.standalone_plan("h1", {})["paths"]["results_dir"] == "/var/lib/sparkfleet/results/sanity/h1"
+    # no campaign given, the host's groups known (playbooks/host_plan.yml): the default campaign's name and image
+    local = planning.standalone_plan("h1", {}, ["local"])
+    assert local["campaign"] == "sanity" and local["image"]["ref"] == "sparkfleet-local/sanity:bookworm"
+    assert planning.standalone_plan("h1", {}, ["sparks"])["campaign"] == "study"
     with pytest.raises(planning.PlanningError, match="h1: sparkfleet_drop_caches: must be a boolean"):
         planning.standalone_plan("h1", {"sparkfleet_drop_caches": "maybe"})

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, settings, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, trtllm_cli
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import campaign as camp
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 REPO = Path(__file__).resolve().parents[4]
 TREES = REPO / "tests" / "data" / "trtllm-cli"
@@ -77,15 +77,7 @@ def _campaigns() -> list[dict]:
     out = [camp.resolve({"name": "cross", "models": models, "environments": environments, "workloads": workloads,
                          "iterations": 1, "factors": {"kv_fraction": [0.9, 0.5], "drop_caches": [False, True]}}),
            camp.resolve({"name": "memstudy", "preset": "memory-study", "models": models[:1]})]
-    for rel in ("inventory/group_vars/sparks/campaign.yml", "inventory/group_vars/all/campaign.yml",
-                "inventory/group_vars/all/reproducibility.yml"):
-        path = REPO / rel
-        if not path.exists():
-            continue
-        for value in yaml.safe_load(path.read_text()).values():
-            if isinstance(value, dict) and "workloads" in value:
-                out.append(camp.resolve(value, rel))
-    return out
+    return out + [camp.resolve(value, name) for name, value in settings.CAMPAIGNS.items()]  # the catalogue's
 
 
 def _argvs():

@@ -21,10 +21,8 @@ import _ansible_modules  # noqa: F401  (the collection loader)
 import pytest
 from ansible.errors import AnsibleActionFail
 
-import sparkfleet.unpack
 from ansible_collections.sparkfleet.bench.plugins.action import results_unpack
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import unpack
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import (
     STAGING_PREFIX,
     UnpackError,
@@ -199,14 +197,6 @@ def test_an_unpack_killed_at_random_points_leaves_whole_runs_and_no_counted_stag
         subprocess.run(_unpack_cmd(new, campaign), env=env, check=True, capture_output=True)
         assert set(_versions(campaign).values()) == {2}
         assert not load_runs(campaign).accounting.leftovers
-
-
-def test_the_package_and_the_collection_name_the_same_staging_directories():
-    """sparkfleet.load skips what the collection's unpack stages (the collection does not import the package)."""
-    assert sparkfleet.unpack.STAGING_PREFIXES == unpack.STAGING_PREFIXES
-    assert sparkfleet.unpack.STAGING_PREFIX == unpack.STAGING_PREFIX
-    source = (ROOT / "plugins" / "plugin_utils" / "unpack.py").read_text()
-    assert "import sparkfleet" not in source and "from sparkfleet" not in source
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "garbage"])

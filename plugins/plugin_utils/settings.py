@@ -1,34 +1,59 @@
-# -*- coding: utf-8 -*-
-# Copyright: sparkfleet contributors
-# Apache-2.0
-"""The one declarative definition of what sparkfleet accepts: campaign fields, cooldown, inventory settings.
+"""The campaign language and the inventory settings: what sparkfleet accepts, checked on the controller.
 
-Every field has a name, a type, a default, a doc line and - for numbers - a unit and a physical range.
-The controller's campaign validation (``sparkfleet.campaign``), its inventory check (``sparkfleet.hostvars``)
-and the hosts' own checks (``thermal.validate_cooldown_options`` in ``thermal_wait`` and ``bench_run``) all
-check values with :func:`field_problem` against the tables below, so there is no second copy of a rule.
-The ``settings`` role's defaults and argument_specs and the README's settings table are generated from
-:data:`SETTINGS` (tests check that they agree).
+Every field is a :class:`~fields.Field` (name, type, default, doc line and - for numbers - a unit and a
+physical range) of the validation kernel the host modules share (``module_utils/sparkfleet_host/fields.py``).
+The campaign's validation (``campaign.py``), the inventory check (:func:`setting_problems`, in campaign_check
+and ``sparkfleet run``) and the README's settings table (``python -m sparkfleet.settings_doc``) read these
+tables, so there is no second copy of a rule; the cooldown fields are thermal_wait's (``thermal.py``), the
+preflight limits preflight_check's (``gates.py``). Adding a field is one entry in its table.
 
-NaN and infinity are refused for every number. Adding a field is one entry in its table.
-
-Stdlib only, Python 3.8+ (it ships to the hosts inside the modules).
+Workload presets and campaigns (the default campaigns and the campaign presets) are the catalogue: YAML files
+under ``catalogue/`` beside this file, read here once.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 import re
 import unicodedata
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-#: A field without a default must be given.
-REQUIRED = object()
+import yaml
 
-#: Run statuses: the final state of a run (record.json ``status``, the ledger's ``finished`` events).
-STATUSES = ("ok", "failed", "timeout", "invalid")
-#: Statuses a retry (``sparkfleet_retry_failed``) runs again.
-RETRY_STATUSES = ("failed", "timeout")
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
+    DAY_S,
+    REQUIRED,
+    WEEK_S,
+    Field,
+    field_problem,
+    type_name,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
+    defaults as defaults,  # re-exported: the settings' defaults are defaults(SETTINGS)
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
+
+#: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
+#: campaigns and the campaign presets; any of them can be a campaign's ``preset``).
+CATALOGUE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "catalogue")
+
+
+def _catalogue(*parts: str) -> Any:
+    with open(os.path.join(CATALOGUE, *parts), encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+#: Presets' fields are workload fields: a preset is checked like a workload (tests check that too).
+WORKLOAD_PRESETS: dict[str, dict[str, Any]] = _catalogue("workloads.yml")
+#: Campaign name -> the campaign as its file holds it (not resolved).
+CAMPAIGNS: dict[str, dict[str, Any]] = {
+    name[:-4]: _catalogue("campaigns", name) for name in sorted(os.listdir(os.path.join(CATALOGUE, "campaigns")))
+    if name.endswith(".yml")}
+CAMPAIGN_PRESET_NAMES = tuple(CAMPAIGNS)
+
 
 #: The study's ``docker run`` flags: the default of ``sparkfleet_docker_flags`` (the docker_env role).
 STUDY_DOCKER_FLAGS = ["--gpus", "all", "--ipc=host", "--shm-size=60g", "--ulimit", "memlock=-1",
@@ -40,114 +65,6 @@ DEFAULT_DOCKER_VARIANTS = {
     "cgroup-parent": {"extra_flags": ["--cgroup-parent=sparkfleet.slice"]},
     "no-shm-size": {"remove_flags": ["--shm-size="]},
 }
-
-DAY_S = 86400.0
-WEEK_S = 7 * DAY_S
-#: A GPU's temperature sensor reads between room temperature and its shutdown point; 0..120 C holds every
-#: reading a working GPU gives (below 0 C or above 120 C is a typo, never a threshold).
-GPU_TEMP_C = (0.0, 120.0)
-
-_KIND_NAMES = {"int": "an integer", "float": "an integer or a number", "bool": "a boolean", "str": "a string",
-               "list": "a list", "dict": "a mapping", "path": "a path", "abs_path": "an absolute path"}
-
-
-def type_name(value: Any) -> str:
-    """'an integer', 'a mapping', ... for messages."""
-    if isinstance(value, bool):
-        return "a boolean"
-    return {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
-            type(None): "nothing"}.get(type(value), type(value).__name__)
-
-
-class Field(object):
-    """One setting: name, type, default, doc, unit and physical range (numbers), choices (strings).
-
-    kind: int | float | bool | str | path | abs_path | list | dict | any. ``elements`` is the kind of a list's
-    items. ``low``/``high`` bound a number (``low_open``/``high_open``: the bound itself is excluded).
-    ``option``: the name the ``thermal_wait`` module gives the field (cooldown fields). ``check``: an extra rule
-    ``value -> problem or None`` for what a type and a range cannot say. ``nullable``: ``null`` is a value.
-    ``resolved``: the field appears in the resolved campaign (and so in its config hash).
-    """
-
-    __slots__ = ("name", "kind", "default", "doc", "unit", "low", "high", "low_open", "high_open", "choices",
-                 "elements", "nullable", "option", "check", "resolved", "ansible_type")
-
-    def __init__(self, name: str, kind: str, default: Any = REQUIRED, doc: str = "", unit: str = "",
-                 low: Optional[float] = None, high: Optional[float] = None, low_open: bool = False,
-                 high_open: bool = False, choices: Optional[Sequence[Any]] = None, elements: Optional[str] = None,
-                 nullable: bool = False, option: Optional[str] = None,
-                 check: Optional[Callable[[Any], Optional[str]]] = None, resolved: bool = True,
-                 ansible_type: Optional[str] = None) -> None:
-        self.name, self.kind, self.default, self.doc, self.unit = name, kind, default, doc, unit
-        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
-        self.choices = tuple(choices) if choices is not None else None
-        self.elements, self.nullable, self.option, self.check = elements, nullable, option, check
-        self.resolved = resolved
-        self.ansible_type = ansible_type
-
-    @property
-    def required(self) -> bool:
-        return self.default is REQUIRED
-
-    def __repr__(self) -> str:
-        return "Field(%r, %r)" % (self.name, self.kind)
-
-    def range_text(self) -> str:
-        """'0 to 120 C', 'above 0 s', '' - for docs."""
-        unit = (" " + self.unit) if self.unit else ""
-        if self.low is not None and self.high is not None:
-            left = "above %s" % _num(self.low) if self.low_open else _num(self.low)
-            right = "below %s" % _num(self.high) if self.high_open else _num(self.high)
-            if self.low_open or self.high_open:
-                return "%s, %s%s" % (left, right, unit)
-            return "%s to %s%s" % (left, right, unit)
-        if self.low is not None:
-            return "%s %s%s" % ("above" if self.low_open else "at least", _num(self.low), unit)
-        if self.high is not None:
-            return "at most %s%s" % (_num(self.high), unit)
-        return ""
-
-    def to_ansible_type(self) -> str:
-        if self.ansible_type:
-            return self.ansible_type
-        return {"int": "int", "float": "float", "bool": "bool", "str": "str", "path": "path", "abs_path": "path",
-                "list": "list", "dict": "dict"}.get(self.kind, "raw")
-
-
-def _num(value: float) -> str:
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
-        return "%d" % value
-    return "%g" % value
-
-
-# ------------------------------------------------------------------------------------------- checking
-
-
-def number_problem(value: Any, integer: bool = False) -> Optional[str]:
-    """Why ``value`` is not a finite number (an integer with ``integer``); None when it is one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-        return "must be %s, got %s %r" % ("an integer" if integer else "an integer or a number",
-                                          type_name(value), value)
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return "must be a finite number, got %r" % value
-    return None
-
-
-def range_problem(f: Field, value: float) -> Optional[str]:
-    """Why ``value`` is outside ``f``'s physical range, or None."""
-    unit = (" " + f.unit) if f.unit and f.unit not in ("runs",) else ""
-    both = f.low is not None and f.high is not None and f.low != 0 and not (f.low_open or f.high_open)
-    if f.low is not None and (value <= f.low if f.low_open else value < f.low):
-        if f.low == 0:
-            return ("must be positive, got %s" if f.low_open else "must not be negative, got %s") % _num(value)
-        if both:
-            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
-        return "must be %s %s%s, got %s" % ("above" if f.low_open else "at least", _num(f.low), unit, _num(value))
-    if f.high is not None and (value >= f.high if f.high_open else value > f.high):
-        if both:
-            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
-        return "must be %s %s%s, got %s" % ("below" if f.high_open else "at most", _num(f.high), unit, _num(value))
-    return None
 
 
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
@@ -170,82 +87,6 @@ def from_string(f: Field, value: Any) -> Any:
     return value
 
 
-def field_problem(f: Field, value: Any, strings: bool = False) -> Optional[str]:
-    """The problem with ``value`` for ``f`` (without the field's name), or None. ``strings``: accept the
-    string spellings that ``-e name=value`` gives (see :func:`from_string`)."""
-    if value is None:
-        return None if f.nullable else "must be %s, got nothing" % _KIND_NAMES.get(f.kind, "set")
-    if strings:
-        value = from_string(f, value)
-    kind = f.kind
-    if kind in ("int", "float"):
-        problem = number_problem(value, integer=kind == "int")
-        if problem is None:
-            problem = range_problem(f, value)
-    elif kind == "bool":
-        problem = None if isinstance(value, bool) else "must be a boolean, got %s %r" % (type_name(value), value)
-    elif kind == "str":
-        problem = None if isinstance(value, str) else "must be a string, got %s %r" % (type_name(value), value)
-    elif kind == "path":
-        problem = None if isinstance(value, str) and value and "\n" not in value and "\x00" not in value \
-            else "must be a path, got %s %r" % (type_name(value), value)
-    elif kind == "abs_path":
-        problem = None if isinstance(value, str) and value.startswith("/") and "\n" not in value \
-            and "\x00" not in value else "must be an absolute path, got %s %r" % (type_name(value), value)
-    elif kind == "list":
-        problem = None if isinstance(value, list) else "must be a list, got %s" % type_name(value)
-        if problem is None and f.elements:
-            element = Field(f.name, f.elements)
-            for item in value:
-                problem = field_problem(element, item)
-                if problem:
-                    problem = "every entry %s" % problem
-                    break
-    elif kind == "dict":
-        problem = None if isinstance(value, dict) else "must be a mapping, got %s" % type_name(value)
-    else:
-        problem = None
-    if problem is None and f.choices is not None and value not in f.choices:
-        problem = "%r is not one of %s" % (value, ", ".join(str(c) for c in f.choices))
-    if problem is None:
-        problem = non_finite(value)
-    if problem is None and f.check is not None:
-        problem = f.check(value)
-    return problem
-
-
-def non_finite(value: Any) -> Optional[str]:
-    """'must be a finite number' for a NaN or an infinity anywhere inside ``value`` (lists, mappings)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "must be a finite number, got %r" % value
-    problem = find_non_finite(value, "")
-    return problem and "must hold only finite numbers, got %s" % problem.rsplit(", got ", 1)[1]
-
-
-def find_non_finite(value: Any, where: str, _seen: Optional[set] = None) -> Optional[str]:
-    """``where.path: must be a finite number, got nan`` for the first NaN or infinity inside ``value``.
-
-    Each list or mapping is walked once, however often YAML anchors repeat it (a "billion laughs" document
-    is a few hundred objects referenced 10^9 times)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "%s: must be a finite number, got %r" % (where, value)
-    if not isinstance(value, (dict, list, tuple)):
-        return None
-    seen = set() if _seen is None else _seen
-    if id(value) in seen:
-        return None
-    seen.add(id(value))
-    if isinstance(value, dict):
-        items = [("%s.%s" % (where, k), v) for k, v in value.items()]
-    else:
-        items = [("%s[%d]" % (where, i), v) for i, v in enumerate(value)]
-    for path, item in items:
-        problem = find_non_finite(item, path, seen)
-        if problem:
-            return problem
-    return None
-
-
 def _invisible(char: str) -> bool:
     """A character a reader cannot see or tell from a space: Unicode format (zero-width, BOM, direction
     marks), control, private-use and unassigned characters, and every space other than ' '."""
@@ -260,7 +101,7 @@ def name_key(name: str) -> str:
     return "".join(c for c in text if not (c.isspace() or _invisible(c))).casefold()
 
 
-def name_problem(name: str) -> Optional[str]:
+def name_problem(name: str) -> str | None:
     """Why a name is unfit to identify runs: a leading or trailing space, or an invisible character."""
     if name != name.strip():
         return "%r has a leading or trailing space" % name
@@ -271,10 +112,10 @@ def name_problem(name: str) -> Optional[str]:
     return None
 
 
-def confusable_names(names: Sequence[Tuple[str, str]]) -> List[str]:
+def confusable_names(names: Sequence[tuple[str, str]]) -> list[str]:
     """``where: 'Llama' differs from 'llama' (other-where) only by case, spaces or invisible characters`` for
     each (where, name) whose name a reader cannot tell from an earlier, differently spelled one."""
-    first = {}  # type: Dict[str, Tuple[str, str]]
+    first: dict[str, tuple[str, str]] = {}
     problems = []
     for where, name in names:
         if not isinstance(name, str):
@@ -285,128 +126,6 @@ def confusable_names(names: Sequence[Tuple[str, str]]) -> List[str]:
                             % (where, name, first[key][1], first[key][0]))
         first.setdefault(key, (where, name))
     return problems
-
-
-def check_mapping(data: Mapping[str, Any], fields: Sequence[Field], where: str, problems: List[str],
-                  unknown: bool = True, required: bool = True) -> None:
-    """Append ``where.key: problem`` for every unknown key, missing required field and bad value."""
-    by_name = {f.name: f for f in fields}
-    for key, value in data.items():
-        f = by_name.get(key)
-        if f is None:
-            if unknown:
-                problems.append("%s.%s: unknown key (known: %s)" % (where, key, ", ".join(sorted(by_name))))
-            continue
-        problem = field_problem(f, value)
-        if problem:
-            problems.append("%s.%s: %s" % (where, key, problem))
-    if required:
-        for f in fields:
-            if f.required and f.name not in data:
-                problems.append("%s.%s: required" % (where, f.name))
-
-
-def defaults(fields: Sequence[Field]) -> Dict[str, Any]:
-    """name -> default of the fields that have one (copies of lists and mappings)."""
-    return {f.name: _copy(f.default) for f in fields if not f.required}
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
-# -------------------------------------------------------------------------------------------- cooldown
-
-#: The cooldown before each run (campaign ``cooldown``; ``thermal_wait``'s options are the ``option`` names).
-COOLDOWN_FIELDS = (
-    Field("enabled", "bool", True, "Wait for the GPU before each run at all."),
-    Field("threshold_c", "float", 45, "A GPU is cool at or below this temperature.", "C",
-          GPU_TEMP_C[0], GPU_TEMP_C[1], option="threshold"),
-    Field("settle_band_c", "float", 1.0, "Largest change of the fitted temperature trend across the settle "
-          "window for a GPU to count as settled.", "C", 0.0, 50.0, option="settle_band"),
-    Field("settle_window_s", "float", 30, "Window the temperature trend is fitted over (0: settle criterion "
-          "off); at most max_wait_s.", "s", 0.0, DAY_S, option="settle_window"),
-    Field("min_wait_s", "float", 0, "Wait at least this long, even when settled earlier; at most max_wait_s.",
-          "s", 0.0, DAY_S, option="min_wait"),
-    Field("max_wait_s", "float", 900, "Longest wait; then the run starts anyway (on_timeout continue).", "s",
-          0.0, DAY_S, option="max_wait"),
-    Field("poll_interval_s", "float", 2, "Seconds between temperature readings.", "s", 0.0, 3600.0,
-          low_open=True, option="poll_interval"),
-    Field("on_timeout", "str", "continue", "What reaching max_wait_s does: continue (start the run) or fail.",
-          choices=("continue", "fail"), option="on_timeout"),
-)
-COOLDOWN_BY_NAME = {f.name: f for f in COOLDOWN_FIELDS}
-COOLDOWN_BY_OPTION = {f.option: f for f in COOLDOWN_FIELDS if f.option}
-
-
-def cooldown_problems(values: Mapping[str, Any], where: str = "", by: str = "name") -> List[str]:
-    """Problems with a cooldown, each naming its field; ``values`` keyed by campaign name (``by='name'``)
-    or by ``thermal_wait`` option (``by='option'``). Missing keys take the defaults; unknown keys are left to
-    the caller. The cross-field rules: min_wait and settle_window at most max_wait."""
-    table = COOLDOWN_BY_NAME if by == "name" else COOLDOWN_BY_OPTION
-    prefix = where + "." if where else ""
-    problems = []
-    good = {}
-    for key, f in table.items():
-        value = values.get(key, f.default)
-        if value is None and by == "option":  # an Ansible option left unset
-            value = f.default
-        problem = field_problem(f, value)
-        if problem:
-            problems.append("%s%s: %s" % (prefix, key, problem))
-        else:
-            good[f.name] = value
-    if {"min_wait_s", "max_wait_s"} <= set(good) and good["min_wait_s"] > good["max_wait_s"]:
-        problems.append("%s%s: %s is above %s %s" % (prefix, _key("min_wait_s", by), _num(good["min_wait_s"]),
-                                                   _key("max_wait_s", by), _num(good["max_wait_s"])))
-    if {"settle_window_s", "max_wait_s"} <= set(good) and good["settle_window_s"] > good["max_wait_s"]:
-        problems.append("%s%s: %s is above %s %s: the GPUs could never settle in time"
-                        % (prefix, _key("settle_window_s", by), _num(good["settle_window_s"]),
-                           _key("max_wait_s", by), _num(good["max_wait_s"])))
-    return problems
-
-
-def _key(name: str, by: str) -> str:
-    return name if by == "name" else (COOLDOWN_BY_NAME[name].option or name)
-
-
-class Cooldown(object):
-    """The one cooldown type: the campaign's ``cooldown`` and the arguments of ``thermal.wait_for_cooldown``."""
-
-    __slots__ = tuple(f.name for f in COOLDOWN_FIELDS)
-
-    def __init__(self, **values: Any) -> None:
-        for f in COOLDOWN_FIELDS:
-            setattr(self, f.name, _copy(values.get(f.name, f.default)))
-
-    @classmethod
-    def from_mapping(cls, values: Optional[Mapping[str, Any]], where: str = "cooldown") -> "Cooldown":
-        """A checked Cooldown from campaign-named keys; ValueError naming every bad field."""
-        values = dict(values or {})
-        problems = ["%s.%s: unknown key (known: %s)" % (where, k, ", ".join(sorted(COOLDOWN_BY_NAME)))
-                    for k in values if k not in COOLDOWN_BY_NAME]
-        problems += cooldown_problems(values, where)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return cls(**values)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in COOLDOWN_FIELDS}
-
-    def wait_kwargs(self) -> Dict[str, float]:
-        """Keyword arguments of ``thermal.wait_for_cooldown`` (its option names)."""
-        return {f.option: float(getattr(self, f.name)) for f in COOLDOWN_FIELDS
-                if f.option and f.kind == "float"}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Cooldown) and self.to_dict() == other.to_dict()
-
-    def __repr__(self) -> str:
-        return "Cooldown(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
 
 
 # -------------------------------------------------------------------------------------------- campaign
@@ -423,7 +142,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MAX_SEED = 2 ** 63 - 1
 
 
-def _env_vars(value: Any) -> Optional[str]:
+def _env_vars(value: Any) -> str | None:
     if not all(isinstance(k, str) and _IDENT.match(k) and isinstance(v, (str, int, float))
                and not isinstance(v, bool) and not (isinstance(v, float) and not math.isfinite(v))
                for k, v in value.items()):
@@ -451,7 +170,7 @@ _REF_NAME_MAX = 255
 OVERLAY_IMAGE_PREFIX = "overlay:/"
 
 
-def image_reference_problem(value: str) -> Optional[str]:
+def image_reference_problem(value: str) -> str | None:
     """Why Docker cannot parse ``value`` as an image reference (``docker pull``/``run``), or None. The overlay
     label ``overlay:<absolute path>`` is accepted too (the campaign then refuses container environments)."""
     if value.startswith(OVERLAY_IMAGE_PREFIX) and "\n" not in value and "\x00" not in value:
@@ -482,7 +201,7 @@ def image_reference_problem(value: str) -> Optional[str]:
     return None
 
 
-def results_dir_problem(value: str) -> Optional[str]:
+def results_dir_problem(value: str) -> str | None:
     """A path starting with '~' is not expanded (Ansible and sparkfleet take it literally): refused."""
     if value.startswith("~"):
         return ("%r starts with '~', which is not expanded here (it would make a directory named '~'): give the "
@@ -490,13 +209,11 @@ def results_dir_problem(value: str) -> Optional[str]:
     return None
 
 
-#: Campaign presets (issue 15); sparkfleet.memstudy.CAMPAIGN_PRESETS defines them (a test checks the two agree).
-CAMPAIGN_PRESET_NAMES = ("memory-study",)
 #: Memory-state factors a campaign can cross into its workloads (campaign field ``factors``).
 MEMORY_FACTORS = ("kv_fraction", "drop_caches")
 
 
-def _factors(value: Any) -> Optional[str]:
+def _factors(value: Any) -> str | None:
     """``factors``: {kv_fraction: [F, ...] (0 < F <= 1), drop_caches: [true, false]}, levels unique."""
     unknown = [k for k in value if k not in MEMORY_FACTORS]
     if unknown:
@@ -515,7 +232,7 @@ def _factors(value: Any) -> Optional[str]:
     return None
 
 
-def _aa(value: Any) -> Optional[str]:
+def _aa(value: Any) -> str | None:
     if isinstance(value, bool) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
         return None
     return "must be true, false or a list of environment names, got %s %r" % (type_name(value), value)
@@ -542,7 +259,7 @@ CAMPAIGN_FIELDS = (
           "Docker can parse).", check=image_reference_problem),
     Field("image_build", "dict", None, "Build the image on the host (debootstrap + docker import) when absent.",
           nullable=True),
-    Field("preset", "str", None, "Campaign preset whose keys the campaign's own override (memory-study).",
+    Field("preset", "str", None, "Catalogue campaign whose keys the campaign's own override (memory-study).",
           choices=CAMPAIGN_PRESET_NAMES, nullable=True, resolved=False),
     Field("factors", "dict", None, "Memory-state factors crossed into every workload: kv_fraction (trtllm "
           "workloads), drop_caches (docs/MEMORY.md).", nullable=True, check=_factors, resolved=False),
@@ -594,23 +311,11 @@ IMAGE_BUILD_FIELDS = (
           else "every entry must be a Debian package name"),
     Field("mirror", "str", "http://deb.debian.org/debian", "Debian mirror."),
 )
-#: Presets' fields are workload fields: a preset is checked like a workload (tests check that too).
-WORKLOAD_PRESETS: Dict[str, Dict[str, Any]] = {
-    "study": {"engine": "trtllm", "mode": "throughput", "requests": 50, "input_len": 128, "output_len": 128},
-    "T1": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 128, "output_len": 32},
-    "T2": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 512, "output_len": 128},
-    "T3": {"engine": "trtllm", "mode": "throughput", "batch": 1, "input_len": 2048, "output_len": 512},
-    "T4": {"engine": "trtllm", "mode": "throughput", "batch": 4, "input_len": 512, "output_len": 128},
-    "T5": {"engine": "trtllm", "mode": "throughput", "batch": 16, "input_len": 512, "output_len": 128},
-    "T6": {"engine": "trtllm", "mode": "throughput", "batch": 32, "input_len": 512, "output_len": 128},
-    "matmul": {"engine": "matmul", "iterations": 10, "warmup": 1},
-}
-
 
 # ----------------------------------------------------------------------------- inventory settings
 
 
-def _clocks(value: Any) -> Optional[str]:
+def _clocks(value: Any) -> str | None:
     if not (set(value) == {"min", "max"} and all(isinstance(value[k], int) and not isinstance(value[k], bool)
                                                  for k in value)):
         return "must be {min: MHz, max: MHz} (integers) or null"
@@ -618,18 +323,18 @@ def _clocks(value: Any) -> Optional[str]:
         "min %s must be positive and at most max %s (at most 10000 MHz)" % (value["min"], value["max"])
 
 
-def _gpu_indices(value: Any) -> Optional[str]:
+def _gpu_indices(value: Any) -> str | None:
     ok = all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value)
     return None if ok else "must be a list of GPU indices"
 
 
-def _workload_env(value: Any) -> Optional[str]:
+def _workload_env(value: Any) -> str | None:
     bad = [k for k, x in value.items() if not (isinstance(k, str) and _IDENT.match(k))
            or isinstance(x, (dict, list)) or x is None]
     return "bad names or values: %s" % ", ".join(map(str, bad)) if bad else None
 
 
-def _variants(value: Any) -> Optional[str]:
+def _variants(value: Any) -> str | None:
     for name, spec in value.items():
         if spec is None:
             continue
@@ -639,8 +344,8 @@ def _variants(value: Any) -> Optional[str]:
     return None
 
 
-#: ``sparkfleet_*`` inventory settings (inventory, group_vars or -e). The ``settings`` role's defaults are
-#: generated from this table; roles read ``sparkfleet_*`` without a default of their own.
+#: ``sparkfleet_*`` inventory settings (inventory, group_vars or -e). Roles read none of them: each host's
+#: ``sparkfleet_plan`` carries them, defaults applied once (planning.py).
 SETTINGS = (
     Field("sparkfleet_work_dir", "abs_path", "/var/lib/sparkfleet",
           "Per-host work directory: rootfs trees, results, ledgers, saved state."),
@@ -682,17 +387,7 @@ SETTINGS = (
           "s", 0.0, 3600.0, low_open=True),
     Field("sparkfleet_report_after_s", "float", 60.0, "The follower prints a line at least this often.", "s",
           0.0, DAY_S, low_open=True),
-    Field("sparkfleet_preflight_max_gpu_temp_c", "float", 60.0, "Gate: hottest GPU before the runs.", "C",
-          GPU_TEMP_C[0], GPU_TEMP_C[1]),
-    Field("sparkfleet_preflight_pstates", "list", [], "Gate: allowed GPU performance states (empty: any).",
-          elements="str"),
-    Field("sparkfleet_preflight_max_load_per_cpu", "float", 0.5, "Gate: 1-minute load average per CPU.", "",
-          0.0, 1000.0),
-    Field("sparkfleet_preflight_min_free_memory_gib", "float", 8.0, "Gate: free memory.", "GiB", 0.0, 65536.0),
-    Field("sparkfleet_preflight_min_free_disk_gib", "float", 20.0, "Gate: free disk under the work directory.",
-          "GiB", 0.0, 10 ** 6),
-    Field("sparkfleet_preflight_max_gpu_processes", "int", 0, "Gate: processes on the GPU.", "", 0, 100000),
-    Field("sparkfleet_preflight_fail_on_unknown", "bool", False, "Gate: fail a gate whose value is unknown."),
+    *LIMIT_FIELDS,  # preflight_check's limits (gates.py)
     Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
           "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True),
     Field("sparkfleet_gpu_persistence_mode", "bool", None, "GPU persistence mode (null: leave as is).",
@@ -714,7 +409,7 @@ SET_BY_PLAYBOOKS = ("sparkfleet_campaign", "sparkfleet_reference_campaign", "spa
                     "sparkfleet_plan", "sparkfleet_controller_results")
 
 
-def setting_problems(host: str, variables: Mapping[str, Any]) -> Tuple[List[str], List[str]]:
+def setting_problems(host: str, variables: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """(errors, warnings) for one host's ``sparkfleet_*`` variables, each naming host and variable."""
     errors, warnings = [], []
     for name in sorted(variables):
@@ -725,7 +420,7 @@ def setting_problems(host: str, variables: Mapping[str, Any]) -> Tuple[List[str]
             if name not in SET_BY_PLAYBOOKS:
                 warnings.append("%s: %s: not a sparkfleet setting (a typo?); ignored" % (host, name))
             continue
-        problem = field_problem(f, variables[name], strings=True)
+        problem = field_problem(f, from_string(f, variables[name]))
         if problem:
             errors.append("%s: %s: %s" % (host, name, problem))
     return errors, warnings
@@ -735,13 +430,13 @@ def setting(variables: Mapping[str, Any], name: str) -> Any:
     """A setting's value: the variable's when given, else the registry default."""
     f = SETTINGS_BY_NAME[name]
     value = variables.get(name, f.default)
-    return _copy(from_string(f, value))
+    return copy.deepcopy(from_string(f, value))
 
 
 # ------------------------------------------------------------------------------------- docker flags
 
 
-def docker_variant_flags(base: Sequence[str], spec: Optional[Mapping[str, Any]]) -> List[str]:
+def docker_variant_flags(base: Sequence[str], spec: Mapping[str, Any] | None) -> list[str]:
     """A variant's flags: ``base`` without its remove_flags (a flag, or a prefix ending in '='), then its
     extra_flags."""
     spec = spec or {}
@@ -751,7 +446,7 @@ def docker_variant_flags(base: Sequence[str], spec: Optional[Mapping[str, Any]])
     return kept + list(spec.get("extra_flags") or [])
 
 
-def resolve_docker_flags(environment: Mapping[str, Any], variables: Mapping[str, Any]) -> List[str]:
+def resolve_docker_flags(environment: Mapping[str, Any], variables: Mapping[str, Any]) -> list[str]:
     """A container environment's ``docker run`` flags on a host: its own docker_flags, else those of the variant
     it names, else of ``sparkfleet_docker_variant``. ValueError for a variant the host does not define."""
     own = environment.get("docker_flags")
