@@ -114,6 +114,7 @@ sys.exit(main())
 EOF
 chmod +x "$VENV/bin/sparkfleet"
 export PATH=$VENV/bin:$PATH
+cd "$REPO" || die "no $REPO"  # from here on: the copy (Python puts the working directory first on its path)
 "$VENV/bin/python" - "$REPO" <<'EOF' || die "the controller virtualenv is incomplete (missing wheels?)"
 import os, sys
 import ansible, jinja2, yaml, pandas, pynvml, sparkfleet.cli
