@@ -194,14 +194,15 @@ def start_container() -> tuple[str | None, str]:
 def cgroup_file_of(container_id: str | None) -> str | None:
     if not container_id:
         return None
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import (
-        cgroup_memory_file_for_pid,  # noqa: PLC0415
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.memstate import (
+        cgroup_dir_of_pid,  # noqa: PLC0415
     )
 
     pid = subprocess.run(
         ["docker", "inspect", "-f", "{{.State.Pid}}", container_id], capture_output=True, text=True
     ).stdout.strip()
-    return cgroup_memory_file_for_pid(int(pid)) if pid.isdigit() else None
+    # The sampler takes the cgroup directory and reads its memory.current (v2) or memory.usage_in_bytes (v1).
+    return cgroup_dir_of_pid(int(pid)) if pid.isdigit() else None
 
 
 def real_nvidia_smi() -> str | None:

@@ -73,10 +73,6 @@ class Accounting:
     leftovers: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def complete(self) -> bool:
-        return not (self.missing or self.no_metrics or self.leftovers or self.notes)
-
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(KINDS, 0)
         for item in self.missing:
@@ -106,10 +102,6 @@ class Accounting:
             text += (f"; {len(self.leftovers)} leftover unpack staging director"
                      f"{'y' if len(self.leftovers) == 1 else 'ies'} ignored")
         return text + "."
-
-
-def _ledger_states(host_dir: Path) -> dict[str, dict[str, Any]]:
-    return ledger_mod.last_by_run(ledger_mod.read_events(str(host_dir / LEDGER_NAME)), ("started", "finished"))
 
 
 def _ledger_word(state: dict[str, Any] | None) -> str:
@@ -152,7 +144,8 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
 
     def states(host_dir: Path) -> dict[str, dict[str, Any]]:
         if host_dir not in ledgers:
-            ledgers[host_dir] = _ledger_states(host_dir)
+            ledgers[host_dir] = ledger_mod.last_by_run(ledger_mod.read_events(str(host_dir / LEDGER_NAME)),
+                                                       ("started", "finished"))
         return ledgers[host_dir]
 
     planned_total = None

@@ -33,36 +33,15 @@ from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "classify", "compare_campaigns", "compare_environments"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
-#: memory, latencies and times are costs. The configuration metrics (load.CONFIG_METRICS) are neither.
+#: memory, latencies and times are costs. The configuration metrics (record.CONFIG_METRICS) are neither.
 HIGHER_IS_BETTER = ("output_tok_s", "total_tok_s", "req_s", "kv_cache_gib", "gflops")
-LOWER_IS_BETTER = (
-    "latency_ms_avg",
-    "latency_ms_p50",
-    "latency_ms_p90",
-    "latency_ms_p95",
-    "latency_ms_p99",
-    "ttft_ms",
-    "tpot_ms",
-    "peak_memory_gib",
-    "matmul_s_mean",
-)
+LOWER_IS_BETTER = ("latency_ms_avg", "latency_ms_p50", "latency_ms_p90", "latency_ms_p95", "latency_ms_p99",
+                   "ttft_ms", "tpot_ms", "peak_memory_gib", "matmul_s_mean")
 #: The memory story first, then throughput, then latency (the order tables are shown in).
-COMPARED_METRICS = (
-    "peak_memory_gib",
-    "kv_cache_gib",
-    "output_tok_s",
-    "total_tok_s",
-    "req_s",
-    "gflops",
-    *LOWER_IS_BETTER[:7],  # latencies, ttft, tpot
-    "matmul_s_mean",
-)
+COMPARED_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "total_tok_s", "req_s", "gflops",
+                    *LOWER_IS_BETTER[:7], "matmul_s_mean")  # LOWER_IS_BETTER[:7]: latencies, ttft, tpot
 
 _PAIR_KEYS = ("host", "model", "workload")
-
-
-def _present(runs: pd.DataFrame, metrics: tuple[str, ...]) -> list[str]:
-    return [m for m in dict.fromkeys(metrics) if m in runs and runs[m].notna().any()]
 
 
 def _long(runs: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
@@ -89,6 +68,11 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float) -> pd.DataFrame:
                          "change_pct": change, "p_value": w["p_value"],
                          "ci_low": np.where(allowed, w["ci_low"], np.nan),
                          "ci_high": np.where(allowed, w["ci_high"], np.nan), "df": w["df"]})
+
+
+def _side(frame: pd.DataFrame, suffix: str) -> pd.DataFrame:
+    """One side's n, mean and var for `_paired`, from ``frame``'s ``n<suffix>``, ``mean<suffix>``, ``var<suffix>``."""
+    return pd.DataFrame({c: frame[f"{c}{suffix}"].to_numpy(dtype=float) for c in ("n", "mean", "var")})
 
 
 def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD,
@@ -177,7 +161,7 @@ def compare_environments(
     if pool_hosts:
         columns = [c if c != "host" else "hosts" for c in columns]
     measured = measured_runs(runs)
-    present = _present(measured, metrics)
+    present = [m for m in dict.fromkeys(metrics) if m in measured and measured[m].notna().any()]
     natives = measured[measured["environment_kind"] == "native"].groupby(list(_PAIR_KEYS))["environment"]
     if not present or natives.ngroups == 0:
         return pd.DataFrame(columns=columns)

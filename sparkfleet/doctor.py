@@ -16,6 +16,7 @@ paramiko connection plugin).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shlex
@@ -23,12 +24,11 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import read_text
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME
+from sparkfleet.runner import resolve_inventory
 
 DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (plugin_utils/settings.py)
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "~/.ssh/known_hosts")
@@ -88,24 +88,12 @@ def known_hosts_from_args(*args: str | None) -> list[str]:
     """``UserKnownHostsFile`` paths from ssh option strings (``-o UserKnownHostsFile=F``, ``-oK=V``, ``-o "K V"``)."""
     files: list[str] = []
     for arg in args:
-        if not arg:
-            continue
         try:
-            words = shlex.split(str(arg))
+            words = shlex.split(str(arg or ""))
         except ValueError:
             continue
-        options = []
-        i = 0
-        while i < len(words):
-            word = words[i]
-            if word == "-o" and i + 1 < len(words):
-                options.append(words[i + 1])
-                i += 2
-                continue
-            if word.startswith("-o") and len(word) > 2:
-                options.append(word[2:])
-            i += 1
-        for option in options:
+        for word, after in zip(words, [*words[1:], ""], strict=False):
+            option = after if word == "-o" else word[2:] if word.startswith("-o") else ""
             key, _, value = option.replace("=", " ", 1).partition(" ")
             if key.strip().lower() == "userknownhostsfile":
                 files += [f for f in value.split() if f.lower() != "none"]
@@ -120,18 +108,15 @@ def load_targets(inventory: str) -> list[Target]:
     variables, and its configuration resolves the options of its ``ssh`` connection plugin from them (the
     same variable names, aliases and precedence, ansible.cfg and ``ANSIBLE_*`` environment variables).
     """
-    if not Path(inventory).exists():
-        raise UsageError(f"inventory {inventory}: no such file or directory")
-    if not Path(inventory).is_dir():
-        read_text(inventory, "inventory")  # a FIFO, no permission, not UTF-8, too large: one line naming it
     from ansible import constants
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import connection_loader
+    from ansible.template import Templar
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
-    manager = InventoryManager(loader=loader, sources=[str(Path(inventory).resolve())])
+    manager = InventoryManager(loader=loader, sources=[resolve_inventory(inventory)])
     variables = VariableManager(loader=loader, inventory=manager)
     hosts = manager.get_hosts()
     if not hosts:
@@ -141,7 +126,15 @@ def load_targets(inventory: str) -> list[Target]:
     targets = []
     for host in hosts:
         hostvars = variables.get_vars(host=host)
-        value = _templater(loader, hostvars)
+        templar = Templar(loader=loader, variables=hostvars)
+
+        def value(name: str, hostvars=hostvars, templar=templar) -> Any:
+            """A host variable's value, templated by Ansible; None where it is unset or its template fails."""
+            try:
+                return None if hostvars.get(name) is None else templar.template(hostvars[name])
+            except Exception:  # an undefined or failing template: the value is not usable here
+                return None
+
         ssh_options = {name: v for name in ssh_vars if (v := value(name)) is not None}
 
         def ssh(option: str, host=host, ssh_options=ssh_options) -> Any:
@@ -162,24 +155,6 @@ def load_targets(inventory: str) -> list[Target]:
             work_dir=str(value("sparkfleet_work_dir") or DEFAULT_WORK_DIR),
         ))
     return targets
-
-
-def _templater(loader, hostvars: dict[str, Any]):
-    """A host variable's value, templated by Ansible; None where it is unset or its template fails."""
-    from ansible.template import Templar
-
-    templar = Templar(loader=loader, variables=hostvars)
-
-    def get(name: str) -> Any:
-        value = hostvars.get(name)
-        if value is None:
-            return None
-        try:
-            return templar.template(value)
-        except Exception:  # an undefined or failing template: the value is not usable here
-            return None
-
-    return get
 
 
 # ---- running the fixed commands -------------------------------------------------------------------
@@ -270,14 +245,11 @@ def connect(target: Target, timeout: float):
     client = paramiko.SSHClient()
     files = [*SYSTEM_KNOWN_HOSTS, *target.known_hosts]
     loaded = []
-    for name in files:
-        path = os.path.expanduser(name)
+    for path in map(os.path.expanduser, files):
         if os.path.isfile(path):
-            try:
+            with contextlib.suppress(OSError, paramiko.SSHException):
                 client.load_system_host_keys(path)
                 loaded.append(path)
-            except (OSError, paramiko.SSHException):
-                continue
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     where = f"{target.address}:{target.port}"
     try:
@@ -324,11 +296,9 @@ def check_host(target: Target, limits: Limits) -> HostReport:
     try:
         session = _Local(limits.timeout) if target.local else _Remote(connect(target, limits.timeout),
                                                                          limits.timeout)
-    except _Unreachable as exc:
-        report.problems.append(str(exc))
-        return report
     except Exception as exc:  # a check must report, not crash the whole table
-        report.problems.append(f"unreachable: {type(exc).__name__}: {exc}")
+        report.problems.append(str(exc) if isinstance(exc, _Unreachable) else
+                               f"unreachable: {type(exc).__name__}: {exc}")
         return report
     report.reachable = True
     try:
@@ -360,8 +330,7 @@ def _run_checks(session, target: Target, limits: Limits, report: HostReport) -> 
                                "(run NTP/chrony on every host)")
 
     rc, out, err = session.run("uid")
-    is_root = rc == 0 and out.strip() == "0"
-    if is_root:
+    if rc == 0 and out.strip() == "0":
         report.sudo = "root"
     else:
         rc, out, err = session.run("sudo")
@@ -370,10 +339,8 @@ def _run_checks(session, target: Target, limits: Limits, report: HostReport) -> 
             report.problems.append(f"sudo: passwordless sudo does not work ({_first_line(err) or f'rc={rc}'})")
 
     rc, out, err = session.run("docker")
-    if rc != 0 and report.sudo == "yes":
-        rc2, out2, err2 = session.run("docker_sudo")
-        if rc2 == 0:
-            rc, out, err = rc2, out2, err2
+    if rc != 0 and report.sudo == "yes" and (retry := session.run("docker_sudo"))[0] == 0:
+        rc, out, err = retry
     if rc == 0 and out.strip():
         report.docker = out.strip().splitlines()[0]
     else:

@@ -23,6 +23,7 @@ from sparkfleet import reproducibility
 from sparkfleet.load import load_runs
 from sparkfleet.report.analysis import check_one_campaign
 from sparkfleet.report.host_facts import facts_of
+from sparkfleet.stats import measured_runs
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
 TELEMETRY = {
@@ -63,9 +64,7 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     loaded = load_runs(campaign_dir)
     runs = loaded.runs
     check_one_campaign(runs, campaign_dir)  # hosts are compared within one campaign, never across two
-    ok = runs[runs["status"] == "ok"] if not runs.empty else runs
-    if "warmup" in ok.columns:
-        ok = ok[ok["warmup"].fillna(False) == False]  # noqa: E712 (a nullable column)
+    ok = measured_runs(runs)
     hosts = sorted({p.name for p in campaign_dir.iterdir() if (p / "host.json").exists() or (p / "runs").is_dir()})
     facts = facts_of({host: campaign_dir / host for host in hosts})
     differing = {}

@@ -37,8 +37,6 @@ RECORD_NAME = "record.json"
 _SKIP_DIRS = frozenset({"report", ".git", "__pycache__"})
 
 IDENTITY_COLUMNS = ("run_id", "campaign", "host", "model", "environment", "workload", "iteration")
-#: The contract's scalar fields (outside the identity), in the contract's order.
-_SCALAR_FIELDS = contract.SCALAR_FIELDS
 #: Nested objects flattened to ``<prefix><key>`` columns (scalars only; lists/objects are kept as JSON text).
 _NESTED_PREFIXES = {
     "workload_params": "workload_",
@@ -49,14 +47,12 @@ _NESTED_PREFIXES = {
     "samples": "samples_",
 }
 METRIC_COLUMNS = tuple(contract.METRICS)
+_MEMINFO = ("mem_total_gib", "mem_free_gib", "mem_available_gib", "buffers_gib", "cached_gib", "shmem_gib",
+            "used_gib", "not_free_gib")
 #: The record's ``memory`` section (docs/MEMORY.md) as flat columns: (column, path into the section).
 MEMORY_COLUMNS = (
-    *((f"mem_start_{name.removeprefix('mem_')}", ("start", "meminfo", name)) for name in (
-        "mem_total_gib", "mem_free_gib", "mem_available_gib", "buffers_gib", "cached_gib", "shmem_gib", "used_gib",
-        "not_free_gib")),
-    *((f"mem_peak_{name.removeprefix('mem_')}", ("peak", "meminfo", name)) for name in (
-        "mem_total_gib", "mem_free_gib", "mem_available_gib", "buffers_gib", "cached_gib", "shmem_gib", "used_gib",
-        "not_free_gib")),
+    *((f"mem_{when}_{name.removeprefix('mem_')}", (when, "meminfo", name)) for when in ("start", "peak")
+      for name in _MEMINFO),
     ("mem_peak_t_s", ("peak", "t_s")),
     *((f"mem_peak_cgroup_{name}", ("peak", "cgroup", name)) for name in (
         "current_gib", "peak_gib", "limit_gib", "file_gib", "anon_gib", "shmem_gib")),
@@ -88,12 +84,16 @@ _MEMORY_NUMERIC = tuple(name for name, _ in MEMORY_COLUMNS
                         if name.endswith(("_gib", "_t_s", "_seconds", "_samples", "_fraction")))
 
 
-def _dig(section: Any, path: tuple[str, ...]) -> Any:
+def dig(data: Any, path: tuple[str | int, ...]) -> Any:
+    """The value at ``path`` (keys, list indices) inside nested JSON; None where the path leads nowhere."""
     for key in path:
-        if not isinstance(section, dict):
+        if isinstance(data, dict):
+            data = data.get(key)
+        elif isinstance(data, list) and isinstance(key, int) and -len(data) <= key < len(data):
+            data = data[key]
+        else:
             return None
-        section = section.get(key)
-    return section
+    return data
 
 
 def memory_columns(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -106,7 +106,7 @@ def memory_columns(data: dict[str, Any]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     if isinstance(memory, dict):
-        out = {name: _dig(memory, path) for name, path in MEMORY_COLUMNS}
+        out = {name: dig(memory, path) for name, path in MEMORY_COLUMNS}
         flags = out["mem_container_flags"]
         out["mem_container_flags"] = " ".join(map(str, flags)) if isinstance(flags, list) else flags
     if isinstance(factors, (dict, list)):  # names; older records: names with their levels
@@ -118,8 +118,6 @@ def memory_columns(data: dict[str, Any]) -> dict[str, Any] | None:
 #: A factor's level per run: ``factor_<name>`` (memory_columns). The report reads factors and the KV fraction only
 #: through the accessors below.
 FACTOR_PREFIX = "factor_"
-#: Metrics that are the engine's configuration as its output states it, not results: never judged.
-CONFIG_METRICS = contract.CONFIG_METRICS
 #: TensorRT-LLM's default ``free_gpu_memory_fraction``: the KV fraction assumed where a run's engine output
 #: states none (``sparkfleet report --kv-fraction`` assumes another).
 DEFAULT_KV_FRACTION = 0.9
@@ -279,7 +277,7 @@ def _scalar(value: Any) -> Any:
     return value if not isinstance(value, (dict, list)) else json.dumps(value)
 
 
-_ROW_FIELDS = IDENTITY_COLUMNS + _SCALAR_FIELDS
+_ROW_FIELDS = IDENTITY_COLUMNS + contract.SCALAR_FIELDS  # the contract's scalar fields, in its order
 #: The key `_Columns` files memory_columns under (not a record field: its columns have no prefix).
 _MEMORY_KEY = " memory"
 #: The metrics rejected as outside their physical range (record.METRIC_RANGES) and why, "; "-joined: a column
@@ -317,34 +315,24 @@ class _Columns:
         for key in _NESTED_PREFIXES:
             nested = get(key)
             if nested:
-                shape = (key, tuple(nested))
-                bucket = self.nested.get(shape)
-                if bucket is None:
-                    bucket = self.nested[shape] = ([], [])
-                bucket[0].append(row)
-                bucket[1].extend(nested.values())
+                self._file((key, tuple(nested)), row, nested.values())
         provenance = get("provenance")
         if isinstance(provenance, dict):  # its verdict only: the cards stay in the record
-            shape = (_PROVENANCE_KEY, PROVENANCE_COLUMNS)
-            bucket = self.nested.get(shape)
-            if bucket is None:
-                bucket = self.nested[shape] = ([], [])
-            bucket[0].append(row)
-            bucket[1].extend((provenance.get("status"), provenance.get("reason")))
+            self._file((_PROVENANCE_KEY, PROVENANCE_COLUMNS), row, (provenance.get("status"), provenance.get("reason")))
         flat = memory_columns(data)
         if flat:  # filed like a nested object whose columns carry no prefix
-            shape = (_MEMORY_KEY, tuple(flat))
-            bucket = self.nested.get(shape)
-            if bucket is None:
-                bucket = self.nested[shape] = ([], [])
-            bucket[0].append(row)
-            bucket[1].extend(flat.values())
+            self._file((_MEMORY_KEY, tuple(flat)), row, flat.values())
         rejected = contract.rejected_metrics(data)
         if rejected:  # the metrics the producer or the loader left out, and why (one text column)
-            bucket = self.nested.setdefault((_REJECTED_KEY, (REJECTED_COLUMN,)), ([], []))
-            bucket[0].append(row)
-            bucket[1].append("; ".join(rejected))
+            self._file((_REJECTED_KEY, (REJECTED_COLUMN,)), row, ("; ".join(rejected),))
         self.dirs.append(record_dir)
+
+    def _file(self, shape: tuple[str, tuple[str, ...]], row: int, values: Any) -> None:
+        bucket = self.nested.get(shape)
+        if bucket is None:
+            bucket = self.nested[shape] = ([], [])
+        bucket[0].append(row)
+        bucket[1].extend(values)
 
     def frame(self) -> pd.DataFrame:
         count = len(self.dirs)
@@ -481,16 +469,18 @@ def _drop_duplicate_runs(runs: pd.DataFrame, root: Path) -> tuple[pd.DataFrame, 
     return runs.loc[~duplicated].reset_index(drop=True), problems
 
 
+_BASE_COLUMNS = [*_ROW_FIELDS, *METRIC_COLUMNS]
+
+
 def runs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Build the frame once from all rows (never append row by row) with stable dtypes."""
-    base = list(IDENTITY_COLUMNS) + list(_SCALAR_FIELDS) + list(METRIC_COLUMNS)
-    frame = pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=base + ["record_dir"])
-    return _typed_frame(frame)
+    return _typed_frame(pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=[*_BASE_COLUMNS,
+                                                                                            "record_dir"]))
 
 
 def _typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Columns in their fixed order (contract fields, metrics, nested fields sorted, record_dir) and dtypes."""
-    base = list(IDENTITY_COLUMNS) + list(_SCALAR_FIELDS) + list(METRIC_COLUMNS)
+    base = _BASE_COLUMNS
     for column in base:
         if column not in frame.columns:
             frame[column] = None

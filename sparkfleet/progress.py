@@ -1,18 +1,14 @@
-"""Live progress of a playbook run, derived from ansible-runner's event stream.
+"""Live progress of a playbook run, from ansible-runner's event stream.
 
-``RunnerEvents`` folds ansible-runner's events (dicts with ``event`` such as ``runner_on_ok``, ``runner_retry``,
-``runner_on_failed``, ``runner_on_unreachable``, ``playbook_on_stats``, and ``event_data`` holding ``host``,
-``task`` and the task's result ``res``) into sparkfleet's progress events; ``Progress`` folds those into
-per-host state; ``Display`` shows it: redrawn in place on a terminal, one plain line per event otherwise (logs,
-CI). ``sparkfleet run --json-events FILE`` keeps the progress events, one JSON object per line.
-
-Progress events. Every one has ``event`` and ``ts`` (UTC seconds since the epoch, float).
+``RunnerEvents`` folds ansible-runner's events (``event``, and ``event_data`` with ``host``, ``task`` and the
+result ``res``) into the progress events below; ``Progress`` folds those into per-host state; ``Display`` shows
+it, redrawn in place on a terminal, one plain line per event otherwise (logs, CI). ``sparkfleet run
+--json-events FILE`` keeps the progress events, one JSON object per line, each with ``event`` and ``ts``.
 
 * ``playbook_start``: ``playbook`` (file name). ``play_start``: ``name`` (the play's name).
-* ``planned``: ``host``, ``total`` (number of planned runs), ``campaign`` (when known), ``next_cell``. From a
-  task result whose ``ansible_facts`` hold ``sparkfleet_plan`` (a host's part of campaign_plan's plan: its
-  ``runs``, or the list itself; each with ``run_id``, ``order_index``, ``model``, ``environment``, ``workload``,
-  ...). ``campaign`` comes from a plan entry's ``campaign`` or that host's ``sparkfleet_resolved_campaign.name``.
+* ``planned``: ``host``, ``total`` (planned runs), ``campaign`` (the host's ``sparkfleet_resolved_campaign``'s
+  name, when known), ``next_cell``; from a result whose ``ansible_facts`` hold ``sparkfleet_plan`` (its
+  ``runs``, or the list itself).
 * ``run`` (and other types): a task result's (or a loop item's) ``sparkfleet_event`` dict (bench_run), or each
   dict of its ``sparkfleet_events`` list: bench_follow returns every run finished so far on each ``until``
   retry, so an entry whose ``run_id`` and ``finished_ts`` were seen before for that host is not repeated. The
@@ -30,7 +26,6 @@ Progress events. Every one has ``event`` and ``ts`` (UTC seconds since the epoch
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -38,59 +33,41 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 
-def _name(value: Any) -> str:
-    if isinstance(value, dict):
-        value = value.get("name")
-    return "" if value is None else str(value)
-
-
 def _cell(item: dict[str, Any]) -> str | None:
-    names = [_name(item.get(k)) for k in ("model", "environment", "workload")]
+    """model/environment/workload: a plan entry's are dicts with a name, a run event's the names."""
+    values = [item.get(k) for k in ("model", "environment", "workload")]
+    names = ["" if n is None else str(n) for n in (v.get("name") if isinstance(v, dict) else v for v in values)]
     return "/".join(names) if any(names) else None
 
 
 def _message(result: dict[str, Any], default: str) -> str:
     """The result's message; for a loop, the first failed item's (the task's own says only "All items
     completed")."""
-    msg = result.get("msg")
-    items = result.get("results")
-    if isinstance(items, list):
-        items = [i for i in items if isinstance(i, dict) and i.get("msg")]
-        for test in (lambda i: i.get("failed") or i.get("unreachable"), lambda i: "exception" in i, bool):
-            found = [i for i in items if test(i)]
-            if found:
-                msg = found[0]["msg"]
-                break
-    return str(msg or result.get("stderr") or default)
+    failed = [i["msg"] for i in result.get("results") or ()
+              if i.get("msg") and (i.get("failed") or i.get("unreachable"))]
+    return str((failed or [result.get("msg")])[0] or result.get("stderr") or default)
 
 
 class _HostRuns:
     def __init__(self) -> None:
         self.plan: list[dict[str, Any]] = []
         self.total: int | None = None
-        self.done_ids: set[Any] = set()
-        self.done_anon = 0
+        self.done: set[Any] = set()  # run ids
         self.spent: list[float] = []  # duration_s + cooldown_s of the timed runs that were not skipped
         self.seen: set[tuple[str, str]] = set()  # (run_id, finished_ts) of list entries passed on
-
-    @property
-    def done(self) -> int:
-        return len(self.done_ids) + self.done_anon
 
     def eta(self) -> float | None:
         if self.total is None or not self.spent:
             return None
-        return round(max(self.total - self.done, 0) * sum(self.spent) / len(self.spent), 1)
+        return round(max(self.total - len(self.done), 0) * sum(self.spent) / len(self.spent), 1)
 
     def next_cell(self) -> str | None:
-        for item in self.plan:
-            if item.get("run_id") not in self.done_ids:
-                return _cell(item)
-        return None
+        return next((_cell(item) for item in self.plan if item.get("run_id") not in self.done), None)
 
 
-#: ansible-runner events whose ``event_data.res`` may carry a plan or run events.
-_RESULT_EVENTS = ("runner_on_ok", "runner_retry", "runner_item_on_ok", "runner_item_on_failed", "runner_on_failed")
+#: ansible-runner events whose ``event_data.res`` may carry a plan or run events, or say the host is lost.
+_RESULT_EVENTS = ("runner_on_ok", "runner_retry", "runner_item_on_ok", "runner_item_on_failed", "runner_on_failed",
+                  "runner_on_unreachable")
 
 
 class RunnerEvents:
@@ -103,30 +80,28 @@ class RunnerEvents:
         self.campaign_dirs: list[str] = []
         #: host -> the reproducibility tolerance (percent) its plan carries
         self.tolerances: dict[str, float] = {}
+        #: the playbook's final counters per host (playbook_on_stats), None before it
+        self.stats: dict[str, dict[str, int]] | None = None
 
     def fold(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("event")
-        data = event.get("event_data")
-        data = data if isinstance(data, dict) else {}
-        host = str(data.get("host") or "")
-        out: list[dict[str, Any]] = []
+        data = event.get("event_data") or {}
+        host = data.get("host")
         if kind == "playbook_on_start":
-            out.append(progress_event("playbook_start", playbook=os.path.basename(str(data.get("playbook") or ""))))
-        elif kind == "playbook_on_play_start":
-            out.append(progress_event("play_start", name=str(data.get("name") or data.get("play") or "").strip()))
-        elif kind in _RESULT_EVENTS and host:
-            res = data.get("res")
-            if isinstance(res, dict):
-                out += self._inspect(host, res)
-            if kind == "runner_on_failed" and not data.get("ignore_errors"):
-                out.append(progress_event("host_failed", host=host, task=_task(data),
-                                      msg=_message(res if isinstance(res, dict) else {}, "failed")))
-        elif kind == "runner_on_unreachable" and host:
-            res = data.get("res")
-            out.append(progress_event("host_unreachable", host=host, task=_task(data),
-                                  msg=_message(res if isinstance(res, dict) else {}, "unreachable")))
-        elif kind == "playbook_on_stats":
-            out.append(progress_event("stats", hosts=_stats(data)))
+            return [progress_event("playbook_start", playbook=os.path.basename(data["playbook"]))]
+        if kind == "playbook_on_play_start":
+            return [progress_event("play_start", name=str(data.get("name") or "").strip())]
+        if kind == "playbook_on_stats":
+            self.stats = _stats(data)
+            return [progress_event("stats", hosts=self.stats)]
+        if kind not in _RESULT_EVENTS or not host:
+            return []
+        res = data["res"] if isinstance(data.get("res"), dict) else {}
+        out = self._inspect(host, res)
+        if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            lost = "failed" if kind == "runner_on_failed" else "unreachable"
+            out.append(progress_event(f"host_{lost}", host=host, task=str(data.get("task") or "").strip(),
+                                      msg=_message(res, lost)))
         return out
 
     def _host(self, name: str) -> _HostRuns:
@@ -134,49 +109,38 @@ class RunnerEvents:
 
     def _inspect(self, host: str, result: dict[str, Any]) -> list[dict[str, Any]]:
         out = []
-        facts = result.get("ansible_facts")
-        if isinstance(facts, dict):
-            resolved = facts.get("sparkfleet_resolved_campaign")
-            if isinstance(resolved, dict) and resolved.get("name"):
-                self._campaign[host] = str(resolved["name"])
-                results_dir = facts.get("sparkfleet_controller_results")
-                if isinstance(results_dir, str) and results_dir:
-                    path = os.path.join(results_dir, str(resolved["name"]))
-                    if path not in self.campaign_dirs:
-                        self.campaign_dirs.append(path)
-            plan = facts.get("sparkfleet_plan")
-            if isinstance(plan, dict):  # a host's part of campaign_plan's plan: its runs, async limit, ...
-                tolerance = (plan.get("reproducibility") or {}).get("tolerance_pct")
-                if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool):
-                    self.tolerances[host] = float(tolerance)
-                plan = plan.get("runs")
-            if isinstance(plan, list):
-                out.append(self._planned(host, plan))
-        event = result.get("sparkfleet_event")
-        if isinstance(event, dict):
-            out.append(self._run_event(host, event))
-        events = result.get("sparkfleet_events")
-        if isinstance(events, list):  # every run finished so far (bench_follow): the new ones only
-            runs = self._host(host)
-            for event in events:
-                if not isinstance(event, dict):
-                    continue
-                key = (str(event.get("run_id")), str(event.get("finished_ts")))
-                if key not in runs.seen:
-                    runs.seen.add(key)
-                    out.append(self._run_event(host, event))
+        facts = result.get("ansible_facts") or {}
+        name = (facts.get("sparkfleet_resolved_campaign") or {}).get("name")
+        if name:
+            self._campaign[host] = name
+            if facts.get("sparkfleet_controller_results"):
+                path = os.path.join(facts["sparkfleet_controller_results"], name)
+                if path not in self.campaign_dirs:
+                    self.campaign_dirs.append(path)
+        plan = facts.get("sparkfleet_plan")
+        if isinstance(plan, dict):  # a host's part of campaign_plan's plan: its runs, async limit, ...
+            tolerance = plan.get("reproducibility", {}).get("tolerance_pct")
+            if tolerance is not None:
+                self.tolerances[host] = float(tolerance)
+            plan = plan.get("runs")
+        if isinstance(plan, list):
+            out.append(self._planned(host, plan))
+        if result.get("sparkfleet_event"):
+            out.append(self._run_event(host, result["sparkfleet_event"]))
+        runs = self._host(host)
+        for event in result.get("sparkfleet_events") or ():  # every run finished so far (bench_follow): new ones
+            key = (str(event.get("run_id")), str(event.get("finished_ts")))
+            if key not in runs.seen:
+                runs.seen.add(key)
+                out.append(self._run_event(host, event))
         return out  # a loop's items come as runner_item_on_* events of their own
 
-    def _planned(self, host: str, plan: list[Any]) -> dict[str, Any]:
+    def _planned(self, host: str, plan: list[dict[str, Any]]) -> dict[str, Any]:
         runs = self._host(host)
-        entries = [p for p in plan if isinstance(p, dict)]
-        runs.plan = sorted(entries, key=lambda p: (p.get("order_index") is None, p.get("order_index") or 0))
+        runs.plan = sorted(plan, key=lambda p: p["order_index"])
         runs.total = len(plan)
-        fields: dict[str, Any] = {"host": host, "total": runs.total, "next_cell": runs.next_cell()}
-        campaign = next((p["campaign"] for p in entries if p.get("campaign")), None) or self._campaign.get(host)
-        if campaign:
-            fields["campaign"] = campaign
-        return progress_event("planned", **fields)
+        campaign = {"campaign": self._campaign[host]} if host in self._campaign else {}
+        return progress_event("planned", host=host, total=runs.total, next_cell=runs.next_cell(), **campaign)
 
     def _run_event(self, host: str, event: dict[str, Any]) -> dict[str, Any]:
         runs = self._host(host)
@@ -184,19 +148,12 @@ class RunnerEvents:
         kind = str(fields.get("type") or "run")
         fields.update(host=host, cell=_cell(fields))
         if kind == "run":
-            run_id = fields.get("run_id")
-            if run_id is None:
-                runs.done_anon += 1
-            else:
-                runs.done_ids.add(run_id)
-            if runs.total is None and isinstance(fields.get("total"), int) and fields["total"] > 0:
-                runs.total = fields["total"]  # no plan seen: trust the event's own total
+            runs.done.add(fields["run_id"])
+            if runs.total is None:
+                runs.total = fields.get("total")  # no plan seen: trust the event's own total
             if fields.get("status") != "skipped" and fields.get("duration_s") is not None:
-                with contextlib.suppress(TypeError, ValueError):
-                    runs.spent.append(float(fields["duration_s"]) + float(fields.get("cooldown_s") or 0))
-            fields.update(done=runs.done, total=runs.total, eta_s=runs.eta(), next_cell=runs.next_cell())
-        fields.pop("event", None)
-        fields.pop("ts", None)
+                runs.spent.append(float(fields["duration_s"]) + float(fields.get("cooldown_s") or 0))
+            fields.update(done=len(runs.done), total=runs.total, eta_s=runs.eta(), next_cell=runs.next_cell())
         return progress_event(kind, **fields)
 
 
@@ -204,21 +161,15 @@ def progress_event(event: str, **fields: Any) -> dict[str, Any]:
     return {"event": event, **fields, "ts": round(time.time(), 3)}
 
 
-def _task(data: dict[str, Any]) -> str:
-    return str(data.get("task") or data.get("task_action") or "").strip()
+#: our counter names: playbook_on_stats' keys
+_COUNTERS = {"ok": "ok", "changed": "changed", "failed": "failures", "unreachable": "dark", "skipped": "skipped",
+             "rescued": "rescued", "ignored": "ignored"}
 
 
 def _stats(data: dict[str, Any]) -> dict[str, dict[str, int]]:
     """playbook_on_stats' per-counter host maps, turned into one map of counters per host."""
-    def count(key: str, host: str) -> int:
-        value = data.get(key)
-        return int(value.get(host, 0)) if isinstance(value, dict) else 0
-
-    names = ("processed", "ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
-    hosts = sorted({h for key in names if isinstance(data.get(key), dict) for h in data[key]})
-    return {h: {"ok": count("ok", h), "changed": count("changed", h), "failed": count("failures", h),
-                "unreachable": count("dark", h), "skipped": count("skipped", h), "rescued": count("rescued", h),
-                "ignored": count("ignored", h)} for h in hosts}
+    hosts = sorted({h for key in (*_COUNTERS.values(), "processed") for h in data.get(key) or {}})
+    return {h: {ours: (data.get(key) or {}).get(h, 0) for ours, key in _COUNTERS.items()} for h in hosts}
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -265,9 +216,7 @@ class Progress:
         self.started = time.monotonic()
 
     def host(self, name: str) -> HostState:
-        if name not in self.hosts:
-            self.hosts[name] = HostState(name)
-        return self.hosts[name]
+        return self.hosts.setdefault(name, HostState(name))
 
     def update(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -296,8 +245,7 @@ class Progress:
             h.state = "failed" if kind == "host_failed" else "unreachable"
             h.msg = str(event.get("msg") or "")
         elif kind == "report":
-            lines = event.get("lines")
-            self.report = [str(line) for line in lines] if isinstance(lines, list) else []
+            self.report = event["lines"]
         elif kind == "stats":
             self.stats = event.get("hosts") or {}
             for hname in self.stats:
@@ -405,11 +353,8 @@ class Display:
             return
         self._last_draw = now
         lines = self.progress.render()
-        out = []
-        if self._drawn:
-            out.append(f"\x1b[{self._drawn}F\x1b[J")  # back to the first drawn line, clear below
-        out.append("\n".join(lines) + "\n")
-        self.stream.write("".join(out))
+        back = f"\x1b[{self._drawn}F\x1b[J" if self._drawn else ""  # back to the first drawn line, clear below
+        self.stream.write(back + "\n".join(lines) + "\n")
         self.stream.flush()
         self._drawn = len(lines)
 

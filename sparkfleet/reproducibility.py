@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from sparkfleet.compare import _paired, classify
+from sparkfleet.compare import _long, _paired, _side, classify
 from sparkfleet.stats import DEFAULT_LEVEL, measured_runs, metric_columns
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
@@ -70,7 +70,7 @@ def host_variance(runs: pd.DataFrame, metrics: list[str] | None = None) -> pd.Da
     metrics = metric_columns(runs) if metrics is None else metrics
     columns = [*FLEET_KEYS, "metric", "hosts", "n", "ms_between", "ms_within", "sigma2_between", "sigma2_within",
                "sd_between", "sd_within", "icc", "f", "p_value"]
-    long = _long(shared, metrics)
+    long = _long(shared, [*FLEET_KEYS, "host"], metrics)
     if long.empty:
         return pd.DataFrame(columns=columns)
     per_host = long.groupby([*FLEET_KEYS, "metric", "host"], sort=True)["value"].agg(
@@ -81,13 +81,6 @@ def host_variance(runs: pd.DataFrame, metrics: list[str] | None = None) -> pd.Da
     order = {m: i for i, m in enumerate(metrics)}
     table = table.sort_values([*FLEET_KEYS, "metric"], key=lambda c: c.map(order) if c.name == "metric" else c)
     return table[columns].reset_index(drop=True)
-
-
-def _long(shared: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    if shared.empty or not metrics:
-        return pd.DataFrame(columns=[*FLEET_KEYS, "host", "metric", "value"])
-    long = shared.melt(id_vars=[*FLEET_KEYS, "host"], value_vars=metrics, var_name="metric", value_name="value")
-    return long[long["value"].notna()]
 
 
 def host_deviations(
@@ -114,7 +107,7 @@ def host_deviations(
     """
     shared = multi_host_runs(runs)
     metrics = metric_columns(runs) if metrics is None else metrics
-    long = _long(shared, metrics)
+    long = _long(shared, [*FLEET_KEYS, "host"], metrics)
     if long.empty:
         return pd.DataFrame(columns=DEVIATION_COLUMNS)
     keys = [*FLEET_KEYS, "metric"]
@@ -149,12 +142,6 @@ def host_deviations(
     t["outside"] = t["outcome"] == "different"
     t["hardware"] = [hardware_difference(facts, h) for h in t["host"]] if facts is not None else ""
     return t[DEVIATION_COLUMNS].reset_index(drop=True)
-
-
-def _side(frame: pd.DataFrame, suffix: str) -> pd.DataFrame:
-    return pd.DataFrame({"n": frame[f"n{suffix}"].to_numpy(dtype=float),
-                         "mean": frame[f"mean{suffix}"].to_numpy(dtype=float),
-                         "var": frame[f"var{suffix}"].to_numpy(dtype=float)})
 
 
 def _pooled(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

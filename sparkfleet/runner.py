@@ -54,7 +54,8 @@ class RunOutcome:
     tolerances: dict[str, float] = field(default_factory=dict)
 
 
-def _resolve_inventory(value: str) -> str:
+def resolve_inventory(value: str) -> str:
+    """An inventory path made absolute (it must be readable), or Ansible's inline host list as it is."""
     path = Path(value).expanduser()
     if path.is_dir():
         return str(check_dir(path, "inventory directory").resolve())
@@ -119,26 +120,16 @@ def runner_kwargs(request: RunRequest, private_data_dir: str) -> dict[str, Any]:
     # The inventory goes on the command line as given: ansible-runner would write a non-path string (an
     # inline host list such as "spark1,spark2,") into an inventory file of its own. None given: no -i, so
     # ansible-playbook takes ansible.cfg's (ANSIBLE_CONFIG below; inventory/local.ini, this machine).
-    inventory = ["-i", _resolve_inventory(request.inventory)] if request.inventory else []
-    cmdline = [*inventory, *_extra_var_args(request.extra_vars)]
-    base = os.environ
-    venv_bin = str(Path(sys.executable).parent)
+    inventory = ["-i", resolve_inventory(request.inventory)] if request.inventory else []
     envvars = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_HOST_KEY_CHECKING": base.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
-        "PATH": f"{venv_bin}:{base.get('PATH', '')}",
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         **request.env,
     }
-    kwargs: dict[str, Any] = {
-        "private_data_dir": private_data_dir,
-        "project_dir": str(REPO),
-        "playbook": playbook,
-        "envvars": envvars,
-        "quiet": True,
-        "json_mode": False,
-    }
-    kwargs["cmdline"] = shlex.join(cmdline)
-    return kwargs
+    return {"private_data_dir": private_data_dir, "project_dir": str(REPO), "playbook": playbook,
+            "envvars": envvars, "quiet": True, "json_mode": False,
+            "cmdline": shlex.join([*inventory, *_extra_var_args(request.extra_vars)])}
 
 
 def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]], None],
@@ -148,35 +139,23 @@ def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]]
 
     private = tempfile.mkdtemp(prefix="sparkfleet-run-")
     events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-    statuses: list[str] = []
     folder = RunnerEvents()
-    stats: list[dict[str, dict[str, int]]] = []
 
     def drain() -> None:
         batch = []
-        while True:
-            try:
-                event = events.get_nowait()
-            except queue.Empty:
-                break
-            for progress in folder.fold(event):
-                if progress["event"] == "stats":
-                    stats.append(progress["hosts"])
-                batch.append(progress)
+        while not events.empty():
+            batch += folder.fold(events.get())
         on_events(batch)
 
     def on_runner_event(event: dict[str, Any]) -> bool:
         events.put(event)  # runner's thread: folded on ours
         return True  # ansible-runner keeps its artifact copy too (in the throw-away private data dir)
 
-    def on_status(data: dict[str, Any], runner_config=None) -> None:
-        statuses.append(str(data.get("status")))
-
     try:
         kwargs = runner_kwargs(request, private)
         cancelled = threading.Event()
         thread, runner = ansible_runner.run_async(cancel_callback=cancelled.is_set, event_handler=on_runner_event,
-                                                  status_handler=on_status, **kwargs)
+                                                  **kwargs)
         try:
             while thread.is_alive():
                 thread.join(poll_s)
@@ -185,14 +164,10 @@ def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]]
             cancelled.set()
             thread.join()
         drain()
-        rc = runner.rc if isinstance(runner.rc, int) else 1
-        if cancelled.is_set():
-            rc = 130
-        status = str(runner.status or (statuses[-1] if statuses else "unknown"))
-        dirs = [d if os.path.isabs(d) else str(REPO / d) for d in folder.campaign_dirs]  # runner's cwd: REPO
-        return RunOutcome(rc=rc, status=status, stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
-                          stats=stats[-1] if stats else None, cancelled=cancelled.is_set(),
-                          tolerances=folder.tolerances)
+        rc = 130 if cancelled.is_set() else runner.rc if isinstance(runner.rc, int) else 1
+        dirs = [str(REPO / d) for d in folder.campaign_dirs]  # relative to runner's cwd, REPO
+        return RunOutcome(rc=rc, status=str(runner.status), stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
+                          stats=folder.stats, cancelled=cancelled.is_set(), tolerances=folder.tolerances)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 

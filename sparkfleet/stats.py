@@ -150,14 +150,6 @@ def status_counts(runs: pd.DataFrame, keys: tuple[str, ...] = CELL_KEYS) -> pd.D
     return counts.reset_index()[keys_list + ["n_runs", "n_measured", *[f"n_{s}" for s in STATUSES], "n_warmup"]]
 
 
-def t_interval(mean: np.ndarray, std: np.ndarray, n: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Student-t CI of the mean; NaN where n < 2."""
-    n = np.asarray(n, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = sps.t.ppf(0.5 + level / 2, np.where(n >= 2, n - 1, np.nan)) * std / np.sqrt(n)
-    return mean - half, mean + half
-
-
 @cache
 def _bootstrap_median_positions(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions (in the sorted sample) of the two middle order statistics of each bootstrap resample.
@@ -249,9 +241,10 @@ def cell_statistics(
     mean, std = table["mean"].to_numpy(), table["std"].to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         table["cv"] = np.where(mean != 0, std / np.abs(mean), np.nan)
-    low, high = t_interval(mean, std, n, level)
+    with np.errstate(invalid="ignore", divide="ignore"):  # Student-t CI of the mean; NaN where n < 2
+        half = sps.t.ppf(0.5 + level / 2, np.where(n >= 2, n - 1, np.nan)) * std / np.sqrt(n)
     allowed = interval_allowed(n)  # below MIN_N_INTERVAL: no interval (the tables say "n too small")
-    table["ci_low"], table["ci_high"] = np.where(allowed, low, np.nan), np.where(allowed, high, np.nan)
+    table["ci_low"], table["ci_high"] = np.where(allowed, mean - half, np.nan), np.where(allowed, mean + half, np.nan)
     counts = long.groupby(group_cols, sort=True, observed=True)["value"].transform("size")
     bootstrap = _grouped_bootstrap(long[bootstrap_allowed(counts.to_numpy())], group_cols, level, resamples, seed)
     table = table.merge(bootstrap, on=group_cols, how="left")
@@ -267,21 +260,8 @@ def cell_statistics(
     return table[[*group_cols, *_STAT_COLUMNS]].reset_index(drop=True)
 
 
-_STAT_COLUMNS = (
-    "n",
-    "mean",
-    "std",
-    "cv",
-    "median",
-    "min",
-    "max",
-    "ci_low",
-    "ci_high",
-    "median_ci_low",
-    "median_ci_high",
-    "n_outliers",
-    "cv_ok",
-)
+_STAT_COLUMNS = ("n", "mean", "std", "cv", "median", "min", "max", "ci_low", "ci_high", "median_ci_low",
+                 "median_ci_high", "n_outliers", "cv_ok")
 
 
 def robust_z(values: np.ndarray) -> np.ndarray:
@@ -337,8 +317,7 @@ class Welch:
 
 def welch(a: np.ndarray, b: np.ndarray, level: float = DEFAULT_LEVEL) -> Welch:
     """Welch t-test and CI of the difference with Welch–Satterthwaite degrees of freedom."""
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     a, b = a[~np.isnan(a)], b[~np.isnan(b)]
     n_a, n_b = a.size, b.size
     mean_a = float(a.mean()) if n_a else math.nan

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -12,12 +13,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
-    checked_args as validated_args,
-)
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import (
-    marked_sections,
-)
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args as validated_args
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import marked_sections
 
 MARK = "@@sparkfleet-follow@@"
 
@@ -40,10 +37,8 @@ def parse_follow_output(text: str) -> dict:
             parts[name] += body
     job = None
     if parts["job"].strip():
-        try:
+        with contextlib.suppress(ValueError):  # written while we read it: the next poll sees it whole
             job = json.loads(parts["job"])
-        except ValueError:
-            job = None  # written while we read it: the next poll sees it whole
     events = ledger.parse_events(parts["ledger"].splitlines())
     alive = [int(p) for p in parts["alive"].split() if p.isdigit()]
     return {"job": job, "events": events, "alive": alive}
@@ -82,11 +77,8 @@ def current_run(events: list):
 def final_events(result: dict, events: list) -> list:
     """The finished job's own per-run events (authoritative: skipped is skipped), with the ledger's finish time."""
     ts = {e["run_id"]: e.get("ts") for e in events if e.get("event") == "finished" and e.get("run_id")}
-    out = []
-    for e in result.get("sparkfleet_events") or []:
-        if isinstance(e, dict):
-            out.append(dict(e, finished_ts=ts.get(e.get("run_id"))))
-    return out
+    return [dict(e, finished_ts=ts.get(e.get("run_id"))) for e in result.get("sparkfleet_events") or []
+            if isinstance(e, dict)]
 
 
 def progress_line(host: str, event: dict, done: int, total) -> str:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -44,10 +45,9 @@ def parse_probe(text: str, paths: list[str], kept: list[str]) -> tuple[list[str]
     missing = [p for p, answer in zip(paths, answers, strict=True) if answer != ["yes"]]
     configs = []
     for body in files:
-        try:
+        data = None
+        with contextlib.suppress(ValueError):  # half-written or damaged: bench_run judges the host's results itself
             data = json.loads(body) if body.strip() else None
-        except ValueError:
-            data = None  # half-written or damaged: bench_run judges the host's results again itself
         configs.append(data if isinstance(data, dict) else None)
     return missing, configs
 
@@ -69,7 +69,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def _variables(self, planning, task_vars: dict) -> dict:
+    def _variables(self, task_vars: dict) -> dict:
         """The host's sparkfleet_* settings, templated; an unknown name is kept (unvalued) to be warned about."""
         out, problems = {}, []
         for name in sorted(task_vars):
@@ -87,30 +87,25 @@ class ActionModule(ActionBase):
                                     + "; ".join(problems))
         return out
 
-    def _campaign(self, planning, args: dict, task_vars: dict):
-        if args.get("campaign") is not None:
-            return planning.plain(args["campaign"])
-        return planning.default_campaign(task_vars.get("group_names") or [], "campaign")
-
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = checked_args(ARGUMENT_SPEC, self._task.args)
         host = str(task_vars.get("inventory_hostname"))
         try:
-            campaign = self._campaign(planning, args, task_vars)
+            campaign = (planning.plain(args["campaign"]) if args.get("campaign") is not None
+                        else planning.default_campaign(task_vars.get("group_names") or [], "campaign"))
         except (TypeError, ValueError) as exc:  # e.g. an unquoted YAML date: not JSON data
             raise AnsibleActionFail(f"sparkfleet_campaign: must be plain data (mappings, lists, strings, "
                                     f"numbers): {exc}") from None
         try:
-            check_vars = self._variables(planning, task_vars)
+            check_vars = self._variables(task_vars)
             check = planning.check_host(host, campaign, check_vars)
         except planning.CampaignError as exc:
             raise AnsibleActionFail(str(exc)) from None
         models = [m for m in check.campaign["models"] if m.get("path")]
         names = planning.kept_names(check.campaign)
-        kept_files = [os.path.join(planning.host_results_dir(check.settings, n, host), resume.CONFIG_FILE)
-                      for n in names]
+        kept_files = [os.path.join(check.knobs["paths"]["results_root"], n, host, resume.CONFIG_FILE) for n in names]
         paths = [m["path"] for m in models]
         bound = any(e.get("kind") in planning.BOUND_KINDS for e in check.campaign["environments"])
         models_dir = planning.host_models_dir(check_vars) if bound and paths else None

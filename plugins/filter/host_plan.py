@@ -5,6 +5,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME
 
 
 def host_plan(variables, host, groups=None):
@@ -25,8 +26,6 @@ def host_plan(variables, host, groups=None):
 def setting_default(name):
     """The registry default of the ``sparkfleet_*`` setting ``name`` (plugin_utils/settings.py), for the few
     play keywords templated before any host's plan exists (e.g. max_fail_percentage)."""
-    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME  # noqa: PLC0415
-
     if name not in SETTINGS_BY_NAME:
         raise AnsibleFilterError(f"setting_default: {name!r} is not a sparkfleet setting")
     return SETTINGS_BY_NAME[name].default

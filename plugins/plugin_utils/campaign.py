@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,12 @@ class PlannedRun:
     cooldown: dict[str, Any] = field(default_factory=lambda: dict(COOLDOWN_DEFAULTS))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "order_index": self.order_index, "model": self.model,
-                "environment": self.environment, "workload": self.workload, "iteration": self.iteration,
-                "warmup": self.warmup, "timeout_s": self.timeout_s, "cooldown": self.cooldown}
+        return asdict(self)
 
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a campaign file; returns the resolved campaign. Any unreadable file is a one-line
-    UsageError naming it (see sparkfleet.files)."""
+    UsageError naming it (files.py)."""
     try:
         data = read_yaml(path, "campaign")
     except FileProblem as exc:
@@ -74,7 +72,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
         data = data[WRAPPER_KEY]
     problems: list[str] = []
     if not isinstance(data, dict):
-        raise CampaignError([f"campaign must be a mapping, got {_tname(data)}"], source)
+        raise CampaignError([f"campaign must be a mapping, got {fields.type_name(data)}"], source)
     data = memstudy.apply_preset(data)  # `preset: memory-study`: the preset's keys under the campaign's own
     # The matrix size from the lists' lengths, before any entry is checked or expanded: a campaign of millions
     # of runs is refused at once (sparkfleet.estimate), with the top-level fields' own problems.
@@ -111,10 +109,9 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
                         "container environment needs an image Docker can run")
     if not problems and estimate.count_runs(out) > cap:  # the twins and factors counted in
         problems.append(f"campaign.max_runs: {estimate.too_many(estimate.count_runs(out), cap)}")
-    if not problems:  # a last net: no NaN or infinity anywhere, also where no field table looks
-        problem = fields.find_non_finite(data, "campaign")
-        if problem:
-            problems.append(problem)
+    # a last net: no NaN or infinity anywhere, also where no field table looks
+    if not problems and (problem := fields.find_non_finite(data, "campaign")):
+        problems.append(problem)
     if problems:
         raise CampaignError(problems, source)
     out["config_hash"] = config_hash(out)
@@ -132,9 +129,6 @@ def _checked(data: dict[str, Any], name: str) -> Any:
 def config_hash(campaign: dict[str, Any]) -> str:
     body = {k: v for k, v in campaign.items() if k != "config_hash"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-
-
-_tname = fields.type_name
 
 
 def _list_of(value: Any, where: str, problems: list[str]) -> list:
@@ -170,8 +164,7 @@ def _name_ok(name: Any, where: str, problems: list[str]) -> bool:
     if "\n" in name or "\x00" in name or len(name) > 200:
         problems.append(f"{where}.name: {name!r} contains a newline/NUL or is longer than 200 characters")
         return False
-    problem = settings.name_problem(name)
-    if problem:  # refused; the name stays in the list so that a near twin is named too (both spellings)
+    if problem := settings.name_problem(name):  # refused; kept in the list so a near twin is named too
         problems.append(f"{where}.name: {problem}")
     return True
 
@@ -188,7 +181,7 @@ def _models(value: Any, problems: list[str]) -> list[dict]:
         if isinstance(item, str):
             item = {"name": item}
         if not isinstance(item, dict):
-            problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
+            problems.append(f"{where}: must be a mapping or a name, got {fields.type_name(item)}")
             continue
         before = len(problems)
         _check(item, settings.MODEL_FIELDS, where, problems)
@@ -207,16 +200,17 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     out = []
     for i, item in enumerate(_list_of(value, "campaign.environments", problems)):
         where = f"campaign.environments[{i}]"
-        if isinstance(item, str):
-            item = {"name": item, **({"kind": item} if item in settings.ENVIRONMENT_KINDS else {})}
-        if not isinstance(item, dict):
-            problems.append(f"{where}: must be a mapping or a name, got {_tname(item)}")
+        if not isinstance(item, dict):  # a name is already {name, kind} (memstudy.twin_environments)
+            problems.append(f"{where}: must be a mapping or a name, got {fields.type_name(item)}")
             continue
         if not _name_ok(item.get("name"), where, problems):
             continue
-        kind = item.get("kind", memstudy.environment_kind(item))
+        kind = memstudy.environment_kind(item)
         if kind is None:  # never guessed: `Native` is not `native`, and not a container either
-            problems.append(f"{where}: {_kind_unknown(item['name'])}")
+            name, kinds = item["name"], settings.ENVIRONMENT_KINDS
+            hint = f"; did you mean {settings.name_key(name)!r}?" if settings.name_key(name) in kinds else ""
+            problems.append(f"{where}: {name!r} is not an environment kind ({', '.join(kinds)}) and declares no "
+                            f"kind: write {{name: {name!r}, kind: <one of them>}}{hint}")
             continue
         before = len(problems)
         _check({**item, "kind": kind}, settings.ENVIRONMENT_FIELDS, where, problems)
@@ -231,13 +225,6 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     return out
 
 
-def _kind_unknown(name: str) -> str:
-    near = [k for k in settings.ENVIRONMENT_KINDS if settings.name_key(name) == k]
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return (f"{name!r} is not an environment kind ({', '.join(settings.ENVIRONMENT_KINDS)}) and declares no kind: "
-            f"write {{name: {name!r}, kind: <one of them>}}{hint}")
-
-
 def _workloads(value: Any, problems: list[str]) -> list[dict]:
     out = []
     for i, item in enumerate(_list_of(value, "campaign.workloads", problems)):
@@ -245,7 +232,7 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
         if isinstance(item, str):
             item = {"name": item, "preset": item}
         if not isinstance(item, dict):
-            problems.append(f"{where}: must be a mapping or a preset name, got {_tname(item)}")
+            problems.append(f"{where}: must be a mapping or a preset name, got {fields.type_name(item)}")
             continue
         before = len(problems)
         _check(item, settings.WORKLOAD_FIELDS, where, problems)
@@ -294,21 +281,10 @@ def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
 
 def _image_build(value: Any, problems: list[str]) -> dict[str, Any] | None:
     """Optional: build `image` on the host itself (debootstrap + docker import) when it is absent."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):  # reported with the campaign's fields
+    if not isinstance(value, dict):  # None, or a wrong type reported with the campaign's fields
         return None
     fields.check_mapping(value, settings.IMAGE_BUILD_FIELDS, "campaign.image_build", problems)
     return {**fields.defaults(settings.IMAGE_BUILD_FIELDS), **value}
-
-
-def launch_environment(environment: dict[str, Any], host_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The environment as the host launches it: a container's ``docker_flags`` resolved (its own, else those of
-    the variant it names, else of ``sparkfleet_docker_variant``, from the host's ``sparkfleet_docker_*``
-    settings); other kinds unchanged. ValueError for a variant the host does not define."""
-    if environment.get("kind") != "container":
-        return environment
-    return {**environment, "docker_flags": settings.resolve_docker_flags(environment, host_settings or {})}
 
 
 def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | None = None) -> list[PlannedRun]:
@@ -339,8 +315,9 @@ def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | No
             measured += [(m, e, w, i, False) for w in loads for m in models for e in env_order]
     launch, problems = {}, []
     for index, env in enumerate(envs):
-        try:
-            launch[env["name"]] = launch_environment(env, host_settings)
+        try:  # a container's docker_flags resolved from the host's sparkfleet_docker_* settings
+            launch[env["name"]] = env if env.get("kind") != "container" else {
+                **env, "docker_flags": settings.resolve_docker_flags(env, host_settings or {})}
         except ValueError as exc:
             problems.append(f"campaign.environments[{index}].variant: on {host}: {exc}")
     if problems:

@@ -53,13 +53,6 @@ def count_runs(campaign: dict[str, Any]) -> int:
             * (campaign["iterations"] + campaign["warmup_runs"]))
 
 
-def cooldown_typical_s(cooldown: dict[str, Any]) -> float:
-    """The shortest wait of a resolved cooldown (every key present)."""
-    if not cooldown["enabled"]:
-        return 0.0
-    return max(float(cooldown["min_wait_s"]), float(cooldown["settle_window_s"]))
-
-
 def upper_s_per_run(campaign: dict[str, Any]) -> float:
     """The longest one run may take: its longest cooldown and its timeout (also the async limit's base)."""
     cooldown = campaign["cooldown"]
@@ -70,10 +63,10 @@ def estimate_s(campaign: dict[str, Any]) -> tuple[float, float]:
     """(typical, upper bound) seconds of one host's runs; see the module doc for the assumptions."""
     per_workload = len(campaign["models"]) * len(campaign["environments"]) * (
         campaign["iterations"] + campaign["warmup_runs"])
-    cooldown = campaign["cooldown"]
+    cooldown = campaign["cooldown"]  # resolved: every key present
+    wait = max(float(cooldown["min_wait_s"]), float(cooldown["settle_window_s"])) if cooldown["enabled"] else 0.0
     timeout = float(campaign["timeout_s"])
-    typical = sum(per_workload * (cooldown_typical_s(cooldown)
-                                  + min(timeout, NOMINAL_RUN_S.get(w.get("engine"), UNKNOWN_ENGINE_S)))
+    typical = sum(per_workload * (wait + min(timeout, NOMINAL_RUN_S.get(w.get("engine"), UNKNOWN_ENGINE_S)))
                   for w in campaign["workloads"])
     upper = count_runs(campaign) * upper_s_per_run(campaign)
     return typical, upper
@@ -94,16 +87,13 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / (365 * 86400):.1f} years"
 
 
-def engines_text(campaign: dict[str, Any]) -> str:
-    engines = sorted({w.get("engine") for w in campaign["workloads"]}, key=str)
-    return ", ".join(f"{e} {NOMINAL_RUN_S.get(e, UNKNOWN_ENGINE_S):.0f} s" for e in engines)
-
-
 def estimate_text(campaign: dict[str, Any]) -> str:
     """'about 3.5 h, at most 2.1 days per host (assuming ...)': the line validate and the plan print."""
     typical, upper = estimate_s(campaign)
+    engines = sorted({w.get("engine") for w in campaign["workloads"]}, key=str)
     return (f"estimated about {duration_text(typical)}, at most {duration_text(upper)} per host (typical: "
-            "cooldown max(min_wait_s, settle_window_s) + a nominal run of " + engines_text(campaign)
+            "cooldown max(min_wait_s, settle_window_s) + a nominal run of "
+            + ", ".join(f"{e} {NOMINAL_RUN_S.get(e, UNKNOWN_ENGINE_S):.0f} s" for e in engines)
             + "; at most: cooldown max_wait_s + timeout_s per run)")
 
 

@@ -57,7 +57,11 @@ def _open_regular(name: str, what: str) -> tuple[int, os.stat_result]:
         if stat.S_ISDIR(st.st_mode):
             raise FileProblem(name, f"is a directory, not {_a(what)}")
         if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(name, f"is not a regular file ({_kind(st.st_mode)}), not {_a(what)}")
+            kind = next((word for test, word in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                                                 (stat.S_ISCHR, "a character device"),
+                                                 (stat.S_ISBLK, "a block device")) if test(st.st_mode)),
+                        "not a regular file")
+            raise FileProblem(name, f"is not a regular file ({kind}), not {_a(what)}")
     except BaseException:
         os.close(fd)
         raise
@@ -86,22 +90,6 @@ def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX
         raise FileProblem(name, f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-
-
-def check_file(path: str | os.PathLike, what: str = "file") -> Path:
-    """``path`` as a readable regular file, not read (an archive may be large); FileProblem otherwise."""
-    name = str(path)
-    fd, _ = _open_regular(name, what)
-    os.close(fd)
-    return Path(name)
-
-
-def _kind(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return word
-    return "not a regular file"
 
 
 def read_text(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_TEXT_BYTES,

@@ -7,8 +7,8 @@ unified memory. These campaign features let one campaign test that explanation:
   interleaved with the environments: ``kv_fraction`` (TensorRT-LLM's ``kv_cache_config.free_gpu_memory_fraction``,
   given through ``--extra_llm_api_options``; trtllm workloads only) and ``drop_caches`` (page cache dropped
   before the run, or not). Each combination is a workload of its own, named ``<workload>.kv<F>.<drop|keep>``,
-  carrying ``base`` (the workload it came from) and ``factors`` (its factor values) into the run records'
-  ``workload_params``.
+  carrying ``base`` (the workload it came from) and ``factors`` (the names of the factors crossed: their levels
+  are the workload's own ``kv_fraction`` / ``drop_caches``) into the run records' ``workload_params``.
 * A/A pairs: two environments with identical settings (same kind, docker flags and variant), the same
   environment named twice in ``environments`` with the same settings (the second becomes ``<name>.aa``; the
   same name with other settings is still a duplicate-name error), or ``aa: true`` (every
@@ -27,10 +27,8 @@ import copy
 import string
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import field_problem
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
-FACTORS_FIELD = next(f for f in settings.CAMPAIGN_FIELDS if f.name == "factors")
 AA_SUFFIX = ".aa"
 
 
@@ -41,9 +39,7 @@ def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
     """The campaign with its ``preset``'s keys (a catalogue campaign) under its own (unknown presets are left for
     the field check)."""
     preset = settings.CAMPAIGNS.get(data.get("preset")) if isinstance(data.get("preset"), str) else None
-    if preset is None:
-        return data
-    return {**copy.deepcopy(preset), **data}
+    return data if preset is None else {**copy.deepcopy(preset), **data}
 
 
 def environment_kind(item: dict[str, Any]) -> Any:
@@ -55,7 +51,6 @@ def environment_kind(item: dict[str, Any]) -> Any:
     if name in settings.ENVIRONMENT_KINDS:
         return name
     return "container" if item.get("docker_flags") is not None or item.get("variant") is not None else None
-
 
 
 def _with_kind(item: dict[str, Any]) -> dict[str, Any]:
@@ -105,24 +100,17 @@ def twin_environments(value: Any, aa: Any, problems: list[str]) -> Any:
 
 def mark_aa(environments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Resolved environments with ``aa_group``/``aa_member`` on every member of a set of identical ones."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for env in environments:
-        key = repr((env.get("kind"), env.get("docker_flags"), env.get("variant")))
-        groups.setdefault(key, []).append(env)
+        groups.setdefault(_settings(env), []).append(env)
     out = []
     for env in environments:
-        members = groups[repr((env.get("kind"), env.get("docker_flags"), env.get("variant")))]
+        members = groups[_settings(env)]
         if len(members) > 1:
             index = next(i for i, m in enumerate(members) if m is env)
             env = {**env, "aa_group": members[0]["name"], "aa_member": string.ascii_lowercase[index % 26]}
         out.append(env)
     return out
-
-
-def _level_name(name: str, level: Any) -> str:
-    if name == "kv_fraction":
-        return f"kv{level:g}"
-    return "drop" if level else "keep"
 
 
 def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[str]) -> list[dict[str, Any]]:
@@ -131,7 +119,7 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
         if workload.get("kv_fraction") is not None and workload.get("engine") != "trtllm":
             problems.append(f"campaign.workloads[{i}].kv_fraction: only a trtllm workload has a KV cache "
                             f"(engine {workload.get('engine')!r})")
-    if not isinstance(factors, dict) or not factors or field_problem(FACTORS_FIELD, factors):
+    if not factors:  # None, or refused (the campaign passes a refused field's default)
         return workloads
     out = []
     for i, workload in enumerate(workloads):
@@ -149,7 +137,8 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
             if not combo:
                 out.append(workload)
                 continue
-            label = ".".join(_level_name(name, level) for name, level in combo)
+            label = ".".join(f"kv{level:g}" if name == "kv_fraction" else "drop" if level else "keep"
+                             for name, level in combo)
             out.append({**workload, **dict(combo), "name": f"{workload['name']}.{label}",
-                        "base": workload["name"], "factors": dict(combo)})
+                        "base": workload["name"], "factors": [name for name, _ in combo]})
     return out

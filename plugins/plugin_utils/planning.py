@@ -21,7 +21,7 @@ import copy
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, textfile
@@ -73,8 +73,7 @@ class HostCheck:
     knobs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "campaign": self.campaign, "settings": self.settings,
-                "warnings": self.warnings, "kept": self.kept, "knobs": self.knobs}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Any, host: str) -> HostCheck:
@@ -242,12 +241,6 @@ def kept_names(campaign: dict[str, Any]) -> list[str]:
     return [campaign["name"], resume.new_campaign_name(campaign["name"], campaign["config_hash"])]
 
 
-def host_results_dir(check_settings: dict[str, Any], campaign: str, host: str) -> str:
-    """Where a host keeps a campaign's results (the matrix role's ``<work_dir>/results/<campaign>/<host>``)."""
-    return os.path.join(check_settings.get("sparkfleet_work_dir") or settings.SETTINGS_BY_NAME[
-        "sparkfleet_work_dir"].default, "results", campaign, host)
-
-
 @dataclass(frozen=True)
 class HostPlan:
     """One host's part of the plan, as the matrix role passes it on."""
@@ -267,19 +260,6 @@ class HostPlan:
         return {**self.knobs, "host": self.host, "runs": self.runs, "total": len(self.runs),
                 "async_s": self.async_s, "follow": self.follow, "needs_native": self.needs_native,
                 "needs_container": self.needs_container, "summary": self.summary}
-
-
-def async_limit_s(campaign: dict[str, Any], n_runs: int) -> int:
-    """Ansible's async limit for a host's job: twice (a job left by a killed controller may run first) each
-    run's timeout and longest cooldown, plus slack."""
-    per_run = estimate.upper_s_per_run(campaign)
-    return int(2 * (n_runs * (per_run + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S))
-
-
-def follow_retries(n_runs: int, async_s: int, report_after_s: float) -> int:
-    """Enough until-retries of bench_follow for the whole job: one return per finished run (twice, for a
-    resumed job's skipped runs), one per report interval while nothing finishes, and slack."""
-    return n_runs * 2 + int(async_s / max(float(report_after_s), 0.1)) + 10
 
 
 @dataclass
@@ -303,27 +283,18 @@ class FleetPlan:
                 "hosts": {h: p.to_dict() for h, p in self.hosts.items()}}
 
 
-def controller_results_dir(campaign: dict[str, Any], results_dir: str | None, cwd: str) -> str:
-    """``sparkfleet_results_dir``, else the campaign's results_dir; a relative one is relative to ``cwd``."""
-    chosen = results_dir or campaign["results_dir"]
-    return chosen if os.path.isabs(chosen) else os.path.join(cwd, chosen)
-
-
 def _same_campaign(checks: list[HostCheck]) -> dict[str, Any]:
     by_hash: dict[str, list[str]] = {}
     for check in checks:
         by_hash.setdefault(check.campaign["config_hash"], []).append(check.host)
     if len(by_hash) > 1:
-        groups = "; ".join(f"{', '.join(hosts)}: campaign {_name(checks, hosts[0])} ({digest})"
+        name = {c.host: c.campaign["name"] for c in checks}
+        groups = "; ".join(f"{', '.join(hosts)}: campaign {name[hosts[0]]} ({digest})"
                            for digest, hosts in by_hash.items())
         raise PlanningError([f"the hosts were given different campaigns ({groups}); one bench.yml run measures "
                              "one campaign: give every host the same sparkfleet_campaign (e.g. with -e @file)"],
                             "sparkfleet_campaign")
     return checks[0].campaign
-
-
-def _name(checks: list[HostCheck], host: str) -> str:
-    return next(c.campaign["name"] for c in checks if c.host == host)
 
 
 def _refusal(campaign: dict[str, Any], checks: list[HostCheck], controller_kept: dict[str, Any] | None,
@@ -396,17 +367,22 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
     if not checks:
         raise PlanningError(["no host to plan for"], "campaign")
     campaign = _same_campaign(checks)
-    out_dir = controller_results_dir(campaign, results_dir, cwd)
+    # sparkfleet_results_dir, else the campaign's results_dir; a relative one is relative to cwd
+    out_dir = os.path.join(cwd, results_dir or campaign["results_dir"])
     campaign, renamed_from = decide_resume(campaign, checks, kept_reader(out_dir), out_dir, on_change)
     kinds = {e["kind"] for e in campaign["environments"]}
     hosts = {}
     for check in checks:
         runs = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
-        limit = async_limit_s(campaign, len(runs))
-        async_s = 0 if check_mode else limit  # check mode runs the task in the foreground
+        # Ansible's async limit: twice (a job left by a killed controller may run first) each run's timeout and
+        # longest cooldown, plus slack. Check mode runs the task in the foreground.
+        limit = int(2 * (len(runs) * (estimate.upper_s_per_run(campaign) + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S))
+        async_s = 0 if check_mode else limit
         report_after_s = check.settings["sparkfleet_report_after_s"]
         follow = {"poll_interval_s": check.settings["sparkfleet_poll_interval_s"], "report_after_s": report_after_s,
-                  "retries": follow_retries(len(runs), limit, report_after_s)}
+                  # until-retries of bench_follow: one return per finished run (twice, for a resumed job's
+                  # skipped runs), one per report interval while nothing finishes, and slack
+                  "retries": len(runs) * 2 + int(limit / max(float(report_after_s), 0.1)) + 10}
         summary = (f"campaign {campaign['name']} ({campaign['config_hash']}): {len(runs)} runs planned on "
                    f"{check.host}, order {campaign['order']}"
                    + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else "")

@@ -31,9 +31,6 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.f
     field_problem,
     type_name,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
-    defaults as defaults,  # re-exported: the settings' defaults are defaults(SETTINGS)
-)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
 
 #: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
@@ -214,7 +211,8 @@ MEMORY_FACTORS = ("kv_fraction", "drop_caches")
 
 
 def _factors(value: Any) -> str | None:
-    """``factors``: {kv_fraction: [F, ...] (0 < F <= 1), drop_caches: [true, false]}, levels unique."""
+    """``factors``: {kv_fraction: [...], drop_caches: [...]}, levels unique, each one a value of the workload
+    field of that name (its range is defined there, once)."""
     unknown = [k for k in value if k not in MEMORY_FACTORS]
     if unknown:
         return "unknown factor %r (known: %s)" % (unknown[0], ", ".join(MEMORY_FACTORS))
@@ -223,12 +221,10 @@ def _factors(value: Any) -> str | None:
             return "%s: must be a non-empty list of levels" % name
         if len(set(map(repr, levels))) != len(levels):
             return "%s: a level is listed twice" % name
-        if name == "kv_fraction":
-            for level in levels:
-                if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level <= 1:
-                    return "kv_fraction: every level must be a number above 0 and at most 1, got %r" % (level,)
-        elif not all(isinstance(level, bool) for level in levels):
-            return "drop_caches: every level must be true or false"
+        for level in levels:
+            problem = "must not be null" if level is None else field_problem(WORKLOAD_BY_NAME[name], level)
+            if problem:
+                return "%s: every level %s" % (name, problem)
     return None
 
 
@@ -301,6 +297,7 @@ WORKLOAD_FIELDS = (
     Field("drop_caches", "bool", None, "Drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before "
           "each run of this workload.", nullable=True),
 )
+WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*$")
 IMAGE_BUILD_FIELDS = (
     Field("method", "str", "debootstrap", "How the image is built.", choices=("debootstrap",)),
@@ -321,11 +318,6 @@ def _clocks(value: Any) -> str | None:
         return "must be {min: MHz, max: MHz} (integers) or null"
     return None if 0 < value["min"] <= value["max"] <= 10000 else \
         "min %s must be positive and at most max %s (at most 10000 MHz)" % (value["min"], value["max"])
-
-
-def _gpu_indices(value: Any) -> str | None:
-    ok = all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in value)
-    return None if ok else "must be a list of GPU indices"
 
 
 def _workload_env(value: Any) -> str | None:
@@ -399,7 +391,9 @@ SETTINGS = (
     Field("sparkfleet_cpu_governor", "str", None, "CPU frequency governor (null: leave as is).", nullable=True,
           check=lambda v: None if v else "must be a non-empty string"),
     Field("sparkfleet_drop_caches", "bool", True, "Drop the page cache after applying the GPU state."),
-    Field("sparkfleet_gpus", "list", None, "GPU indices to manage (null: all).", nullable=True, check=_gpu_indices),
+    Field("sparkfleet_gpus", "list", None, "GPU indices to manage (null: all).", nullable=True,
+          check=lambda v: None if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1024 for i in v)
+          else "must be a list of GPU indices"),
     Field("sparkfleet_max_fail_percentage", "float", 100, "Stop the campaign when more than this share of "
           "hosts fails preflight.", "%", 0.0, 100.0),
 )
@@ -420,8 +414,7 @@ def setting_problems(host: str, variables: Mapping[str, Any]) -> tuple[list[str]
             if name not in SET_BY_PLAYBOOKS:
                 warnings.append("%s: %s: not a sparkfleet setting (a typo?); ignored" % (host, name))
             continue
-        problem = field_problem(f, from_string(f, variables[name]))
-        if problem:
+        if problem := field_problem(f, from_string(f, variables[name])):
             errors.append("%s: %s: %s" % (host, name, problem))
     return errors, warnings
 
@@ -433,22 +426,11 @@ def setting(variables: Mapping[str, Any], name: str) -> Any:
     return copy.deepcopy(from_string(f, value))
 
 
-# ------------------------------------------------------------------------------------- docker flags
-
-
-def docker_variant_flags(base: Sequence[str], spec: Mapping[str, Any] | None) -> list[str]:
-    """A variant's flags: ``base`` without its remove_flags (a flag, or a prefix ending in '='), then its
-    extra_flags."""
-    spec = spec or {}
-    removes = list(spec.get("remove_flags") or [])
-    kept = [flag for flag in base
-            if not any(flag == r or (r.endswith("=") and flag.startswith(r)) for r in removes)]
-    return kept + list(spec.get("extra_flags") or [])
-
-
 def resolve_docker_flags(environment: Mapping[str, Any], variables: Mapping[str, Any]) -> list[str]:
     """A container environment's ``docker run`` flags on a host: its own docker_flags, else those of the variant
-    it names, else of ``sparkfleet_docker_variant``. ValueError for a variant the host does not define."""
+    it names, else of ``sparkfleet_docker_variant`` (``sparkfleet_docker_flags`` without the variant's
+    remove_flags - a flag, or a prefix ending in '=' - then its extra_flags). ValueError for a variant the host
+    does not define."""
     own = environment.get("docker_flags")
     if own is not None:
         return list(own)
@@ -456,4 +438,8 @@ def resolve_docker_flags(environment: Mapping[str, Any], variables: Mapping[str,
     name = environment.get("variant") or setting(variables, "sparkfleet_docker_variant")
     if name not in variants:
         raise ValueError("unknown Docker environment variant %r (known: %s)" % (name, ", ".join(variants)))
-    return docker_variant_flags(setting(variables, "sparkfleet_docker_flags"), variants[name])
+    spec = variants[name] or {}
+    removes = spec.get("remove_flags") or []
+    return [flag for flag in setting(variables, "sparkfleet_docker_flags")
+            if not any(flag == r or (r.endswith("=") and flag.startswith(r)) for r in removes)
+            ] + list(spec.get("extra_flags") or [])

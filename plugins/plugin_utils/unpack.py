@@ -97,13 +97,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_staging(host_dir: Path) -> list[Path]:
-    """Remove staging directories under ``host_dir`` that no live unpack owns; returns those removed."""
-    removed = []
+def remove_stale_staging(host_dir: Path) -> None:
+    """Remove staging directories under ``host_dir`` that no live unpack owns."""
     try:
         entries = list(os.scandir(host_dir))
     except OSError:
-        return removed
+        return
     for entry in entries:
         if not entry.name.startswith(STAGING_PREFIXES) or not entry.is_dir(follow_symlinks=False):
             continue
@@ -111,8 +110,6 @@ def remove_stale_staging(host_dir: Path) -> list[Path]:
         if owner.isdigit() and int(owner) != os.getpid() and _pid_alive(int(owner)):
             continue  # another unpack of this host is running now
         shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
-    return removed
 
 
 def _ended(run_dir: Path) -> datetime.datetime | None:
@@ -239,10 +236,7 @@ def unpack_host_archive(archive: str | os.PathLike[str], campaign_dir: str | os.
                 for member, rel in members:
                     staged = staging / "new" / rel
                     staged.parent.mkdir(parents=True, exist_ok=True)
-                    src = tar.extractfile(member)
-                    if src is None:
-                        continue
-                    with src, open(staged, "wb") as out:
+                    with tar.extractfile(member) as src, open(staged, "wb") as out:  # a regular file: never None
                         shutil.copyfileobj(src, out)
                     os.utime(staged, (member.mtime, member.mtime))
                 return _install(staging, target)

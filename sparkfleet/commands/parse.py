@@ -8,7 +8,6 @@ recognised, 1 when nothing in it was, 2 when it cannot be read.
 from __future__ import annotations
 
 import json
-import sys
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import ParseResult, parse_log
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
@@ -16,11 +15,8 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import MAX_
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "parse",
-        help="parse a bench.log (trtllm-bench, memory lines, matmul, vllm) and show "
-        "the figures with their record names and sources",
-    )
+    p = sub.add_parser("parse", help="parse a bench.log (trtllm-bench, memory lines, matmul, vllm) and show the "
+                                     "figures with their record names and sources")
     p.add_argument("file", metavar="FILE", help="log or report to parse")
     p.add_argument("--report-json", metavar="JSON", help="trtllm-bench --report_json file; its figures win")
     p.add_argument("--json", action="store_true", help="print the parse result as JSON")
@@ -62,13 +58,8 @@ def run(args) -> int:
     report = read_input(args.report_json, "report JSON") if args.report_json else None
     result = parse_log(data, report)
     if args.json:
-        json.dump(
-            {"file": args.file, "report_json": args.report_json, **result.to_dict()},
-            sys.stdout,
-            indent=2,
-            sort_keys=True,
-        )
-        sys.stdout.write("\n")
+        print(json.dumps({"file": args.file, "report_json": args.report_json, **result.to_dict()}, indent=2,
+                         sort_keys=True))
     else:
         print(format_text(args.file, result))
     return 1 if result.kind == "unknown" else 0

@@ -86,8 +86,6 @@ def summarise(args) -> str:
 
     results = Path(args.results)
     check_dir(results, "results directory")  # missing, a file, no permission: one line naming it (exit 2)
-    if not results.is_dir():
-        raise UsageError(f"{results}: not a results directory")
     if args.resamples is not None and args.resamples < 100:
         raise UsageError("--resamples must be at least 100")
     if args.baseline is not None and not Path(args.baseline).is_dir():

@@ -10,6 +10,7 @@ arguments.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,17 +48,6 @@ def after_playbook(playbook: str, outcome) -> tuple[str | None, list[str]]:
     return kind, list(outcome.campaign_dirs)
 
 
-def write_report(campaign_dir: str) -> tuple[list[str], str | None]:
-    """`sparkfleet report DIR`, in this process: (its terminal summary's lines, or [] and a one-line error)."""
-    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
-    from sparkfleet.commands import report
-
-    try:
-        return report.summarise(report.args_for(campaign_dir)).splitlines(), None
-    except UsageError as exc:
-        return [], str(exc)
-
-
 def fleet_tolerance(tolerances: dict[str, float]) -> float:
     """The one tolerance (percent) of the hosts' plans (sparkfleet_reproducibility_tolerance_pct; the default
     when no plan carried one). Hosts whose plans disagree: UsageError naming them, as one fleet comparison has
@@ -73,13 +63,16 @@ def fleet_tolerance(tolerances: dict[str, float]) -> float:
     return values.pop() if values else DEFAULT_TOLERANCE * 100
 
 
-def write_fleet_report(campaign_dir: str, tolerances: dict[str, float]) -> tuple[list[str], str | None]:
-    """`sparkfleet fleet DIR --tolerance T`, in this process, T the hosts' plans' (:func:`fleet_tolerance`):
-    (report/fleet.md's lines, or [] and a one-line error)."""
+def write_results(campaign_dir: str, kind: str, tolerances: dict[str, float]) -> tuple[list[str], str | None]:
+    """In this process, `sparkfleet report DIR` (kind "report": its terminal summary) or `sparkfleet fleet DIR
+    --tolerance T`, T the hosts' plans' (:func:`fleet_tolerance`; report/fleet.md): (its lines, or [] and a
+    one-line error)."""
     from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
-    from sparkfleet.commands import fleet
+    from sparkfleet.commands import fleet, report
 
     try:
+        if kind == "report":
+            return report.summarise(report.args_for(campaign_dir)).splitlines(), None
         return fleet.analyse_and_write(Path(campaign_dir), fleet_tolerance(tolerances))[1].splitlines(), None
     except UsageError as exc:
         return [], str(exc)
@@ -93,35 +86,25 @@ def run(args) -> int:
                          env=parse_env(args.env))
     playbook = runner_kwargs(request, "/nonexistent")["playbook"]  # bad arguments fail (exit 2) before anything
     display = Display(quiet=args.quiet)
-    log = None
-    if args.json_events:
-        path = Path(args.json_events).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        log = path.open("w", encoding="utf-8")
+    path = Path(args.json_events or os.devnull).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as log:
 
-    def feed(events: list[dict]) -> None:
-        if log is not None and events:
+        def feed(events: list[dict]) -> None:
             log.writelines(json.dumps(e, sort_keys=True, default=str) + "\n" for e in events)
             log.flush()
-        display.feed(events)
+            display.feed(events)
 
-    try:
         outcome = run_playbook(request, feed)
         rc = outcome.rc
         kind, campaign_dirs = after_playbook(playbook, outcome)
         for campaign_dir in campaign_dirs:
-            if kind == "fleet":
-                lines, error = write_fleet_report(campaign_dir, outcome.tolerances)
-            else:
-                lines, error = write_report(campaign_dir)
+            lines, error = write_results(campaign_dir, kind, outcome.tolerances)
             if error:
                 print(f"sparkfleet run: {kind}: {error}", file=sys.stderr)
                 rc = rc or 2
             else:
                 feed([progress_event("report", lines=lines)])
-    finally:
-        if log is not None:
-            log.close()
     display.close(rc)
     if outcome.rc != 0:
         print(f"sparkfleet run: playbook {outcome.status} (rc={outcome.rc}); last lines of its output:",

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkfleet.load import export_runs, load_runs, write_csv
+from sparkfleet.load import export_runs, write_csv
 from sparkfleet.report.analysis import Analysis, Options
 from sparkfleet.report.compose import Report, analyse
 from sparkfleet.report.content import FigureDrawing, PendingFigures, build_document, start_run_figures
 from sparkfleet.report.render import to_html, to_markdown
 
-__all__ = ["Analysis", "Options", "Report", "analyse", "build_report", "start_run_figures", "write_report"]
+__all__ = ["Analysis", "Options", "Report", "analyse", "start_run_figures", "write_report"]
 
 
 def write_report(analysis: Report, out_dir: str | os.PathLike[str],
@@ -50,13 +50,3 @@ def write_report(analysis: Report, out_dir: str | os.PathLike[str],
     for figure in figures.values():
         (plots_dir / f"{figure.name}.png").write_bytes(figure.png)
     return [summary, index, csv_path, parquet_path]
-
-
-def build_report(results: str | os.PathLike[str], options: Options | None = None,
-                 out_dir: str | os.PathLike[str] | None = None) -> tuple[Report, list[Path]]:
-    """Load, analyse and write; the report goes to RESULTS/report unless ``out_dir`` says otherwise."""
-    loaded = load_runs(results)
-    started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed
-    analysis = analyse(loaded, options)
-    written = write_report(analysis, out_dir or Path(results) / "report", started)
-    return analysis, written

@@ -93,9 +93,10 @@ def compute_facts(loaded: LoadResult, options: Options | None = None) -> Analysi
     cells = stats.cell_statistics(runs, metrics, cv_gate=options.cv_gate, level=options.level,
                                   resamples=options.resamples, seed=options.seed, outliers=outliers, long=long)
     environments = compare.compare_environments(runs, level=options.level)
-    # The verdicts pool hosts: with one host (the common case) that is the per-host table itself.
+    # The verdicts pool hosts: with one host (the common case) that is the per-host table itself, in the pooled
+    # layout (a ``hosts`` column of 1).
     pooled = compare.compare_environments(runs, level=options.level, pool_hosts=True) \
-        if runs["host"].nunique() > 1 else _as_pooled(environments)
+        if runs["host"].nunique() > 1 else environments.drop(columns=["host"]).assign(hosts=1)
     regressions, baseline_problems = None, []
     if options.baseline:
         inside = compare.left_out(options.baseline, loaded.root)["baseline"] if loaded.root else ()
@@ -127,8 +128,3 @@ def compute_facts(loaded: LoadResult, options: Options | None = None) -> Analysi
         baseline_problems=baseline_problems,
         accounting=loaded.accounting,
     )
-
-
-def _as_pooled(environments: pd.DataFrame) -> pd.DataFrame:
-    """The per-host comparison of a one-host campaign in the pooled layout (a ``hosts`` column of 1)."""
-    return environments.drop(columns=["host"]).assign(hosts=1)

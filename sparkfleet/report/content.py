@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparkfleet.load import CONFIG_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet.report import plots
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (

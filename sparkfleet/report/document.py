@@ -71,7 +71,7 @@ def fmt(value: object, digits: int = 4) -> str:
         return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)):
         if isinstance(value, float) and math.isnan(value):
             return "–"
         if isinstance(value, float) and math.isinf(value):
@@ -99,12 +99,6 @@ def fmt_pct(value: float, digits: int = 2) -> str:
     return f"{value:+.{digits}f}%"
 
 
-def fmt_interval(low: float, high: float, digits: int = 4) -> str:
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
-        return "–"
-    return f"[{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
-
-
 #: What a table shows instead of an interval its cell has too few runs for (stats.MIN_N_INTERVAL).
 N_TOO_SMALL = "n too small"
 
@@ -114,8 +108,10 @@ def fmt_ci(low: float, high: float, n: float, minimum: int, metric: str = "", di
     and a note when a bound leaves the metric's physical range (never clipped)."""
     if n is None or (isinstance(n, float) and math.isnan(n)) or n < minimum:
         return f"{N_TOO_SMALL} (n={fmt(n)})"
-    text = fmt_interval(low, high, digits)
-    note = range_violation(metric, float(low), float(high)) if metric and text != "–" else ""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (low, high)):
+        return "–"
+    text = f"[{fmt(float(low), digits)}, {fmt(float(high), digits)}]"
+    note = range_violation(metric, float(low), float(high)) if metric else ""
     return f"{text} ({note}: outside the physical range)" if note else text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sparkfleet.load import CONFIG_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.memory import budget_kv_cells
 from sparkfleet.report.types import Finding
@@ -152,8 +152,6 @@ def cv_gate_failures(analysis: Analysis) -> list[Finding]:
 def outlier_findings(analysis: Analysis) -> list[Finding]:
     """One line per cell: the metrics with outliers and the most extreme value (each value in details)."""
     out = analysis.outliers
-    if out.empty:
-        return []
     cells = out.groupby(list(CELL_KEYS), sort=True, observed=True).ngroups
     if cells > MAX_LISTED * 4:
         return [Finding("outlier", f"{len(out)} outlier values in {cells} cells (see the outlier table)")]
@@ -255,7 +253,7 @@ def hosts_outside_tolerance(analysis: Analysis) -> list[Finding]:
     reproducibility.host_deviations) somewhere: the worst difference and what differs on the host (each
     difference in details)."""
     dev = analysis.host_deviations
-    if dev.empty:
+    if dev.empty:  # its "outside" column has no dtype then: no boolean mask
         return []
     out = dev[dev["outside"]]
     tol = analysis.options.tolerance * 100

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint as fp_mod
+from sparkfleet.stats import measured_runs
 
 Cell = tuple[str, str, str]  # (model, workload, environment)
 #: Records read per cell for its fingerprint (the richest of them is kept): runs of one cell run one image.
@@ -35,13 +36,8 @@ def cell_fingerprints(runs: pd.DataFrame, root: Path | None) -> dict[Cell, dict[
     """(model, workload, environment) -> the richest fingerprint among the first ok, measured runs of the cell."""
     if root is None or runs.empty or "record_dir" not in runs:
         return {}
-    chosen = runs
-    if "status" in runs:
-        chosen = chosen[chosen["status"] == "ok"]
-    if "warmup" in chosen:
-        chosen = chosen[chosen["warmup"].fillna(False).astype(bool) == False]  # noqa: E712 (nullable column)
     out: dict[Cell, list[dict[str, Any]]] = {}
-    for row in chosen[["model", "workload", "environment", "record_dir"]].itertuples(index=False):
+    for row in measured_runs(runs)[["model", "workload", "environment", "record_dir"]].itertuples(index=False):
         cell = (str(row.model), str(row.workload), str(row.environment))
         if len(out.get(cell, ())) >= RECORDS_PER_CELL:
             continue  # the loader has read every record once already: a few per cell tell what it loaded

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from sparkfleet.load import dig
+
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
 FACTS: tuple[tuple[str, str, tuple[str | int, ...]], ...] = (
     ("gpu_name", "host_metadata.json", ("gpu_name",)),
@@ -70,22 +72,10 @@ def smi_facts(text: str) -> dict[str, str]:
         value = seen.get((where, key))
         if label not in out and value and value != "N/A":
             out[label] = value
-    if out.get("vbios_smi"):
-        out["vbios"] = out.pop("vbios_smi")
-    else:
-        out.pop("vbios_smi", None)
+    vbios = out.pop("vbios_smi", None)
+    if vbios:
+        out["vbios"] = vbios
     return out
-
-
-def _dig(data: Any, path: tuple[str | int, ...]) -> Any:
-    for key in path:
-        if isinstance(data, dict):
-            data = data.get(key)
-        elif isinstance(data, list) and isinstance(key, int) and -len(data) <= key < len(data):
-            data = data[key]
-        else:
-            return None
-    return data
 
 
 def read_json(path: Path) -> Any:
@@ -101,7 +91,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
     rows = {}
     for host, directory in host_dirs.items():
         files = {name: read_json(directory / name) for name in {f for _, f, _ in FACTS}}
-        row = {label: _dig(files[name], path) for label, name, path in FACTS}
+        row = {label: dig(files[name], path) for label, name, path in FACTS}
         try:
             smi = smi_facts((directory / "nvidia-smi-q.txt").read_text(errors="replace"))
         except OSError:

@@ -38,7 +38,7 @@ PART_WORDS = {
     "reserve_gib": "reserve (1 − fraction)",
 }
 #: The metrics whose A/A noise floor is reported (throughput, latency and memory: not configuration).
-AA_METRICS = tuple(m for m in compare.COMPARED_METRICS)
+AA_METRICS = compare.COMPARED_METRICS
 EFFECT_METRICS = ("kv_cache_gib", "peak_memory_gib")
 #: The effects the A/A table recommends iterations for.
 TARGET_EFFECTS = (0.02, 0.05)
@@ -189,19 +189,17 @@ def kv_gaps(parts: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataF
     pairs = b.merge(a, on=[*_KEYS, "native"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    w = stats.welch_from_moments(pairs["n_a"], pairs["mean_a"], pairs["var_a"], pairs["n_b"], pairs["mean_b"],
-                                 pairs["var_b"], level)
-    allowed = stats.interval_allowed(np.minimum(pairs["n_a"].to_numpy(float), pairs["n_b"].to_numpy(float)))
+    w = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)  # CI: the small-n rule
     weights = pairs["n_a"] + pairs["n_b"]
     fraction = (pairs["fraction_a"] * pairs["n_a"] + pairs["fraction_b"] * pairs["n_b"]) / weights
     page = fraction * (pairs["page_cache_gib_b"] - pairs["page_cache_gib_a"])
     cgroup = fraction * (pairs["cgroup_gib_b"] - pairs["cgroup_gib_a"])
-    loss = -w["diff"]  # KV cache the environment lacks (negative: it has more)
+    loss = -w["diff"].to_numpy()  # KV cache the environment lacks (negative: it has more)
     out = pairs[[*_KEYS, "native", "environment"]].assign(
         n_native=pairs["n_a"].to_numpy(), n_env=pairs["n_b"].to_numpy(), kv_native_gib=pairs["mean_a"].to_numpy(),
-        kv_env_gib=pairs["mean_b"].to_numpy(), kv_diff_gib=w["diff"],
-        ci_low_gib=np.where(allowed, w["ci_low"], np.nan), ci_high_gib=np.where(allowed, w["ci_high"], np.nan),
-        p_value=w["p_value"], fraction=fraction.to_numpy(), loss_gib=loss, page_cache_share_gib=page.to_numpy(),
+        kv_env_gib=pairs["mean_b"].to_numpy(), kv_diff_gib=w["diff"].to_numpy(), ci_low_gib=w["ci_low"].to_numpy(),
+        ci_high_gib=w["ci_high"].to_numpy(), p_value=w["p_value"].to_numpy(), fraction=fraction.to_numpy(),
+        loss_gib=loss, page_cache_share_gib=page.to_numpy(),
         cgroup_share_gib=cgroup.to_numpy(), unexplained_share_gib=loss - page.to_numpy() - cgroup.to_numpy(),
         residual_share_gib=-(pairs["kv_residual_gib_b"] - pairs["kv_residual_gib_a"]).to_numpy())
     return out.reset_index(drop=True)
@@ -296,18 +294,15 @@ def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataF
     pairs = b.merge(a, on=["aa_group", *_KEYS, "metric"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    w = stats.welch_from_moments(pairs["n_a"], pairs["mean_a"], pairs["var_a"], pairs["n_b"], pairs["mean_b"],
-                                 pairs["var_b"], level)
-    allowed = stats.interval_allowed(np.minimum(pairs["n_a"].to_numpy(float), pairs["n_b"].to_numpy(float)))
+    w = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)  # CI: the small-n rule
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.abs(pairs["mean_a"].to_numpy(float))
         scale = np.where(scale > 0, scale, np.nan)
         out = pairs[["aa_group", *_KEYS]].assign(
             a=pairs["environment_a"].astype(str), b=pairs["environment_b"].astype(str), metric=pairs["metric"],
-            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"], diff=w["diff"],
-            change_pct=w["diff"] / scale * 100, p_value=w["p_value"],
-            ci_low_pct=np.where(allowed, w["ci_low"] / scale * 100, np.nan),
-            ci_high_pct=np.where(allowed, w["ci_high"] / scale * 100, np.nan),
+            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"],
+            diff=w["diff"].to_numpy(), change_pct=w["change_pct"].to_numpy(), p_value=w["p_value"].to_numpy(),
+            ci_low_pct=w["ci_low"].to_numpy() / scale * 100, ci_high_pct=w["ci_high"].to_numpy() / scale * 100,
             cv_a=np.sqrt(pairs["var_a"].to_numpy(float)) / scale, cv_b=np.sqrt(pairs["var_b"].to_numpy(float)) / scale)
     order = {m: i for i, m in enumerate(metrics)}
     out = out.sort_values(["aa_group", *_KEYS, "b", "metric"], key=lambda c: c.map(order) if c.name == "metric" else c)
@@ -338,18 +333,15 @@ def noise_floor(pairs: pd.DataFrame, alpha: float = stats.DEFAULT_ALPHA,
             if part["change_pct"].notna().any() else np.nan
         half = z * cv * math.sqrt(2 / n) if not math.isnan(cv) and n >= 1 else np.nan
         floor = np.nanmax([observed, half]) if not (math.isnan(observed) and math.isnan(half)) else np.nan
+        mde = stats.mde(cv, n, alpha, power)
         # never fewer than the runs a verdict needs for an interval (the small-n rule), as classify says
         need = {f"required_n_{round(e * 100)}pct": max(stats.required_n(cv, e, alpha, power), stats.MIN_N_INTERVAL)
                 if not math.isnan(cv) else None for e in TARGET_EFFECTS}
         rows.append({"metric": metric, "pairs": len(part), "n": n, "cv": cv, "observed_pct": observed * 100,
                      "half_width_pct": half * 100, "floor": floor, "floor_pct": floor * 100,
-                     "mde_pct": _pct_or_nan(stats.mde(cv, n, alpha, power)) if not math.isnan(cv) else np.nan,
+                     "mde_pct": np.nan if mde is None else mde * 100,
                      **need})
     return pd.DataFrame(rows)
-
-
-def _pct_or_nan(value: float | None) -> float:
-    return np.nan if value is None else value * 100
 
 
 def memory_study(runs: pd.DataFrame, kv_runs: pd.DataFrame, alpha: float, threshold: float,

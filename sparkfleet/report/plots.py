@@ -121,9 +121,8 @@ def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
         ax.set_title(f"{metric}: mean ± 95% CI" + (" (none: n too small)" if np.isnan(low).all() else ""),
                      fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-        if metric == metrics[0]:
-            continue
-        ax.set_yticklabels([])
+        if metric != metrics[0]:
+            ax.set_yticklabels([])
     return _png(fig)
 
 
@@ -325,8 +324,7 @@ def memory_decomposition(table: pd.DataFrame) -> bytes | None:
     left_pos = np.zeros(len(data))
     left_neg = np.zeros(len(data))
     for part in PARTS:
-        values = data[part].to_numpy(dtype=float)
-        values = np.nan_to_num(values)
+        values = np.nan_to_num(data[part].to_numpy(dtype=float))
         positive, negative = np.clip(values, 0, None), np.clip(values, None, 0)
         ax.barh(y, positive, left=left_pos, color=_PART_COLORS[part], label=PART_WORDS[part], height=0.7)
         if (negative < 0).any():

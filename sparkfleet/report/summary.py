@@ -4,35 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sparkfleet.report.compose import Report
+from sparkfleet.report.types import plain
 
 JSON_VERSION = 1
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe scalars: NaN/NA -> null, numpy -> Python, timestamps -> ISO text."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) or math.isinf(value) else float(value)
-    if isinstance(value, pd.Timestamp):
-        return value.isoformat()
-    return value
-
-
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     columns = list(frame.columns)
-    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)}
+    return [{c: plain(v) for c, v in zip(columns, row, strict=True)}
             for row in frame.itertuples(index=False, name=None)]
 
 
@@ -71,7 +55,7 @@ def payload(analysis: Report) -> dict[str, Any]:
             "aa_pairs": records(analysis.memory.aa_pairs),
             "noise_floor": records(analysis.memory.noise),
         },
-        "warnings": [f.as_dict() for f in analysis.findings],
+        "warnings": [dataclasses.asdict(f) for f in analysis.findings],
         # The answers, in the order the report shows them: one entry per line, each with its metrics.
         "verdicts": [line.as_dict() for line in analysis.verdicts],
         "baseline": None if analysis.regressions is None else {

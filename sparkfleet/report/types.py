@@ -7,7 +7,23 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+
+def plain(value: Any) -> Any:
+    """JSON-safe scalars: NaN/NA -> null, numpy -> Python, timestamps -> ISO text."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) or math.isinf(value) else float(value)
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value
 
 
 @dataclass(frozen=True)
@@ -19,9 +35,6 @@ class Finding:
     message: str
     details: tuple[str, ...] = ()
     subject: str = ""  # the cell or host a grouped finding is about
-
-    def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "message": self.message, "details": list(self.details), "subject": self.subject}
 
 
 @dataclass(frozen=True)

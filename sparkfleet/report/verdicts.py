@@ -20,21 +20,21 @@ beyond the threshold), *same* (within the threshold, shown by the interval or by
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet import compare
-from sparkfleet.load import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.findings import sequential_blocks
 from sparkfleet.report.fingerprints import caveat_text, cell_fingerprints
 from sparkfleet.report.fingerprints import caveats as fingerprint_caveats
 from sparkfleet.report.memory import memory_lines, under_floor
 from sparkfleet.report.types import MemoryStudy, Verdict, VerdictLine
+from sparkfleet.report.types import plain as _clean
 from sparkfleet.report.wording import num, pct, signed, unit, words
 from sparkfleet.stats import physical_range
 
@@ -47,20 +47,6 @@ MAX_LINES = 30
 
 
 # --- numbers in words (wording.py has the shared ones) -----------------------------------------------------
-
-def _ci(low: float | None, high: float | None) -> str:
-    return f"95% CI {pct(low)} to {pct(high)}" if low is not None and high is not None else ""
-
-
-def _clean(value: Any) -> Any:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) or math.isinf(value) else float(value)
-    return value
-
 
 def _int(value: Any) -> int | None:
     value = _clean(value)
@@ -103,7 +89,8 @@ def metric_clause(v: Verdict, threshold: float, side_name: str) -> str:
         first, rest = (ratio or absolute, [absolute if ratio else "", size]) if unit(v.metric) == "GiB" \
             else (size, [absolute, ratio])
         size, amount = first, ", ".join(x for x in rest if x)
-    ci = _ci(v.ci_low_pct, v.ci_high_pct)
+    ci = (f"95% CI {pct(v.ci_low_pct)} to {pct(v.ci_high_pct)}"
+          if v.ci_low_pct is not None and v.ci_high_pct is not None else "")
     runs = f"{v.n_a + v.n_b} runs" if v.n_a is not None and v.n_b is not None else "the runs"
     # required_n comes from this comparison's own CV, which is not the A/A pair's: say which
     at_cv = f" at this comparison's run-to-run CV of {v.cv_pct:.2g}%" if v.cv_pct else ""
@@ -201,12 +188,8 @@ def _verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, sub
             p_value=_clean(row["p_value"]), required_n=_int(j["required_n"]), better=better,
             cv_pct=_clean(j["cv_pooled"] * 100) if "cv_pooled" in j else None,
             note=_range_note(str(row["metric"]), mean_a, low, high))
-        out.append(_with_text(verdict, threshold, text_side))
+        out.append(replace(verdict, text=metric_clause(verdict, threshold, text_side)))
     return out
-
-
-def _with_text(v: Verdict, threshold: float, side_name: str) -> Verdict:
-    return Verdict(**{**asdict(v), "text": metric_clause(v, threshold, side_name)})
 
 
 # --- question 1: environments ----------------------------------------------------------------------------
@@ -301,7 +284,7 @@ def _with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:
         return v
     floor = floors[v.metric] * 100
     text = v.text + (f", under the noise floor (A/A ±{floor:.2g}%)" if under else "")
-    return Verdict(**{**asdict(v), "text": text, "noise_floor_pct": floor, "under_noise_floor": under})
+    return replace(v, text=text, noise_floor_pct=floor, under_noise_floor=under)
 
 
 def _merge_identical(clauses: list[str], verdicts: list[Verdict], merged: str) -> list[str]:
@@ -330,8 +313,6 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
     that comparison is significant and beyond the tolerance, and the line names the host facts in which it
     differs from the others; hosts that cannot be told apart yet get the runs per host that would tell."""
     dev = analysis.host_deviations
-    if dev.empty:
-        return []
     dev = dev[~dev["metric"].isin(CONFIG_METRICS) & dev["deviation_pct"].notna()]
     if dev.empty:
         return []

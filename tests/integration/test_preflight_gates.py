@@ -26,7 +26,7 @@ def test_hot_gpu_fails_its_host_only(fleet_factory, ansible_env, repo, tmp_path)
     assert "spark1" in out and "failed=0" in out.split("spark1 ", 2)[-1].splitlines()[0]
 
     for host in fleet.hosts:
-        results = Path(host.work_dir, "results", "sanity", host.name)
+        results = Path(host.work_dir, "results", "study", host.name)  # the sparks group's default campaign
         gates = json.loads((results / "preflight.json").read_text())["gates"]
         assert set(gates) == {"gpu_temperature", "performance_state", "cpu_load", "free_memory", "free_disk",
                               "gpu_processes"}

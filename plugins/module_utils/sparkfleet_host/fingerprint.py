@@ -30,6 +30,8 @@ import subprocess
 import threading
 import time
 
+from .chroot import parse_mountinfo
+
 #: Library name prefixes (before ``.so``) that a fingerprint lists.
 LIBRARY_PREFIXES = ("libcuda", "libnvidia-", "libcudart", "libcublas", "libcudnn", "libnccl", "libnvinfer",
                     "libnvonnxparser", "libnvrtc", "libnvJitLink", "libcusparse", "libcufft", "libcurand",
@@ -175,20 +177,8 @@ def library_entries(mapped, root="/", mount_roots=None):
 
 def parse_mount_roots(text):
     """In-root mount point -> the mount's root in its file system, from /proc/PID/mountinfo, for mounts of
-    files (a path with a dot in its last part; bind mounts of directories are not needed)."""
-    out = {}
-    for line in (text or "").splitlines():
-        fields = line.split()
-        if len(fields) < 5:
-            continue
-        root, target = _unescape(fields[3]), _unescape(fields[4])
-        if ".so" in os.path.basename(target):
-            out[target] = root
-    return out
-
-
-def _unescape(field):
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    shared libraries (bind mounts of directories are not needed)."""
+    return {m.target: m.root for m in parse_mountinfo(text or "") if ".so" in os.path.basename(m.target)}
 
 
 # ----------------------------------------------------------------------------------- environment

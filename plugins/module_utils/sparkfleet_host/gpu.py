@@ -9,11 +9,6 @@ Two implementations of one small interface, :class:`GpuSensor`:
 * :class:`NvmlSensor` reads through the nvidia-ml-py bindings (``import pynvml``); no process per sample.
 * :class:`NvidiaSmiSensor` runs ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` once per sample.
 
-Besides: :func:`query_gpu` (any ``--query-gpu`` field list), :func:`query_argv` (also the persistent
-``-lms`` loop telemetry runs) with :func:`parse_readings` for its lines, :func:`memory_info` (what the driver
-reports free), :func:`compute_apps_argv` (the compute processes) and the ``*_argv`` of the settings gpu_state
-changes (persistence mode, power limit, locked clocks).
-
 Every field may be unavailable: a DGX Spark (GB10, unified memory) answers ``[N/A]`` for the memory fields
 and has no power cap; NVML raises ``NVMLError_NotSupported`` there. Such fields read as ``None``, never as 0,
 so that a missing figure is never mistaken for a measured one.
@@ -30,13 +25,10 @@ import io
 import os
 import shutil
 import subprocess
-import time
 import typing
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-
-from .meminfo import MEMINFO, used_kib
 
 # (argv) -> (rc, stdout, stderr); AnsibleModule.run_command fits once wrapped, subprocess by default.
 # typing's generics: collections.abc's are subscriptable only from Python 3.9.
@@ -64,26 +56,13 @@ QUERY_FIELDS = (
 
 #: ``--query-gpu`` fields of :func:`memory_info`.
 MEMORY_FIELDS = ("index", "memory.total", "memory.free")
-#: Arguments after nvidia-smi that list the compute processes, one CSV line each.
-APPS_ARGS = ("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader")
 #: What nvidia-smi prints instead of a process line when there is none.
 NO_PROCESSES = "No running processes"
 
-# Values nvidia-smi prints for a field it cannot report. The bracketed forms appear in CSV output,
-# the bare forms in `-q` and the table.
-_UNAVAILABLE = frozenset(
-    {
-        "",
-        "[N/A]",
-        "N/A",
-        "[Not Supported]",
-        "Not Supported",
-        "[Unknown Error]",
-        "[Insufficient Permissions]",
-        "[GPU requires reset]",
-        "[GPU is lost]",
-    }
-)
+# Values nvidia-smi prints for a field it cannot report: in CSV output any bracketed value ([N/A],
+# [Not Supported], [Unknown Error], [Insufficient Permissions], [GPU requires reset], [GPU is lost]), in `-q`
+# and the table these bare forms.
+_UNAVAILABLE = frozenset({"", "N/A", "Not Supported"})
 
 _UNIT_SUFFIXES = (" MiB", " MHz", " W", " %", " C")
 
@@ -127,11 +106,6 @@ class GpuReading:
     @property
     def throttle_reasons(self) -> list[str] | None:
         return decode_throttle_reasons(self.throttle_mask)
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["throttle_reasons"] = self.throttle_reasons
-        return data
 
 
 def decode_throttle_reasons(mask: int | None) -> list[str] | None:
@@ -234,11 +208,11 @@ def parse_readings(text: str) -> list[GpuReading]:
     return [_reading_from_row(row) for row in parse_query_csv(text, QUERY_FIELDS)]
 
 
-def subprocess_runner(argv: Sequence[str]) -> tuple[int, str, str]:
+def subprocess_runner(argv: Sequence[str], timeout: float = 60) -> tuple[int, str, str]:
     """Default runner: no shell, C locale so that numbers are printed with a decimal point."""
     env = dict(os.environ, LC_ALL="C")
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=60, check=False)
+        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
@@ -266,8 +240,8 @@ def query_argv(
 
 
 def compute_apps_argv(executable: str) -> list[str]:
-    """``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader``."""
-    return [executable, *APPS_ARGS]
+    """The compute processes, one CSV line each."""
+    return [executable, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
 
 
 def persistence_mode_argv(executable: str, index: int, enabled: bool) -> list[str]:
@@ -500,64 +474,3 @@ def open_sensor(
                 raise
     return NvidiaSmiSensor(nvidia_smi, runner)
 
-
-# --------------------------------------------------------------------------- telemetry
-
-TELEMETRY_COLUMNS = (
-    "time_unix",
-    "gpu",
-    "temperature_c",
-    "power_w",
-    "sm_clock_mhz",
-    "utilization_pct",
-    "memory_used_mib",
-    "host_memory_used_mib",
-    "throttle_mask",
-    "throttle_reasons",
-)
-
-
-def host_memory_used_mib(meminfo: str = MEMINFO) -> float | None:
-    """MemTotal − MemAvailable in MiB: on unified memory (GB10) the only memory figure there is."""
-    try:
-        with open(meminfo, encoding="ascii", errors="replace") as fh:
-            used = used_kib(fh.read())
-    except OSError:
-        return None
-    return None if used is None else round(used / 1024.0, 1)
-
-
-def sample_telemetry(
-    sensor: GpuSensor,
-    indices: Sequence[int] | None = None,
-    clock: Callable[[], float] = time.time,
-    meminfo: str = MEMINFO,
-) -> list[dict[str, Any]]:
-    """One telemetry sample: a flat row per GPU with :data:`TELEMETRY_COLUMNS` as keys.
-
-    ``throttle_reasons`` is a ``|``-joined string so that a row writes straight into CSV.
-    """
-    now = round(clock(), 3)
-    host_used = host_memory_used_mib(meminfo)
-    rows: list[dict[str, Any]] = []
-    for r in sensor.read(indices):
-        reasons = r.throttle_reasons
-        rows.append(
-            {
-                "time_unix": now,
-                "gpu": r.index,
-                "temperature_c": r.temperature_c,
-                "power_w": r.power_w,
-                "sm_clock_mhz": r.sm_clock_mhz,
-                "utilization_pct": r.utilization_pct,
-                "memory_used_mib": r.memory_used_mib,
-                "host_memory_used_mib": host_used,
-                "throttle_mask": r.throttle_mask,
-                "throttle_reasons": None if reasons is None else "|".join(reasons),
-            }
-        )
-    return rows
-
-
-def temperatures(readings: Iterable[GpuReading]) -> list[float | None]:
-    return [r.temperature_c for r in readings]

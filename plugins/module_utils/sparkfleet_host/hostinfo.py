@@ -44,12 +44,10 @@ def _lscpu_values(text: str, key: str) -> List[str]:
 def cpu_model(lscpu: Optional[str] = None, cpuinfo: Optional[str] = None) -> Dict[str, Optional[str]]:
     """``{"cpu_model": name or None, "cpu_model_source": "lscpu" | "lscpu-bios" | "cpuinfo" | None}``.
     Several core types are joined with " + " in lscpu's order."""
-    names = _lscpu_values(lscpu or "", "Model name")
-    if names:
-        return {"cpu_model": " + ".join(names), "cpu_model_source": "lscpu"}
-    bios = _lscpu_values(lscpu or "", "BIOS Model name")
-    if bios:
-        return {"cpu_model": " + ".join(bios), "cpu_model_source": "lscpu-bios"}
+    for key, source in (("Model name", "lscpu"), ("BIOS Model name", "lscpu-bios")):
+        names = _lscpu_values(lscpu or "", key)
+        if names:
+            return {"cpu_model": " + ".join(names), "cpu_model_source": source}
     models = []  # type: List[str]
     for line in (cpuinfo or "").splitlines():
         key, sep, value = line.partition(":")

@@ -15,15 +15,16 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 
 
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def utc(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def append_event(path: str, event: str, run_id, **fields) -> dict:
     """Append one event; ``run_id`` None for an event about the job rather than a run (``job``)."""
-    entry = {"ts": utc_now(), "event": event}
+    entry = {"ts": utc(time.time()), "event": event}
     if run_id is not None:
         entry["run_id"] = run_id
     entry.update(fields)

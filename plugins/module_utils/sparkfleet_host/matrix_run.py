@@ -21,7 +21,7 @@ import time
 from . import modelcard
 from .fields import WEEK_S, Field, field_problem
 from .jobs import JobRegistration
-from .ledger import append_event, run_states
+from .ledger import append_event, finished_fields, run_states
 from .record import run_id, write_json_atomic
 from .resume import check_host, keep_config
 from .run_judge import judge, read_output
@@ -134,18 +134,12 @@ def check_campaign_config(params: dict, runs: list, keep: bool = False) -> None:
 
 def run_result(run, total: int, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
     """The module's entry for one run, with its progress event (shown by sparkfleet run)."""
-    cooldown = record.get("cooldown") or {}
     status = "skipped" if skipped else record.get("status")
-    event = {
-        "type": "run", "run_id": run.rid, "order_index": run.plan.get("order_index"),
-        "total": total, "status": status, "duration_s": record.get("duration_s"),
-        "cooldown_s": cooldown.get("waited_s"), "model": record.get("model"),
-        "environment": record.get("environment"), "workload": record.get("workload"),
-        "iteration": record.get("iteration"), "warmup": record.get("warmup"),
-    }
+    event = {"type": "run", "run_id": run.rid, "total": total, "status": status,
+             **finished_fields(record, run.plan.get("order_index"))}
     return {"changed": changed, "run_id": run.rid, "status": status, "reason": record.get("reason"),
             "record_path": run.record_path, "record_written": written, "metrics": record.get("metrics") or {},
-            "cooldown": cooldown, "sparkfleet_event": event}
+            "cooldown": record.get("cooldown") or {}, "sparkfleet_event": event}
 
 
 def planned_result(run, total: int) -> dict:
@@ -170,7 +164,7 @@ def summary(results: list) -> dict:
 # ----------------------------------------------------------------------------------- one run
 
 
-def execute(run, params: dict, job=None, cards=None) -> dict:
+def execute(run, params: dict, job, cards) -> dict:
     """Run one planned run start to finish: reserve, cooldown, launch, judge, record. Its module entry.
 
     ``cards``: the model directories' cards (modelcard.Fingerprints), read once per job."""
@@ -207,8 +201,6 @@ def execute(run, params: dict, job=None, cards=None) -> dict:
     if problem:
         return finish(record, "failed", problem, {})
     outcome = launcher.measure(record, launches, drop, run.timeout_s)
-    if cards is None:
-        cards = modelcard.Fingerprints()
     status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
                                     run.timeout_s, run.run_dir, cards)
     return finish(record, status, reason, metrics)

@@ -26,13 +26,13 @@ Stdlib only, Python 3.8+.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-import subprocess
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .gpu import GpuSensorError, memory_info
+from .gpu import GpuSensorError, memory_info, subprocess_runner
 from .meminfo import MEMINFO, parse_meminfo_kib
 
 GIB = float(2**30)
@@ -201,30 +201,23 @@ def cgroup_dir_of_file(path: Optional[str]) -> Optional[str]:
 # --------------------------------------------------------------------------- CUDA's view
 
 
-def _cuda_from_rows(rows: Sequence[Dict[str, Any]], source: str) -> Dict[str, Any]:
-    gpus = []
-    for row in rows:
-        gpus.append({"index": row.get("index"), "free_gib": row.get("free_gib"), "total_gib": row.get("total_gib")})
-    frees = [g["free_gib"] for g in gpus]
-    reported = bool(gpus) and all(f is not None for f in frees)
-    out: Dict[str, Any] = {"source": source, "gpus": gpus,
-                           "free_gib": round(sum(frees), 4) if reported else None}
-    if not reported:
-        out["note"] = "the GPU does not report free memory ([N/A]; unified memory: see meminfo)"
-    return out
-
-
 def cuda_memory(nvml: Any = None, nvidia_smi: str = "nvidia-smi",
                 runner: Optional[Callable[[List[str]], tuple[int, str, str]]] = None) -> Dict[str, Any]:
     """What the driver reports free per GPU: NVML when pynvml works, else one ``nvidia-smi --query-gpu``
-    (both through :func:`gpu.memory_info`)."""
+    (both through :func:`gpu.memory_info`; nvidia-smi with a short timeout: the start snapshot must not hang a
+    run)."""
     try:
-        source, found = memory_info(nvml, nvidia_smi, runner or run_quiet)
+        source, found = memory_info(nvml, nvidia_smi, runner or functools.partial(subprocess_runner, timeout=15))
     except GpuSensorError as exc:
         return {"source": None, "gpus": [], "free_gib": None, "note": f"no GPU sensor: {exc}"}
-    rows = [{"index": r["index"], "free_gib": _gib(r["free_bytes"]), "total_gib": _gib(r["total_bytes"])}
+    gpus = [{"index": r["index"], "free_gib": _gib(r["free_bytes"]), "total_gib": _gib(r["total_bytes"])}
             for r in found]
-    return _cuda_from_rows(rows, source)
+    frees = [g["free_gib"] for g in gpus]
+    reported = bool(gpus) and all(f is not None for f in frees)
+    out: Dict[str, Any] = {"source": source, "gpus": gpus, "free_gib": round(sum(frees), 4) if reported else None}
+    if not reported:
+        out["note"] = "the GPU does not report free memory ([N/A]; unified memory: see meminfo)"
+    return out
 
 
 def cuda_free_from_readings(readings: Sequence[Any]) -> Optional[float]:
@@ -398,13 +391,3 @@ def section(drop: Optional[Dict[str, Any]], start: Optional[Dict[str, Any]], tra
         "samples": summary.get("samples", 0),
         "errors": summary.get("errors", []),
     }
-
-
-def run_quiet(argv: List[str]) -> tuple[int, str, str]:
-    """A runner for :func:`cuda_memory` with a short timeout (the start snapshot must not hang a run)."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False,
-                              env=dict(os.environ, LC_ALL="C"))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr

@@ -10,7 +10,6 @@ and fills the record's measured fields. Judging the output is run_judge's, writi
 
 from __future__ import annotations
 
-import datetime
 import os
 import subprocess
 import threading
@@ -19,6 +18,7 @@ import time
 from . import fingerprint, memstate, trtllm_cli
 from .chroot import ChrootError, load_image_config, read_native_state
 from .gpu import GpuSensorError, open_sensor
+from .ledger import utc
 from .runexec import (
     WORKLOADS_SUBDIR,
     RunSetupError,
@@ -37,10 +37,6 @@ from .thermal import Cooldown, wait_for_cooldown
 SETUP_ERRORS = (RunSetupError, trtllm_cli.TrtllmCliError, ValueError, TypeError)
 
 
-def utc(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def wait_cooldown(params: dict) -> dict:
     """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so.
 
@@ -57,9 +53,7 @@ def wait_cooldown(params: dict) -> dict:
     except GpuSensorError as exc:
         return {"reason": "GPU sensor failed: %s" % exc, "waited_s": 0.0}
     finally:
-        close = getattr(sensor, "close", None)
-        if close:
-            close()
+        sensor.close()
     return {
         "reason": result.get("reason"),
         "waited_s": result.get("waited"),

@@ -20,11 +20,6 @@ RESERVE_BYTES = 512 * 1024
 LOW_SPACE_BYTES = 4 * 1024 * 1024
 
 
-def free_bytes(path: str) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 class Recorder:
     """The record and ledger writes of one planned run (``run``: a matrix_run.PlannedRun)."""
 
@@ -60,7 +55,8 @@ class Recorder:
         as the run's reason; the reserved space is given to the record if it does not fit otherwise."""
         run = self.run
         try:
-            low = free_bytes(run.host_dir) < LOW_SPACE_BYTES
+            st = os.statvfs(run.host_dir)
+            low = st.f_bavail * st.f_frsize < LOW_SPACE_BYTES
         except OSError:
             low = False
         if low:  # whatever the workload said, a full disk is the cause worth naming
@@ -76,16 +72,13 @@ class Recorder:
                 data, _ = write_record(run.record_path, record)
                 append_finished(run.ledger, run.rid, data, run.plan.get("order_index"))
                 break
-            except ContractError as exc:  # the identity itself is broken: nothing honest can be written
-                written = False
-                data["reason"] = "%s; record not written: %s" % (reason or status, exc)
-                break
-            except OSError as exc:
-                if attempt == 1 and os.path.exists(run.reserve):
+            except (ContractError, OSError) as exc:  # ContractError: the identity itself is broken
+                if isinstance(exc, OSError) and attempt == 1 and os.path.exists(run.reserve):
                     os.unlink(run.reserve)  # give the record the space kept for it, then try again
                     continue
                 written = False
                 data["reason"] = "%s; record not written: %s" % (reason or status, exc)
+                break
         return data, written
 
     # ---------------------------------------------------------------------------- resume

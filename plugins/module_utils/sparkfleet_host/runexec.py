@@ -17,6 +17,7 @@ import time
 
 from . import trtllm_cli
 from .chroot import ChrootError, chroot_argv, load_image_config, stale_marker_warning
+from .memstate import cgroup_dir_of_pid
 
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
@@ -168,28 +169,12 @@ def container_cgroup_memory_file(docker: str, name: str, timeout: float = 10.0):
                               capture_output=True, text=True)
         pid = proc.stdout.strip()
         if proc.returncode == 0 and pid not in ("", "0"):
-            return cgroup_memory_file_of(int(pid))
+            directory = cgroup_dir_of_pid(int(pid))
+            if directory is None:
+                return None
+            v1 = os.path.join(directory, "memory.usage_in_bytes")
+            return v1 if os.path.exists(v1) else os.path.join(directory, "memory.current")
         time.sleep(0.1)
-    return None
-
-
-def cgroup_memory_file_of(pid: int, sysfs: str = "/sys/fs/cgroup"):
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            candidate = f"{sysfs}/memory{path}/memory.usage_in_bytes"
-            if os.path.exists(candidate):
-                return candidate
-    for line in lines:
-        if line.startswith("0::"):
-            candidate = f"{sysfs}{line[3:]}/memory.current"
-            if os.path.exists(candidate):
-                return candidate
     return None
 
 

@@ -50,7 +50,6 @@ from .gpu import (
     query_argv,
 )
 from .meminfo import used_kib
-from .memstate import cgroup_dir_of_pid
 
 CSV_COLUMNS = (
     "t_s",
@@ -106,19 +105,6 @@ def cgroup_memory_file(path: str) -> str:
                 return candidate
         raise OSError(f"{path}: no memory.current or memory.usage_in_bytes in this cgroup directory")
     return path
-
-
-def cgroup_memory_file_for_pid(
-    pid: int, proc_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup"
-) -> Optional[str]:
-    """Memory usage file of the cgroup that process ``pid`` is in (e.g. a container's init process), or None:
-    ``memory.usage_in_bytes`` of cgroup v1's ``memory`` controller, else v2's ``memory.current``; the directory
-    is :func:`memstate.cgroup_dir_of_pid`'s."""
-    directory = cgroup_dir_of_pid(pid, proc_root, cgroup_root)
-    if directory is None:
-        return None
-    v1 = os.path.join(directory, "memory.usage_in_bytes")
-    return v1 if os.path.exists(v1) else os.path.join(directory, "memory.current")
 
 
 def proc_cpu_seconds(pid: int) -> Optional[float]:

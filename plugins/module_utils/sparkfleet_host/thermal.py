@@ -69,18 +69,12 @@ def cooldown_problems(values: Mapping[str, Any], where: str = "", by: str = "nam
             problems.append("%s%s: %s" % (prefix, key, problem))
         else:
             good[f.name] = value
-    if {"min_wait_s", "max_wait_s"} <= set(good) and good["min_wait_s"] > good["max_wait_s"]:
-        problems.append("%s%s: %s is above %s %s" % (prefix, _key("min_wait_s", by), _num(good["min_wait_s"]),
-                                                   _key("max_wait_s", by), _num(good["max_wait_s"])))
-    if {"settle_window_s", "max_wait_s"} <= set(good) and good["settle_window_s"] > good["max_wait_s"]:
-        problems.append("%s%s: %s is above %s %s: the GPUs could never settle in time"
-                        % (prefix, _key("settle_window_s", by), _num(good["settle_window_s"]),
-                           _key("max_wait_s", by), _num(good["max_wait_s"])))
+    key = (lambda name: name) if by == "name" else (lambda name: COOLDOWN_BY_NAME[name].option)
+    for name, why in (("min_wait_s", ""), ("settle_window_s", ": the GPUs could never settle in time")):
+        if {name, "max_wait_s"} <= set(good) and good[name] > good["max_wait_s"]:
+            problems.append("%s%s: %s is above %s %s%s" % (prefix, key(name), _num(good[name]), key("max_wait_s"),
+                                                         _num(good["max_wait_s"]), why))
     return problems
-
-
-def _key(name: str, by: str) -> str:
-    return name if by == "name" else (COOLDOWN_BY_NAME[name].option or name)
 
 
 class Cooldown(object):
@@ -110,12 +104,6 @@ class Cooldown(object):
         """Keyword arguments of ``thermal.wait_for_cooldown`` (its option names)."""
         return {f.option: float(getattr(self, f.name)) for f in COOLDOWN_FIELDS
                 if f.option and f.kind == "float"}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Cooldown) and self.to_dict() == other.to_dict()
-
-    def __repr__(self) -> str:
-        return "Cooldown(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
 
 
 #: Option defaults of the thermal_wait module: the cooldown fields, by option name.
@@ -147,13 +135,7 @@ def validate_cooldown_options(params: Mapping[str, Any]) -> list[str]:
     infinity, min_wait and settle_window at most max_wait. Missing keys take the defaults; keys this function
     does not know are ignored.
     """
-    problems = cooldown_problems(
-        {k: v for k, v in params.items() if k in COOLDOWN_BY_OPTION and k != "on_timeout"}, by="option"
-    )
-    if "on_timeout" in params and params["on_timeout"] is not None:
-        problem = field_problem(COOLDOWN_BY_OPTION["on_timeout"], params["on_timeout"])
-        if problem:
-            problems.append("on_timeout: %s" % problem)
+    problems = cooldown_problems({k: v for k, v in params.items() if k in COOLDOWN_BY_OPTION}, by="option")
     gpus = params.get("gpus")
     if gpus is not None:
         if isinstance(gpus, (str, bytes)) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -206,10 +188,6 @@ def gpu_drift(times: Sequence[float], temps: Sequence[float], now: float, window
         return 0.0
     points = window_points(times, temps, now, window)
     return None if points is None else fitted_drift(points, window)
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _names(indices: Sequence[int]) -> str:
@@ -289,7 +267,7 @@ def wait_for_cooldown(
             end_temps=end_temps,
             cool=all(t <= threshold for t in end_temps),
             settled=settled,
-            drift=[_round(d, 2) for d in drifts],
+            drift=[None if d is None else round(d, 2) for d in drifts],
             trace=trace,
         )
         return result

@@ -275,12 +275,12 @@ def test_the_reproducibility_tolerance_and_campaign_dir_come_from_the_plans_in_t
 
 def test_hosts_whose_plans_disagree_on_the_tolerance_get_no_fleet_report(tmp_path):
     """One fleet comparison has one tolerance: hosts' plans that differ are named, nothing is written."""
-    from sparkfleet.commands.run import write_fleet_report
+    from sparkfleet.commands.run import write_results
 
     folder = RunnerEvents()
     _fold([_plan_event("spark1", 5.0), _plan_event("spark2", 2.0)], folder)
     (tmp_path / "spark1" / "runs").mkdir(parents=True)
-    lines, error = write_fleet_report(str(tmp_path), folder.tolerances)
+    lines, error = write_results(str(tmp_path), "fleet", folder.tolerances)
     assert lines == [] and "spark1=5" in error and "spark2=2" in error
     assert "tolerance" in error and not (tmp_path / "report").exists()
 

@@ -105,7 +105,7 @@ def test_nvidia_smi_sensor_gb10_memory_fields_are_none():
     (r,) = g.NvidiaSmiSensor(SMI, runner_for(GB10_NOUNITS)).read()
     assert r.temperature_c == 41 and r.power_w == 4.12
     assert r.memory_used_mib is None and r.memory_total_mib is None and r.mem_clock_mhz is None
-    assert r.as_dict()["throttle_reasons"] == ["gpu_idle"]
+    assert r.throttle_reasons == ["gpu_idle"]
 
 
 def test_nvidia_smi_sensor_selects_and_reports_missing_gpus():
@@ -233,26 +233,6 @@ def test_nvml_sensor_without_pynvml(monkeypatch):
     with pytest.raises(g.GpuSensorError, match="pynvml .* is not importable"):
         g.NvmlSensor()
     assert g.open_sensor("auto", runner=runner_for(GB10_NOUNITS), nvidia_smi=SMI).kind == "nvidia-smi"
-
-
-# --------------------------------------------------------------------------- telemetry
-
-
-def test_sample_telemetry_rows(tmp_path):
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       125419972 kB\nMemFree:         1000 kB\nMemAvailable:   115419972 kB\n")
-    two = GB10_NOUNITS + GB10_NOUNITS.replace("0, GPU-2dee", "1, GPU-3dee").replace("0x0000000000000001", "[N/A]")
-    rows = g.sample_telemetry(g.NvidiaSmiSensor(SMI, runner_for(two)), clock=lambda: 1700000000.12345,
-                              meminfo=str(meminfo))
-    assert [tuple(r) for r in rows] == [g.TELEMETRY_COLUMNS] * 2
-    first, second = rows
-    assert first["time_unix"] == 1700000000.123 and first["gpu"] == 0 and first["temperature_c"] == 41
-    assert first["memory_used_mib"] is None and first["host_memory_used_mib"] == round(10000000 / 1024, 1)
-    assert first["throttle_reasons"] == "gpu_idle" and second["throttle_reasons"] is None
-
-
-def test_host_memory_used_without_meminfo(tmp_path):
-    assert g.host_memory_used_mib(str(tmp_path / "absent")) is None
 
 
 def test_decode_throttle_reasons():

@@ -17,7 +17,7 @@ def test_factors_cross_every_workload_and_interleave_with_the_environments():
     assert names == ["T1.kv0.9.keep", "T1.kv0.9.drop", "T1.kv0.5.keep", "T1.kv0.5.drop"]
     w = c["workloads"][3]
     assert (w["kv_fraction"], w["drop_caches"], w["base"]) == (0.5, True, "T1")
-    assert w["factors"] == {"kv_fraction": 0.5, "drop_caches": True} and w["batch"] == 1  # the preset's fields
+    assert w["factors"] == ["kv_fraction", "drop_caches"] and w["batch"] == 1  # the preset's fields
     assert c["factors"] == {"kv_fraction": [0.9, 0.5], "drop_caches": [False, True]}
     runs = plan(c, "h1")
     assert len(runs) == 2 * 4 * 2
@@ -34,9 +34,11 @@ def test_kv_fraction_crosses_trtllm_workloads_only():
 
 
 @pytest.mark.parametrize(("factors", "message"), [
-    ({"kv_fraction": [1.5]}, "campaign.factors: kv_fraction: every level must be a number above 0"),
+    ({"kv_fraction": [1.5]}, "campaign.factors: kv_fraction: every level must be at most 1"),
+    ({"kv_fraction": [0]}, "campaign.factors: kv_fraction: every level must be positive"),
+    ({"kv_fraction": [None]}, "campaign.factors: kv_fraction: every level must not be null"),
     ({"kv_fraction": []}, "non-empty list"),
-    ({"drop_caches": ["yes"]}, "drop_caches: every level must be true or false"),
+    ({"drop_caches": ["yes"]}, "drop_caches: every level must be a boolean"),
     ({"swap": [True]}, "unknown factor 'swap'"),
     ({"kv_fraction": [0.5, 0.5]}, "listed twice"),
     ([0.5], "campaign.factors: must be a mapping"),
