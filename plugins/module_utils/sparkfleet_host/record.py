@@ -277,6 +277,19 @@ class RunRecord:
     provenance: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "whether the engine loaded the requested model: status (PROVENANCE_STATUSES), reason, "
         "expected (the model directory's card), loaded (what the engine's output shows), checks (per field)")
+    serving: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "a serving run (engine server + load generator): engine, server (argv, port, ready_s, log, "
+        "stop), client (name, version), kv (the engine's own KV sizing from its log), points (one per depth x "
+        "concurrency x pp x tg: its metrics, raw samples and the client's raw output file); optional in format "
+        "version 2")
+    readiness: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "the readiness probe before the run: SM clock and power reached under a short fixed GPU "
+        "load, the verdict (healthy, suspect, unknown) with its reasons and the action taken; optional in "
+        "format version 2")
+    attestation: Optional[Dict[str, Any]] = _field(
+        (_O, _NULL), "host state over the run: throttle/event counters as deltas, clock/power controls as "
+        "applied by sparkfleet, memory state at start (MemFree, MemAvailable, Cached, free huge blocks), "
+        "energy over the run's own window; optional in format version 2")
     extra: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "producer-specific data outside the contract, kept verbatim (a v1 record's unknown fields)")
 
@@ -310,6 +323,11 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
     "fingerprint": {"chroot": _B, "comm": _S, "depth": _I, "env": _O, "env_names": _A, "environment_kind": _S,
                     "exe": _S, "libraries": _A, "packages": _O, "pid": _I, "python": _S, "samples": _I},
     "provenance": {"status": _S, "reason": _S, "expected": _O, "loaded": _O, "checks": _O},
+    "serving": {"engine": _S, "server": _O, "client": _O, "kv": _O, "points": _A, "point_order_seed": _I},
+    "readiness": {"state": _S, "reasons": _A, "action": _O, "sm_clock_mhz": _N, "power_w": _N,
+                  "expected_clock_mhz": _N, "expected_source": _S, "duration_s": _N, "policy": _S,
+                  "error": _S},
+    "attestation": {"counters": _O, "controls_applied": _O, "memory_start": _O, "energy": _O, "errors": _A},
 }
 
 
