@@ -6,7 +6,8 @@ text) are flattened with a prefix; the memory section and the memory-state facto
 ``mem_*``, ``cuda_*``, ``aa_group``/``aa_member`` and ``factor_*`` columns (MEMORY_COLUMNS). A record of an
 older format version is read through its migrations (``sparkfleet_host.record.upgrade``, docs/RECORD.md);
 one newer than this code, not JSON, or breaking the run-record contract is reported by path and skipped: one
-bad file never stops a report, and never disappears without a word.
+bad file never stops a report, and never disappears without a word. A serving run's points (its ``serving``
+section) also become rows of a second table, one per run x point (sparkfleet.serving, ``LoadResult.serving``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
+from sparkfleet import serving as serving_points
 from sparkfleet.accounting import Accounting, account
 
 RECORD_NAME = "record.json"
@@ -164,6 +166,8 @@ class LoadResult:
     root: Path | None = None
     #: Every planned run accounted for: the runs without a usable record, named (sparkfleet.accounting).
     accounting: Accounting = field(default_factory=Accounting)
+    #: One row per serving run x point (sparkfleet.serving.POINT_COLUMNS); empty without serving runs.
+    serving: pd.DataFrame = field(default_factory=lambda: serving_points.points_frame([]))
 
 
 def find_record_files(root: Path, plans: list[str] | None = None, staging: list[str] | None = None) -> list[str]:
@@ -304,6 +308,7 @@ class _Columns:
         self.fixed: list[Any] = []
         self.metrics: list[Any] = []
         self.dirs: list[str] = []
+        self.points: list[dict[str, Any]] = []  # serving runs' points, one row each (sparkfleet.serving)
         #: (nested field, its keys) -> (row positions, the rows' values one after another)
         self.nested: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[Any]]] = {}
 
@@ -326,6 +331,8 @@ class _Columns:
         if rejected:  # the metrics the producer or the loader left out, and why (one text column)
             self._file((_REJECTED_KEY, (REJECTED_COLUMN,)), row, ("; ".join(rejected),))
         self.dirs.append(record_dir)
+        if "serving" in data:
+            self.points += serving_points.point_rows(data, record_dir)
 
     def _file(self, shape: tuple[str, tuple[str, ...]], row: int, values: Any) -> None:
         bucket = self.nested.get(shape)
@@ -369,8 +376,8 @@ def _object_array(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem], list[str]]:
-    """(the runs, the records skipped, the candidate record paths that do not exist)."""
+def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem], list[str], pd.DataFrame]:
+    """(the runs, the records skipped, the candidate record paths that do not exist, the serving points)."""
     columns = _Columns()
     problems: list[LoadProblem] = []
     absent: list[str] = []
@@ -384,9 +391,11 @@ def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadPro
         if isinstance(data, LoadProblem):
             problems.append(data)
             continue
+        if "serving" in data:  # a serving run without any ok point is a failed run
+            data = serving_points.screen_status(data)
         # Paths come from find_record_files(root), so slicing is relpath without its cost.
         columns.add(data, path[prefix:-suffix])
-    return columns.frame(), problems, absent
+    return columns.frame(), problems, absent, serving_points.points_frame(columns.points)
 
 
 def _workers(count: int) -> int:
@@ -427,13 +436,14 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
         if while_loading:
             while_loading()
         parts = [_load_chunk(paths, str(root))]
-    frames = [frame for frame, _, _ in parts if len(frame)]
+    frames = [frame for frame, _, _, _ in parts if len(frame)]
     runs = runs_frame([]) if not frames else frames[0] if len(frames) == 1 else _concat(frames)
-    problems = [problem for _, chunk_problems, _ in parts for problem in chunk_problems]
+    problems = [problem for _, chunk_problems, _, _ in parts for problem in chunk_problems]
     runs, duplicates = _drop_duplicate_runs(runs, root)
-    accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c in parts for a in c],
+    accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c, _ in parts for a in c],
                          plans, staging)
-    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting)
+    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting,
+                      serving=_serving_points([points for _, _, _, points in parts], runs))
 
 
 def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str], ...]) -> list[str]:
@@ -447,6 +457,15 @@ def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str]
         if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
             prefixes.append(os.path.join(str(root), relative) + os.sep)
     return [p for p in paths if not p.startswith(tuple(prefixes))] if prefixes else paths
+
+
+def _serving_points(parts: list[pd.DataFrame], runs: pd.DataFrame) -> pd.DataFrame:
+    """The chunks' serving points, those of a duplicate record (dropped from the runs) left out with it."""
+    found = [part for part in parts if len(part)]
+    if not found:
+        return serving_points.points_frame([])
+    points = found[0] if len(found) == 1 else pd.concat(found, ignore_index=True)
+    return points[points["record_dir"].isin(runs["record_dir"])].reset_index(drop=True)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
