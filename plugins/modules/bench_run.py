@@ -138,6 +138,25 @@ options:
         there too) and C(HF_HOME) points at it."
     type: dict
     default: {}
+  serving:
+    description:
+      - "Serving runs (a workload whose engine is C(llama.cpp), C(vllm), C(sglang) or C(trtllm-serve)): the
+        engine's server starts in the run's environment on 127.0.0.1 (a container gets C(--network host) unless
+        its flags pick a network), is waited for (its readiness URL, within the workload's C(ready_timeout_s)),
+        then the load generator runs on the host once per point of the workload's C(profile) (depth x
+        concurrency x pp x tg, in an order shuffled with a seed from the run_id), and the server is always
+        stopped. The record's C(serving) section holds each point's figures and raw samples."
+    type: dict
+    default: {}
+    suboptions:
+      client:
+        description: The load generator's executable on the host (llama-benchy); omitted, C(llama-benchy) on C(PATH).
+        type: path
+      corpus:
+        description: >-
+          A text file on the host the client builds its prompts from, served on 127.0.0.1 for its C(--book-url);
+          omitted, the client's own default book.
+        type: path
 attributes:
   check_mode:
     support: full
@@ -279,6 +298,7 @@ def main():
             versions=dict(type="dict", default={}),
             campaign_config=dict(type="dict"),
             trtllm=dict(type="dict", default={}),
+            serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), corpus=dict(type="path"))),
         ),
         supports_check_mode=True,
     )

@@ -18,13 +18,13 @@ import re
 import signal
 import time
 
-from . import modelcard
+from . import modelcard, serving
 from .fields import WEEK_S, Field, field_problem
 from .jobs import JobRegistration
 from .ledger import append_event, finished_fields, run_states
 from .record import run_id, write_json_atomic
 from .resume import check_host, keep_config
-from .run_judge import judge, read_output
+from .run_judge import judge, judge_serving, read_output
 from .run_launch import SETUP_ERRORS, Launcher, wait_cooldown
 from .run_record import Recorder
 from .thermal import Cooldown
@@ -93,6 +93,12 @@ class PlannedRun:
         self.workload = plan["workload"]  # checked with the campaign, on the controller
         if not isinstance(self.workload, dict):
             raise MatrixError("runs: workload must be a mapping, got %r" % (self.workload,))
+        self.serving = serving.is_serving(self.workload)
+        if self.serving:  # its profile, checked before any run starts
+            try:
+                serving.profile_points(self.workload)
+            except ValueError as exc:
+                raise MatrixError("run %s: %s" % (plan["run_id"], exc)) from None
         expected = run_id(params["campaign"], params["host"], self.model["name"], self.environment["name"],
                           self.workload["name"], int(plan["iteration"]))
         if expected != plan["run_id"]:
@@ -194,12 +200,15 @@ def execute(run, params: dict, job, cards) -> dict:
     if cooldown.get("timed_out") and run.cooldown["on_timeout"] == "fail":
         return finish(record, "failed", "cooldown: GPU not settled within max_wait_s", {})
     try:
-        launches = launcher.prepare(record)
+        launches = launcher.prepare_serving(record) if run.serving else launcher.prepare(record)
     except SETUP_ERRORS as exc:
         return finish(record, "failed", "setup: %s" % exc, {})
     drop, problem = launcher.prepare_memory(record)
     if problem:
         return finish(record, "failed", problem, {})
+    if run.serving:  # one server lifetime, the client through the profile's points (issue 25)
+        outcome = launcher.serve(record, launches, drop, run.timeout_s)
+        return finish(record, *judge_serving(record, outcome, run.run_dir))
     outcome = launcher.measure(record, launches, drop, run.timeout_s)
     status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
                                     run.timeout_s, run.run_dir, cards)

@@ -107,3 +107,47 @@ def judge(record, outcome: dict, parsed, model: dict, workload: dict, timeout_s,
     reason = None if verdict.get("status") in ("confirmed", "not_applicable") else (
         "provenance unconfirmed: %s" % (verdict.get("reason") or "the log does not show the loaded model"))
     return "ok", reason, metrics
+
+
+# ------------------------------------------------------------------------------------ serving
+
+
+def serving_kv(engine: str, log_path: str) -> dict:
+    """The engine's own KV sizing from its server log (parsers.serving_kv.parse_kv), or {"error": why not}."""
+    try:
+        from .parsers import serving_kv as kv_parser  # another piece: a run without it still judges its points
+    except ImportError as exc:
+        return {"error": "no KV parser for serving logs: %s" % exc}
+    try:
+        with open(log_path, "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+        kv = kv_parser.parse_kv(engine, text)
+    except Exception as exc:  # a parser bug must not lose the run's points
+        return {"error": "%s: %s" % (type(exc).__name__, exc)}
+    return dict(kv) if isinstance(kv, dict) else {"error": "parse_kv returned %r" % (kv,)}
+
+
+def judge_serving(record, outcome: dict, run_dir: str):
+    """(status, reason, metrics) of a serving run (run_launch.Launcher.serve's ``outcome``); fills the serving
+    section's ``kv``. ok when every point is ok; ok with a reason naming the failed points when some are;
+    failed when none is or the server never became ready (timeout when the run's time ran out first)."""
+    section = record.serving or {}
+    kv = serving_kv(section.get("engine", ""), os.path.join(run_dir, "server.log"))
+    section["kv"] = kv
+    metrics = {}
+    for name in ("kv_cache_gib", "peak_memory_gib"):  # engine-wide figures; a memory metric names its source
+        value = kv.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            metrics[name] = float(value)
+            record.metric_sources[name] = "server.log: %s" % (kv.get("source") or "the engine's KV line")
+    if outcome.get("error"):
+        return "failed", outcome["error"], metrics
+    points = section.get("points") or []
+    failed = [p for p in points if p.get("status") != "ok"]
+    named = "; ".join("%s: %s" % (p["point"], p.get("reason")) for p in failed)
+    if not points or len(failed) == len(points):
+        status = "timeout" if outcome.get("deadline_hit") else "failed"
+        return status, "no point ok (%s)" % (named or "the profile has no points"), metrics
+    if failed:
+        return "ok", "%d of %d points failed: %s" % (len(failed), len(points), named), metrics
+    return "ok", None, metrics

@@ -5,17 +5,21 @@ Used by ``matrix_run`` (the bench_run module's job). :func:`wait_cooldown` waits
 thermal_wait; a :class:`Launcher` belongs to one planned run (``matrix_run.PlannedRun``): it builds the run's
 commands for its environment (``bare``, ``native`` through the chroot, ``container`` through ``docker run``;
 the argv pieces are runexec's), runs them with telemetry, memory state and the process fingerprint sampled,
-and fills the record's measured fields. Judging the output is run_judge's, writing the record run_record's.
+and fills the record's measured fields. A serving run (:meth:`Launcher.serve`) starts its engine server in the
+environment and drives the load generator on the host through the profile's points. Judging the output is
+run_judge's, writing the record run_record's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import threading
 import time
 
-from . import fingerprint, memstate, trtllm_cli
+from . import fingerprint, memstate, serving, serving_client, trtllm_cli
 from .chroot import ChrootError, load_image_config, read_native_state
 from .gpu import GpuSensorError, open_sensor
 from .ledger import utc
@@ -34,7 +38,9 @@ from .telemetry import TelemetrySampler
 from .thermal import Cooldown, wait_for_cooldown
 
 #: What a run's setup may raise: the run fails at setup, naming it; the matrix goes on.
-SETUP_ERRORS = (RunSetupError, trtllm_cli.TrtllmCliError, ValueError, TypeError)
+SETUP_ERRORS = (RunSetupError, trtllm_cli.TrtllmCliError, serving.ServingError, ValueError, TypeError)
+#: The env(1) that starts a host-side command in the run directory with extra variables (as ``bare`` runs do).
+ENV_BIN = "/usr/bin/env"
 
 
 def wait_cooldown(params: dict) -> dict:
@@ -74,6 +80,9 @@ def run_env(base: dict, workload: dict, environment: dict, trtllm: dict) -> dict
     if workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
         for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
             env.setdefault(key, value)
+    elif serving.is_serving(workload):  # engine servers load from local paths: nothing leaves the host
+        for key, value in trtllm_cli.run_env(None).items():
+            env.setdefault(key, value)
     return env
 
 
@@ -94,6 +103,7 @@ class Launcher:
         self.tracker = None  # memstate.PeakTracker of the run in progress
         self.fp = None  # fingerprint.Sampler of the measured step in progress
         self.warnings = []  # launcher warnings (a rootfs marker without the image's entrypoint)
+        self.network = {}  # a serving container's network: {"network", "network_added"}
 
     # ------------------------------------------------------------------------- commands
     def prepare(self, record) -> list:
@@ -138,6 +148,8 @@ class Launcher:
             raise RunSetupError("no docker flags resolved for environment %r" % environment["name"])
         if not self.p["gpu_present"]:
             flags = strip_gpu_flags(flags)
+        if serving.is_serving(self.run.workload):  # the client on the host must reach the server's loopback
+            flags, self.network = serving.with_host_network(flags)
         self.flags = list(flags)
         results_root = self.p["results_root"]
         binds = [(results_root, results_root, False)]
@@ -199,6 +211,11 @@ class Launcher:
             record.fingerprint = self.fingerprint()
             if self.kind == "container":
                 subprocess.run([self.docker(), "rm", "-f", self.container_name()], capture_output=True)
+        self.fill_measured(record, drop, start, started, telemetry, outcome.get("rc"))
+        return outcome
+
+    def fill_measured(self, record, drop, start, started: float, telemetry, exit_code) -> None:
+        """The record's memory, times, telemetry and exit code once the run's commands ended."""
         environment = self.run.environment
         record.memory = memstate.section(drop, start, self.tracker, self.flags)
         record.memory["environment"] = {k: environment.get(k) for k in
@@ -206,8 +223,154 @@ class Launcher:
         record.started_utc, record.ended_utc = utc(started), utc(time.time())
         record.duration_s = round(time.time() - started, 3)
         record.telemetry = telemetry
-        record.exit_code = outcome.get("rc")
+        record.exit_code = exit_code
+
+    # ------------------------------------------------------------------------ serving
+    def prepare_serving(self, record):
+        """A serving run's server: (its argv, that argv in the run's environment), the client and its inputs
+        checked; records the command. Raises one of SETUP_ERRORS when the run cannot be launched as asked."""
+        workload, model = self.run.workload, self.run.model
+        serving_client.driver(workload.get("client"))  # a client sparkfleet drives
+        self.client_path()
+        serving.tokenizer(model)
+        corpus = (self.p.get("serving") or {}).get("corpus")
+        if corpus and not os.path.isfile(corpus):
+            raise RunSetupError("serving corpus %r is not a file on this host" % corpus)
+        argv = serving.server_argv(workload, model)
+        command = self.command("server", argv)
+        record.command = redact(command)
+        record.versions["engine"] = workload["engine"]
+        return argv, command
+
+    def client_path(self) -> str:
+        """The load generator's executable: bench_run's serving.client, else the driver's name on PATH."""
+        name = serving_client.driver(self.run.workload.get("client")).name
+        path = (self.p.get("serving") or {}).get("client") or shutil.which(name)
+        if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+            raise RunSetupError("serving client %s not found (%r): install it, or set sparkfleet_serving_client"
+                                % (name, path))
+        return path
+
+    def serve(self, record, server: tuple, drop, timeout_s) -> dict:
+        """A serving run within ``timeout_s``: the server started in its environment and waited for, the client
+        run on the host once per profile point (seeded shuffled order, each point a share of the time left),
+        the server always stopped. Telemetry, memory and the server's fingerprint are sampled throughout.
+        Fills the record's measured fields and its ``serving`` section (kv excepted: run_judge reads it from
+        server.log). Returns the outcome: {"error": None or why the points never ran, "deadline_hit": bool}."""
+        run, workload = self.run, self.run.workload
+        argv, command = server
+        points, seed = serving.shuffled_points(workload, run.rid)
+        section = {
+            "engine": workload["engine"],
+            "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
+                            "log": "server.log", "stopped": None, "exit_code": None}, **self.network),
+            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None},
+            "kv": None, "point_order_seed": seed, "points": []}
+        record.serving = section
+        outcome = {"error": None, "deadline_hit": False}
+        start = memstate.start_state()
+        self.tracker = memstate.PeakTracker()
+        sampler = TelemetrySampler(os.path.join(run.run_dir, "telemetry.csv"),
+                                   interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self.tracker)
+        started = time.time()
+        deadline = time.monotonic() + float(timeout_s)
+        container = (self.docker(), self.container_name()) if self.kind == "container" else None
+        on_start = (lambda proc: self.container_started(proc, sampler)) if container else self.registered
+        self.fp = fingerprint.Sampler()
+        sampler.start()
+        try:
+            with serving.ServerProcess(command, os.path.join(run.run_dir, "server.log"), serving.ready_url(workload),
+                                       container=container, on_start=on_start) as proc:
+                try:
+                    ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
+                    section["server"]["ready_s"] = proc.wait_ready(ready_within)
+                except serving.ServingError as exc:
+                    outcome["error"] = str(exc)
+                else:
+                    outcome["deadline_hit"] = self.run_points(section, points, proc, deadline)
+                finally:
+                    section["server"].update(proc.stop())
+        except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
+            outcome["error"] = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            telemetry = sampler.stop()
+            self.tracker.close()
+            record.fingerprint = self.fingerprint()
+            shutil.rmtree(serving_client.client_env(run.run_dir)["HOME"], ignore_errors=True)
+        stopped = section["server"]
+        self.fill_measured(record, drop, start, started, telemetry,
+                           stopped["exit_code"] if stopped["stopped"] == "exited" else None)
         return outcome
+
+    def run_points(self, section: dict, points: list, server, deadline: float) -> bool:
+        """Run the client once per point (appended to section["points"]); whether the run's deadline stopped
+        them. A point whose client fails is recorded failed and the next one runs; once the server is gone or
+        the time is up, the points left are recorded as not run."""
+        run, workload = self.run, self.run.workload
+        drv = serving_client.driver(workload.get("client"))
+        client = self.client_path()
+        section["client"]["version"] = drv.version(client)
+        points_dir = os.path.join(run.run_dir, "points")
+        os.makedirs(points_dir, exist_ok=True)
+        env = serving_client.client_env(run.run_dir)
+        os.makedirs(env["HOME"], exist_ok=True)
+        corpus = (self.p.get("serving") or {}).get("corpus")
+        hit = False
+        with contextlib.ExitStack() as stack:
+            corpus_url = stack.enter_context(serving_client.CorpusServer(
+                corpus, os.path.join(run.run_dir, ".corpus"))).url if corpus else None
+            for i, point in enumerate(points):
+                entry = dict(point, status="failed", reason=None, metrics={}, samples={}, raw=None, duration_s=None)
+                section["points"].append(entry)
+                left = deadline - time.monotonic()
+                if not server.running():
+                    entry["reason"] = "not run: the server exited (code %s): %s" % (
+                        server.proc.returncode, serving.log_tail(server.log_path))
+                    continue
+                if left <= 0:
+                    hit = True
+                    entry["reason"] = "not run: the run's timeout_s was reached"
+                    continue
+                raw = os.path.join("points", point["point"] + ".json")
+                argv = drv.point_argv(client, point, serving.base_url(workload),
+                                      serving.served_name(workload, run.model), serving.tokenizer(run.model),
+                                      int(workload.get("runs") or 3), bool(workload.get("prefix_caching")),
+                                      corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"))
+                if section["client"]["argv"] is None:
+                    section["client"]["argv"] = redact(argv)
+                cmd = [ENV_BIN, "-C", run.run_dir] + ["%s=%s" % kv for kv in env.items()] + argv
+                share = left / (len(points) - i)
+                result = run_process(cmd, os.path.join(run.run_dir, "bench.log"), share)
+                entry["duration_s"] = round(result["seconds"], 3)
+                if result["timed_out"]:
+                    entry["reason"] = "timed out after %.0f s (its share of the run's timeout_s)" % share
+                    continue
+                if result["rc"] != 0:
+                    entry["reason"] = "client exited %s: %s" % (result["rc"], serving.log_tail(
+                        os.path.join(run.run_dir, "bench.log")))
+                    continue
+                self.read_point(entry, drv, raw, point)
+        return hit
+
+    def read_point(self, entry: dict, drv, raw: str, point: dict) -> None:
+        """Fill a point's figures from the client's output file (``raw``, relative to the run directory)."""
+        try:
+            with open(os.path.join(self.run.run_dir, raw), "rb") as fh:
+                parsed = drv.parse_point(fh.read(), point, source=raw)
+        except OSError as exc:
+            entry["reason"] = "no client output %s: %s" % (raw, exc.strerror or exc)
+            return
+        except serving_client.ClientOutputError as exc:
+            entry["reason"] = str(exc)
+            return
+        entry["raw"] = raw
+        entry["metrics"], entry["samples"] = parsed["metrics"], parsed["samples"]
+        if parsed.get("context_load"):
+            entry["context_load"] = parsed["context_load"]
+        if not parsed["metrics"]:
+            entry["reason"] = "no figures in %s (the client measured nothing)" % raw
+            return
+        entry["status"] = "ok"
 
     def launch(self, cmd: list, log: str, timeout: float, sampler, stdout=None) -> dict:
         if self.kind != "container":
@@ -216,15 +379,7 @@ class Launcher:
         subprocess.run([docker, "rm", "-f", name], capture_output=True)  # a leftover from a killed run
 
         def watch_cgroup(proc):
-            self.registered(proc, container=name, docker=docker)
-
-            def find():
-                path = container_cgroup_memory_file(docker, name)
-                if path:
-                    sampler.set_cgroup_memory_file(path)
-                    if self.tracker is not None:
-                        self.tracker.set_cgroup(path)
-            threading.Thread(target=find, daemon=True).start()
+            self.container_started(proc, sampler)
 
         def kill_container():
             subprocess.run([docker, "kill", name], capture_output=True)
@@ -234,6 +389,19 @@ class Launcher:
                                stdout_path=stdout)
         finally:
             subprocess.run([docker, "rm", "-f", name], capture_output=True)
+
+    def container_started(self, proc, sampler) -> None:
+        """A container run's process started: register it, and find its cgroup for telemetry and memory."""
+        docker, name = self.docker(), self.container_name()
+        self.registered(proc, container=name, docker=docker)
+
+        def find():
+            path = container_cgroup_memory_file(docker, name)
+            if path:
+                sampler.set_cgroup_memory_file(path)
+                if self.tracker is not None:
+                    self.tracker.set_cgroup(path)
+        threading.Thread(target=find, daemon=True).start()
 
     def registered(self, proc, container=None, docker=None) -> None:
         if self.fp is not None:

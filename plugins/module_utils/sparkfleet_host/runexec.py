@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 
-from . import trtllm_cli
+from . import serving, trtllm_cli
 from .chroot import ChrootError, chroot_argv, load_image_config, stale_marker_warning
 from .memstate import cgroup_dir_of_pid
 
@@ -69,6 +69,11 @@ def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloa
                 "--output-len", str(workload.get("output_len", 128)),
                 "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 2))]
         return [("bench", argv + extra, None)]
+    if serving.is_serving({"engine": engine}):  # the server only: its client runs on the host (run_launch.serve)
+        try:
+            return [("server", serving.server_argv(workload, model), None)]
+        except serving.ServingError as exc:
+            raise RunSetupError(str(exc)) from None
     if engine == "trtllm":
         try:
             return trtllm_cli.steps(workload, model, run_dir, trtllm_cli.resolve(trtllm), hf_cache=hf_cache)

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+"""Serving runs: the engine servers (one launch spec per engine), their profile points, and a server's life.
+
+A serving run (docs: the serving contract, issue 25) is one engine server lifetime in the run's environment,
+driven by a load generator on the host (serving_client) through every point of the workload's profile. This
+file knows the engines: :data:`ENGINES` (argv, default port, readiness path; one table, extended by adding a
+row), :func:`profile_points` (the profile crossed, named, in the run's seeded shuffled order), and
+:class:`ServerProcess`, which starts the server argv (already wrapped for its environment by run_launch's
+Launcher) in its own process group, waits until it answers on 127.0.0.1, and always stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+#: The server listens here only: the client runs on the same host, nothing else reaches it.
+LOOPBACK = "127.0.0.1"
+#: How long a stopped server gets between SIGTERM and SIGKILL (engines free GPU memory on the way out).
+STOP_GRACE_S = 30.0
+#: Readiness polling: period and the limit of one HTTP probe.
+POLL_S = 0.5
+PROBE_TIMEOUT_S = 2.0
+#: How much of server.log a failure quotes.
+LOG_TAIL_BYTES = 2000
+#: llama.cpp: context tokens per slot beyond depth + pp + tg (chat template, warmup and probe turns).
+LLAMACPP_SLOT_MARGIN = 512
+
+
+class ServingError(Exception):
+    """A serving run cannot go on: the server never became ready, or its settings are wrong."""
+
+
+# ------------------------------------------------------------------------------------ engines
+
+
+def _has_flag(args: list, names) -> bool:
+    """Whether ``args`` already set one of the flag ``names`` (``--flag value`` or ``--flag=value``)."""
+    return any(str(a).split("=", 1)[0] in names for a in args)
+
+
+def _llamacpp_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
+    # ggml-org/llama.cpp common/arg.cpp (commit 145b628): -m, --host, --port, -c/--ctx-size, -np/--parallel
+    # ("number of server slots"), -ngl/--n-gpu-layers, -a/--alias. With -np N and no --kv-unified, each slot gets
+    # n_ctx / N tokens (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max), so -c is the per-slot need x N.
+    points = profile_points(workload)
+    slots = max(p["concurrency"] for p in points)
+    per_slot = max(p["depth"] + p["pp"] + p["tg"] for p in points) + LLAMACPP_SLOT_MARGIN
+    argv = ["llama-server", "-m", str(model["path"]), "--host", LOOPBACK, "--port", str(port)]
+    if not _has_flag(extra, ("-c", "--ctx-size")):
+        argv += ["-c", str(per_slot * slots)]
+    if not _has_flag(extra, ("-np", "--parallel")):
+        argv += ["-np", str(slots)]
+    if not _has_flag(extra, ("-ngl", "--gpu-layers", "--n-gpu-layers")):
+        argv += ["-ngl", "999"]  # every layer on the GPU (older builds default to none)
+    if not _has_flag(extra, ("-a", "--alias")):
+        argv += ["--alias", served]
+    return argv + extra
+
+
+def _vllm_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
+    # vllm-project/vllm vllm/entrypoints/openai/cli_args.py (commit 789340f): --host, --port; the model is
+    # `vllm serve`'s positional model_tag; --served-model-name from vllm/engine/arg_utils.py.
+    return ["vllm", "serve", _model_source(model), "--host", LOOPBACK, "--port", str(port),
+            "--served-model-name", served] + extra
+
+
+def _sglang_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
+    # sgl-project/sglang python/sglang/srt/server_args.py (commit 469c63e): --model-path, --host, --port,
+    # --served-model-name.
+    return ["python3", "-m", "sglang.launch_server", "--model-path", _model_source(model), "--host", LOOPBACK,
+            "--port", str(port), "--served-model-name", served] + extra
+
+
+def _trtllm_serve_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
+    # NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (commit 00209af): `trtllm-serve MODEL --host --port`;
+    # no served-name option: the server names the model after the directory (see served_name).
+    return ["trtllm-serve", _model_source(model), "--host", LOOPBACK, "--port", str(port)] + extra
+
+
+#: engine -> how its server starts and says it is ready. ``ready_path``: an HTTP GET answering 200 once the
+#: model is loaded (llama-server's /health answers 503 while loading: tools/server/README.md; vLLM, SGLang and
+#: trtllm-serve serve /health once the engine is up: trtllm docs/source/commands/trtllm-serve.rst).
+ENGINES = {
+    "llama.cpp": {"argv": _llamacpp_argv, "port": 8080, "ready_path": "/health"},
+    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health"},
+    "sglang": {"argv": _sglang_argv, "port": 30000, "ready_path": "/health"},
+    "trtllm-serve": {"argv": _trtllm_serve_argv, "port": 8000, "ready_path": "/health"},
+}
+
+
+def is_serving(workload: dict) -> bool:
+    """Whether the workload is a serving run (its engine is a server in ENGINES)."""
+    return str((workload or {}).get("engine", "")) in ENGINES
+
+
+def _model_source(model: dict) -> str:
+    return str(model.get("path") or model.get("hf_id") or model["name"])
+
+
+def served_name(workload: dict, model: dict) -> str:
+    """The model name the client sends: the workload's served_model_name, else the campaign's model name.
+    trtllm-serve cannot be told one: it answers as the model directory's basename
+    (NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_server.py: ``self.model = model_dir.name``)."""
+    engine = workload.get("engine")
+    if engine == "trtllm-serve":
+        source = _model_source(model)
+        return os.path.basename(source.rstrip("/")) if os.path.isdir(source) else source
+    return str(workload.get("served_model_name") or model["name"])
+
+
+def port(workload: dict) -> int:
+    """The server's port: the workload's, else the engine's default."""
+    value = workload.get("port") or ENGINES[workload["engine"]]["port"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ServingError("workload %s: port %r is not a TCP port" % (workload.get("name"), value))
+    return value
+
+
+def server_argv(workload: dict, model: dict) -> list:
+    """The engine server's argv (before its environment's wrapping), the workload's server_args last."""
+    engine = workload["engine"]
+    if engine not in ENGINES:
+        raise ServingError("engine %r is not a serving engine (one of %s)" % (engine, ", ".join(ENGINES)))
+    if engine == "llama.cpp" and not str(model.get("path") or "").endswith(".gguf"):
+        raise ServingError("model %s: llama.cpp serves a .gguf file, path is %r" % (model["name"], model.get("path")))
+    extra = [str(a) for a in (workload.get("server_args") or [])]
+    return ENGINES[engine]["argv"](workload, model, port(workload), served_name(workload, model), extra)
+
+
+def ready_url(workload: dict) -> str:
+    return "http://%s:%d%s" % (LOOPBACK, port(workload), ENGINES[workload["engine"]]["ready_path"])
+
+
+def base_url(workload: dict) -> str:
+    """The OpenAI-compatible API root the client is given."""
+    return "http://%s:%d/v1" % (LOOPBACK, port(workload))
+
+
+def tokenizer(model: dict) -> str:
+    """The tokenizer the client counts with: the model's ``tokenizer``, else its path when that is a directory."""
+    value = model.get("tokenizer")
+    if not value and model.get("path") and os.path.isdir(str(model["path"])):
+        value = model["path"]
+    if not value:
+        raise ServingError("model %s: no tokenizer (set the model's tokenizer to a tokenizer.json or a directory "
+                           "holding one)" % model["name"])
+    return str(value)
+
+
+def with_host_network(flags: list):
+    """(docker run flags with ``--network host`` added unless they already pick a network, network recorded).
+
+    The client reaches the server on the host's loopback; a published port would add docker-proxy to every
+    request."""
+    flags = [str(f) for f in flags]
+    for i, flag in enumerate(flags):
+        name, _, value = flag.partition("=")
+        if name in ("--network", "--net"):
+            if not value and i + 1 < len(flags):
+                value = flags[i + 1]
+            return flags, {"network": value, "network_added": False}
+    return flags + ["--network", "host"], {"network": "host", "network_added": True}
+
+
+# ------------------------------------------------------------------------------------ profile
+
+
+def point_name(point: dict) -> str:
+    return "d%d.c%d.pp%d.tg%d" % (point["depth"], point["concurrency"], point["pp"], point["tg"])
+
+
+def _levels(profile: dict, key: str, low: int) -> list:
+    values = profile.get(key)
+    if not isinstance(values, list) or not values:
+        raise ValueError("profile.%s must be a non-empty list of integers, got %r" % (key, values))
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError("profile.%s: %r is not an integer >= %d" % (key, v, low))
+    return sorted(set(values))
+
+
+def profile_points(workload: dict) -> list:
+    """The profile crossed (depth x concurrency x pp x tg), each with its name, in a fixed order.
+    Raises ValueError for a missing or malformed profile."""
+    profile = workload.get("profile")
+    if not isinstance(profile, dict):
+        raise ValueError("workload %s: a serving workload needs a profile mapping, got %r"
+                         % (workload.get("name"), profile))
+    depth, conc = _levels(profile, "depth", 0), _levels(profile, "concurrency", 1)
+    pp, tg = _levels(profile, "pp", 1), _levels(profile, "tg", 1)
+    points = []
+    for d in depth:
+        for c in conc:
+            for p in pp:
+                for t in tg:
+                    point = {"depth": d, "concurrency": c, "pp": p, "tg": t}
+                    point["point"] = point_name(point)
+                    points.append(point)
+    return points
+
+
+def order_seed(rid: str) -> int:
+    """The seed of a run's point order: the first 8 hex digits of sha256(run_id)."""
+    return int(hashlib.sha256(rid.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def shuffled_points(workload: dict, rid: str):
+    """(points in the run's seeded shuffled order, each with its ``order``; the seed)."""
+    seed = order_seed(rid)
+    points = profile_points(workload)
+    random.Random(seed).shuffle(points)
+    for i, point in enumerate(points):
+        point["order"] = i
+    return points, seed
+
+
+# ------------------------------------------------------------------------------------ process
+
+
+def log_tail(path: str, limit: int = LOG_TAIL_BYTES) -> str:
+    """The end of a log, one line of text (for a reason)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(fh.tell() - limit, 0))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-5:])[-600:]
+
+
+class ServerProcess:
+    """One engine server's life: start in its own process group (output to ``log_path``), wait until ready,
+    stop. A context manager whose exit always stops the server, whatever ended the block (an error, a
+    JobStopped raised by SIGTERM): no server may outlive its run and hold memory for the next one.
+
+    ``argv``: the server command already wrapped for its environment. ``container``: (docker, name) when the
+    command is ``docker run --name name``; the container is then killed and removed by name too.
+    ``on_start(proc)``: called once started (job registration, fingerprint).
+    """
+
+    def __init__(self, argv: list, log_path: str, url: str, container=None, on_start=None,
+                 grace_s: float = STOP_GRACE_S):
+        self.argv = [str(a) for a in argv]
+        self.log_path = log_path
+        self.url = url
+        self.container = container
+        self.on_start = on_start
+        self.grace_s = grace_s
+        self.proc = None
+        self.stopped = None  # "exited" | "terminated" | "killed" once stopped
+        self.exit_code = None
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:  # on_start failed, or a stop came: __exit__ would not run
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def start(self) -> None:
+        if self.container:
+            self._docker("rm", "-f")  # a leftover of a killed run would hold the name (and the memory)
+        with open(self.log_path, "ab") as log:
+            # As runexec.run_process: a SIGTERM must not land between the start and the caller's try/finally.
+            held = _hold_sigterm()
+            try:
+                self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            finally:
+                _release_sigterm(held)
+        if self.on_start is not None:
+            self.on_start(self.proc)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Seconds until ``url`` answered 200. Raises ServingError when the server exits first (with the log's
+        tail) or does not answer within ``timeout_s``."""
+        started = time.monotonic()
+        deadline = started + max(float(timeout_s), 0.0)
+        last = "no answer yet"
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise ServingError("server exited with code %s before it was ready: %s"
+                                   % (code, log_tail(self.log_path) or "server.log is empty"))
+            try:
+                with self._opener.open(self.url, timeout=PROBE_TIMEOUT_S) as response:
+                    if response.status == 200:
+                        return round(time.monotonic() - started, 3)
+                    last = "HTTP %d" % response.status
+            except urllib.error.HTTPError as exc:  # 503 while the model loads
+                last = "HTTP %d" % exc.code
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = str(getattr(exc, "reason", exc))
+            if time.monotonic() >= deadline:
+                raise ServingError("server not ready after %.0f s (%s answered %s): %s"
+                                   % (float(timeout_s), self.url, last, log_tail(self.log_path)))
+            time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
+
+    def stop(self) -> dict:
+        """Stop the server (idempotent): SIGTERM to its group, the grace, SIGKILL; a container killed and removed
+        by name. Returns {"stopped", "exit_code"}."""
+        if self.proc is None or self.stopped is not None:
+            return {"stopped": self.stopped, "exit_code": self.exit_code}
+        how = "exited"
+        if self.proc.poll() is None:
+            how = "terminated"
+            self._signal_group(signal.SIGTERM)  # `docker run` (not a tty) passes it on to the container
+            try:
+                self.proc.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                how = "killed"
+                if self.container:
+                    self._docker("kill")
+                self._signal_group(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=30)
+        # Whatever the leader did, its group's other members (engine workers) go too.
+        self._signal_group(signal.SIGKILL)
+        if self.container:
+            self._docker("rm", "-f")
+        self.stopped, self.exit_code = how, self.proc.returncode
+        return {"stopped": self.stopped, "exit_code": self.exit_code}
+
+    def _signal_group(self, sig) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def _docker(self, *verb) -> None:
+        docker, name = self.container
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([docker] + list(verb) + [name], capture_output=True, timeout=120)
+
+
+def _hold_sigterm() -> bool:
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        return True
+    except (AttributeError, ValueError, OSError):  # not the main thread, or no pthread_sigmask
+        return False
+
+
+def _release_sigterm(held: bool) -> None:
+    if held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
