@@ -3,7 +3,7 @@
 
 STANDALONE on purpose: run with the host's python3 (stdlib; torch or cupy when importable), nothing of
 sparkfleet. Two modes, each printing ONE JSON object on stdout (the last line), which
-``sparkfleet_host.host_state`` reads:
+``sparkfleet_host.host_state`` reads (the load mode first prints a line saying the load has started):
 
     python3 gpu_probe.py load --seconds 3 [--size 4096] [--backend auto|torch|cupy]
         bf16 (torch) / fp16 (cupy) N x N matrix products back to back for SECONDS, so the GPU runs at its
@@ -28,6 +28,8 @@ import sys
 import time
 
 RC_NO_BACKEND = 3
+#: Printed (flushed) when the load loop begins: torch's import and CUDA's start take seconds at idle clocks.
+LOAD_STARTED = "sparkfleet-gpu-probe: load started"
 BACKENDS = ("auto", "torch", "cupy")
 
 
@@ -95,6 +97,7 @@ def run_load(backend, seconds, size):
     a, b = backend.matrix(size), backend.matrix(size)
     backend.matmul(a, b)  # warm-up: the first product pays for the library's setup
     backend.sync()
+    print(LOAD_STARTED, flush=True)  # the caller samples the clock from here on, not during the imports
     products, started = 0, time.perf_counter()
     deadline = started + seconds
     while time.perf_counter() < deadline:

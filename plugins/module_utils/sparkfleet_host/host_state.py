@@ -1,0 +1,554 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Host state around each run (issue 24): the readiness probe before it and the attestation over it, as the run
+record's ``readiness`` and ``attestation`` sections (record.SECTION_KEYS).
+
+* :func:`readiness_probe` runs the short fixed GPU load (``gpu_probe.py load``, copied with the workload scripts,
+  run with the host's python3) while reading the SM clock and power under load through gpu.py's sensor, then
+  judges them (readiness.judge) and decides under the campaign's policy (readiness.action).
+* :func:`run_state_before` / :func:`run_state_after` bracket the measured run: ``nvidia-smi -q -d PERFORMANCE``
+  event/throttle counters as deltas, memory at start (MemFree/MemAvailable/Cached, free 2 MiB blocks of
+  /proc/buddyinfo), the controls sparkfleet applied (the gpu_state role's files: a ``-lgc`` lock cannot be read
+  back) and the energy over the run's telemetry.csv.
+
+Nothing here raises into a run: a failing piece is recorded (``error`` / ``errors``) and the run goes on, except
+where the probe's verdict under the ``refuse`` policy says it must not.
+
+Stdlib only, Python 3.8+, relative imports: shipped to the hosts with the other module_utils.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import attestation, readiness
+from .gpu import (
+    GpuSensor,
+    GpuSensorError,
+    find_nvidia_smi,
+    open_sensor,
+    parse_int,
+    parse_number,
+    query_gpu,
+    subprocess_runner,
+)
+
+#: The probe's load script, in the workloads directory (roles/matrix/files/gpu_probe.py).
+PROBE_SCRIPT = "gpu_probe.py"
+#: Printed by gpu_probe.py when its load loop begins (its LOAD_STARTED).
+LOAD_STARTED = "sparkfleet-gpu-probe: load started"
+#: gpu_probe.py's exit code when neither torch with CUDA nor cupy is importable.
+RC_NO_BACKEND = 3
+
+#: The plan group ``readiness`` with its defaults (the planner's; repeated so a plan without it still probes).
+DEFAULT_SETTINGS: Dict[str, Any] = {"policy": "mark", "min_fraction": readiness.DEFAULT_MIN_FRACTION,
+                                    "expected_clock_mhz": None, "probe_s": 3.0,
+                                    "degraded_bands": [list(b) for b in readiness.DEFAULT_DEGRADED_BANDS]}
+PROBE_S_MAX = 60.0
+#: Seconds the probe may take beyond probe_s: importing torch and starting CUDA (tens of seconds on a cold host).
+STARTUP_ALLOWANCE_S = 120.0
+SAMPLE_INTERVAL_S = 0.25
+#: The first part of the load window is ramp-up (clock boost, the first kernels): samples there are left out.
+RAMP_FRACTION = 1.0 / 3
+
+#: Where the gpu_state role keeps the state it found before applying (roles/gpu_state/defaults/main.yml:
+#: ``{{ sparkfleet_plan.paths.work_dir }}/state/gpu_state_saved.json``; results_root is ``<work_dir>/results``).
+SAVED_STATE_NAME = os.path.join("state", "gpu_state_saved.json")
+#: The gpu_state module's record of the clocks it locked (its option state_file's default).
+DEFAULT_LOCK_RECORD = "/run/sparkfleet/gpu-state.json"
+
+#: ``nvidia-smi -q -d PERFORMANCE``: the clock event reasons and (driver 580+) their cumulative counters.
+PERFORMANCE_ARGS = ("-q", "-d", "PERFORMANCE")
+#: Read back before each run: what nvidia-smi *can* report of the controls (a lock it cannot).
+READBACK_FIELDS = ("index", "name", "persistence_mode", "power.limit", "clocks.max.sm")
+
+#: Energy scope labels: NVML's power on a GB10 is the GPU rail (about half the system's draw under load).
+SCOPE_GB10 = "GPU rail only"
+SCOPE_BOARD = "GPU board"
+
+Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
+
+
+# --------------------------------------------------------------------------- settings and controls
+
+
+def probe_settings(settings: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The plan's ``readiness`` group over :data:`DEFAULT_SETTINGS`, checked; ValueError naming a bad key."""
+    out = dict(DEFAULT_SETTINGS)
+    if settings:
+        unknown = sorted(set(settings) - set(DEFAULT_SETTINGS) - {"min_fraction_of_max"})
+        if unknown:
+            raise ValueError("readiness: unknown key(s) %s" % ", ".join(unknown))
+        out.update({k: v for k, v in settings.items() if v is not None or k == "expected_clock_mhz"})
+    if out["policy"] not in readiness.POLICIES:
+        raise ValueError("readiness.policy: one of %s, got %r" % (", ".join(readiness.POLICIES), out["policy"]))
+    probe_s = out["probe_s"]
+    if isinstance(probe_s, bool) or not isinstance(probe_s, (int, float)) or not 0 < probe_s <= PROBE_S_MAX:
+        raise ValueError("readiness.probe_s: seconds in (0, %g], got %r" % (PROBE_S_MAX, probe_s))
+    return out
+
+
+def saved_state_file(results_root: str) -> str:
+    """The gpu_state role's saved-state file of the host whose results root is ``results_root``."""
+    return os.path.join(os.path.dirname(os.path.normpath(results_root)), SAVED_STATE_NAME)
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_applied_controls(saved_file: Optional[str]) -> Dict[str, Any]:
+    """The controls sparkfleet applied, from the gpu_state role's files (nvidia-smi cannot read a lock back).
+
+    The role writes ``saved_file`` (``{host, saved, state_file}``, the state found before it applied anything,
+    kept until undo) and its module records each lock in ``state_file`` (``{"locked_clocks": {"0": {min, max}
+    | null}}``). Returns ``{"applied", "source", "state_file", "locked_clocks": {gpu: {min, max} | None},
+    "requested", "prior", "error"}``: ``applied`` False (with ``error`` None) when no saved file exists (the
+    role has not applied controls, or undo ran); ``requested`` is the plan's gpu_state group when the saved file
+    carries it (None otherwise); ``prior`` the saved state's persistence, power limit and lock per GPU."""
+    out: Dict[str, Any] = {"applied": False, "source": saved_file, "state_file": None, "locked_clocks": {},
+                           "requested": None, "prior": None, "error": None}
+    if not saved_file or not os.path.exists(saved_file):
+        return out
+    try:
+        saved = _read_json(saved_file)
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        out["error"] = "%s: %s" % (saved_file, exc)
+        return out
+    out["applied"] = True
+    out["requested"] = saved.get("requested")
+    prior = saved.get("saved") if isinstance(saved.get("saved"), dict) else {}
+    out["prior"] = {"cpu_governor": prior.get("cpu_governor"),
+                    "gpus": {str(g.get("index")): {k: g.get(k) for k in ("persistence_mode", "power_limit",
+                                                                         "locked_clocks")}
+                             for g in prior.get("gpus") or [] if isinstance(g, dict)}}
+    state_file = saved.get("state_file") or DEFAULT_LOCK_RECORD
+    out["state_file"] = state_file
+    try:
+        record = _read_json(state_file)
+        locks = record.get("locked_clocks") if isinstance(record, dict) else None
+        out["locked_clocks"] = {str(k): v for k, v in (locks or {}).items()}
+    except FileNotFoundError:
+        pass  # no lock was ever set (or the host rebooted: /run is gone, and so is the lock)
+    except (OSError, ValueError) as exc:
+        out["error"] = "%s: %s" % (state_file, exc)
+    return out
+
+
+def applied_controls(results_root: str) -> Dict[str, Any]:
+    """:func:`read_applied_controls` of the host whose results root is ``results_root``."""
+    return read_applied_controls(saved_state_file(results_root))
+
+
+def applied_lock(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[Tuple[float, float]]:
+    """The (min, max) MHz lock recorded for ``gpu``, or None."""
+    lock = ((controls or {}).get("locked_clocks") or {}).get(str(gpu))
+    if isinstance(lock, dict) and lock.get("min") is not None and lock.get("max") is not None:
+        return float(lock["min"]), float(lock["max"])
+    return None
+
+
+# --------------------------------------------------------------------------- the readiness probe
+
+
+class _ProbeProcess:
+    """``python3 gpu_probe.py load --seconds S``, its stdout read on a thread: when the load began, its last line."""
+
+    def __init__(self, argv: List[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 (argv)
+                                     stderr=subprocess.PIPE, text=True, env=dict(os.environ, LC_ALL="C"))
+        self.started_at: Optional[float] = None
+        self.lines: List[str] = []
+        self.stderr = ""
+        self._out = threading.Thread(target=self._read_stdout, daemon=True)
+        self._err = threading.Thread(target=self._read_stderr, daemon=True)
+        self._out.start()
+        self._err.start()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == LOAD_STARTED and self.started_at is None:
+                self.started_at = time.monotonic()
+            elif line.strip():
+                self.lines.append(line.strip())
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()[-2000:]
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, kill: bool = False) -> Optional[int]:
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+        rc = self.proc.wait()
+        self._out.join(timeout=5)
+        self._err.join(timeout=5)
+        return rc
+
+    def result(self) -> Optional[Dict[str, Any]]:
+        for line in reversed(self.lines):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+        return None
+
+
+def _median(values: List[float]) -> Optional[float]:
+    return round(statistics.median(values), 2) if values else None
+
+
+def _section(cfg: Mapping[str, Any], started: float, verdict: Optional[Mapping[str, Any]] = None,
+             decided: Optional[Mapping[str, Any]] = None, error: Optional[str] = None,
+             **extra: Any) -> Dict[str, Any]:
+    verdict = verdict or {}
+    reasons = list(verdict.get("reasons") or [])
+    if decided is None:  # nothing judged (an error): unknown, marked and warned as readiness.action does
+        decided = readiness.action({"state": "unknown", "reasons": reasons}, cfg.get("policy", "mark"))
+    out = {
+        "state": verdict.get("state", "unknown"),
+        "reasons": reasons,
+        "action": dict(decided),
+        "sm_clock_mhz": verdict.get("sm_clock_mhz"),
+        "power_w": verdict.get("power_w"),
+        "expected_clock_mhz": verdict.get("effective_expected_mhz"),
+        "expected_source": verdict.get("expected_source"),
+        "duration_s": round(time.monotonic() - started, 3),
+        "policy": cfg.get("policy", "mark"),
+        "error": error,
+        "min_fraction": verdict.get("min_fraction"),
+        "fraction": None if verdict.get("fraction") is None else round(verdict["fraction"], 4),
+        "applied_lock_mhz": verdict.get("applied_lock_mhz"),
+    }
+    out.update(extra)
+    return out
+
+
+def _unknown(cfg: Mapping[str, Any], started: float, cause: str, message: str, error: Optional[str] = None,
+             **extra: Any) -> Dict[str, Any]:
+    verdict = {"state": "unknown", "reasons": [{"cause": cause, "message": message}]}
+    return _section(cfg, started, verdict, readiness.action(verdict, cfg.get("policy", "mark")), error, **extra)
+
+
+def max_sm_clock_mhz(gpu: int = 0, nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
+                     ) -> Optional[float]:
+    """The GPU's maximum SM clock (``clocks.max.sm``), or None when nvidia-smi does not say."""
+    try:
+        rows = query_gpu(("index", "clocks.max.sm"), find_nvidia_smi(nvidia_smi), runner)
+    except GpuSensorError:
+        return None
+    for row in rows:
+        if parse_int(row["index"]) == gpu:
+            return parse_number(row["clocks.max.sm"])
+    return None
+
+
+def _sample(sensor: GpuSensor, gpu: int) -> Tuple[Optional[float], Optional[float]]:
+    reading = sensor.read([gpu])[0]
+    return reading.sm_clock_mhz, reading.power_w
+
+
+def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Optional[Mapping[str, Any]],
+                    gpu_present: bool, *, script: Optional[str] = None, python: str = "python3",
+                    sensor: Optional[GpuSensor] = None, gpu: int = 0, max_clock_mhz: Optional[float] = None,
+                    nvidia_smi: str = "nvidia-smi", sample_interval_s: float = SAMPLE_INTERVAL_S
+                    ) -> Dict[str, Any]:
+    """The record's ``readiness`` section: run ``script`` (gpu_probe.py) ``load`` for ``probe_s`` seconds with
+    ``python``, read the SM clock and power of GPU ``gpu`` every ``sample_interval_s`` through ``sensor`` (gpu.py's,
+    opened here when None) from the moment the load loop started (the ramp-up third left out), take the medians,
+    and judge them (readiness.judge) against
+
+    * ``expected_clock_mhz`` of the settings (``expected_source`` "campaign", ``min_fraction``), else
+    * the GPU's maximum SM clock (``max_clock_mhz``, else nvidia-smi's ``clocks.max.sm``; source "max_clock",
+      ``min_fraction_of_max``, default readiness.DEFAULT_MIN_FRACTION_OF_MAX),
+
+    with the degraded bands and the lock recorded in ``applied_controls`` (:func:`read_applied_controls`).
+    ``action`` is readiness.action under the policy: ``{"action": "run" | "mark" | "refuse", "warn", ...}``.
+
+    No GPU (``gpu_present`` False): state ``unknown`` (cause ``no_gpu``) and action ``run``: nothing to probe,
+    nothing to mark. No torch/cupy for the load (gpu_probe.py exits 3): ``unknown`` (cause ``no_load``) with
+    the script's reason, marked and warned as readiness.action decides. Never raises: a bad setting, a
+    missing script, a sensor or probe failure is ``unknown`` with ``error``."""
+    started = time.monotonic()
+    try:
+        cfg = probe_settings(settings)
+    except ValueError as exc:
+        return _unknown({"policy": "mark"}, started, "bad_settings", str(exc), error=str(exc))
+    if not gpu_present:
+        verdict = {"state": "unknown", "reasons": [{"cause": "no_gpu", "message": "no GPU on this host: "
+                                                    "nothing to probe"}]}
+        return _section(cfg, started, verdict, {"action": "run", "warn": False, "state": "unknown",
+                                                "reasons": verdict["reasons"]})
+    if not script or not os.path.isfile(script):
+        message = "probe script %s not found" % (script or PROBE_SCRIPT)
+        return _unknown(cfg, started, "no_load", message, error=message)
+    own_sensor = sensor is None
+    try:
+        if sensor is None:
+            sensor = open_sensor("auto", nvidia_smi=nvidia_smi)
+    except GpuSensorError as exc:
+        return _unknown(cfg, started, "missing_reading", "no GPU sensor: %s" % exc, error=str(exc))
+    clocks: List[float] = []
+    powers: List[float] = []
+    errors: List[str] = []
+    probe_s = float(cfg["probe_s"])
+    try:
+        try:
+            proc = _ProbeProcess([python, script, "load", "--seconds", "%g" % probe_s])
+        except OSError as exc:
+            return _unknown(cfg, started, "no_load", "cannot start %s: %s" % (python, exc), error=str(exc))
+        deadline = started + probe_s + STARTUP_ALLOWANCE_S
+        killed = False
+        while proc.running():
+            now = time.monotonic()
+            if now > deadline:
+                killed = True
+                break
+            if proc.started_at is not None and now >= proc.started_at + RAMP_FRACTION * probe_s:
+                try:
+                    clock, power = _sample(sensor, gpu)
+                except Exception as exc:  # GpuSensorError, NVMLError: recorded, the probe goes on
+                    if str(exc) not in errors:
+                        errors.append(str(exc))
+                else:
+                    if clock is not None:
+                        clocks.append(clock)
+                    if power is not None:
+                        powers.append(power)
+            time.sleep(sample_interval_s)
+        rc = proc.finish(kill=killed)
+    finally:
+        if own_sensor and sensor is not None:
+            sensor.close()
+    load = proc.result()
+    extra = {"samples": len(clocks), "load": load, "sensor": getattr(sensor, "kind", None),
+             "sensor_errors": errors}
+    if killed:
+        message = "probe did not finish within %g s" % (probe_s + STARTUP_ALLOWANCE_S)
+        return _unknown(cfg, started, "no_load", message, error=message, **extra)
+    if rc == RC_NO_BACKEND:
+        why = (load or {}).get("error") or "no GPU array library"
+        return _unknown(cfg, started, "no_load", "no GPU load could run: %s" % why, **extra)
+    if rc != 0 or proc.started_at is None:
+        message = "probe load failed (rc=%s): %s" % (rc, (proc.stderr.strip().splitlines() or ["no output"])[-1])
+        return _unknown(cfg, started, "no_load", message, error=message, **extra)
+
+    expected, source, fraction = cfg["expected_clock_mhz"], "campaign", cfg["min_fraction"]
+    if expected is None:
+        expected = max_clock_mhz if max_clock_mhz is not None else max_sm_clock_mhz(gpu, nvidia_smi)
+        source = "max_clock"
+        fraction = cfg.get("min_fraction_of_max") or readiness.DEFAULT_MIN_FRACTION_OF_MAX
+    try:
+        verdict = readiness.judge(_median(clocks), _median(powers), expected_sm_clock_mhz=expected,
+                                  expected_source=source, min_fraction=fraction,
+                                  degraded_bands=cfg["degraded_bands"],
+                                  applied_lock_mhz=applied_lock(applied_controls, gpu))
+        decided = readiness.action(verdict, cfg["policy"])
+    except ValueError as exc:
+        return _unknown(cfg, started, "bad_settings", str(exc), error=str(exc), **extra)
+    return _section(cfg, started, verdict, decided, **extra)
+
+
+# --------------------------------------------------------------------------- over the run
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def performance_snapshot(nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
+                         ) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(``nvidia-smi -q -d PERFORMANCE`` parsed by attestation.parse_nvidia_smi_q, None) or (None, why)."""
+    try:
+        argv = [find_nvidia_smi(nvidia_smi)] + list(PERFORMANCE_ARGS)
+    except GpuSensorError as exc:
+        return None, str(exc)
+    rc, out, err = runner(argv)
+    if rc != 0:
+        return None, "%s failed (rc=%d): %s" % (" ".join(argv), rc, (err or out).strip()[-300:])
+    try:
+        return attestation.parse_nvidia_smi_q(out), None
+    except attestation.AttestationError as exc:
+        return None, str(exc)
+
+
+def readback(nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
+             ) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """What nvidia-smi reports of the controls it can read back, per GPU: name, persistence, power limit, max
+    SM clock; ([], why) when it cannot answer."""
+    try:
+        rows = query_gpu(READBACK_FIELDS, find_nvidia_smi(nvidia_smi), runner)
+    except GpuSensorError as exc:
+        return [], str(exc)
+    return [{"index": parse_int(r["index"]), "name": r["name"], "persistence_mode": r["persistence_mode"],
+             "power_limit_w": parse_number(r["power.limit"]), "max_sm_clock_mhz": parse_number(r["clocks.max.sm"])}
+            for r in rows], None
+
+
+def run_state_before(*, controls: Optional[Mapping[str, Any]] = None, results_root: Optional[str] = None,
+                     nvidia_smi: str = "nvidia-smi", proc_root: str = "/proc",
+                     runner: Runner = subprocess_runner) -> Dict[str, Any]:
+    """The state just before the measured run, to pass to :func:`run_state_after`: the event counters, memory
+    at start, the controls applied (``controls`` as :func:`read_applied_controls` returned them, else read for
+    ``results_root``), nvidia-smi's read-back of them, the GPU names (for the energy's scope)."""
+    errors: List[str] = []
+    snapshot, why = performance_snapshot(nvidia_smi, runner)
+    if why:
+        errors.append("counters: %s" % why)
+    if controls is None:
+        controls = applied_controls(results_root) if results_root else read_applied_controls(None)
+    controls = dict(controls)
+    if controls.get("error"):
+        errors.append("controls: %s" % controls["error"])
+    gpus, why = readback(nvidia_smi, runner)
+    if why:
+        errors.append("readback: %s" % why)
+    controls["readback"] = gpus
+    meminfo = _read_text(os.path.join(proc_root, "meminfo"))
+    buddyinfo = _read_text(os.path.join(proc_root, "buddyinfo"))
+    try:
+        memory = attestation.memory_state(meminfo, buddyinfo, os.sysconf("SC_PAGE_SIZE"))
+    except attestation.AttestationError as exc:
+        errors.append("memory: %s" % exc)
+        memory = attestation.memory_state(meminfo, None)
+    for name, text in (("meminfo", meminfo), ("buddyinfo", buddyinfo)):
+        if text is None:
+            errors.append("memory: %s not readable" % os.path.join(proc_root, name))
+    return {"t_wall": time.time(), "counters": _counters(snapshot), "controls": controls, "memory": memory,
+            "gpu_names": [g.get("name") for g in gpus] or [g.get("product_name") for g in
+                                                               (snapshot or {}).get("gpus") or []],
+            "errors": errors}
+
+
+def _counters(snapshot: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Dict[str, int]]]:
+    if snapshot is None:
+        return None
+    return {g["bus_id"]: dict(g["clock_event_counters_us"]) for g in snapshot["gpus"]}
+
+
+def counter_section(before: Optional[Mapping[str, Mapping[str, int]]],
+                    after: Optional[Mapping[str, Mapping[str, int]]]) -> Optional[Dict[str, Any]]:
+    """Per GPU (bus id) attestation.counter_deltas of the two snapshots, in microseconds; None when either is
+    missing. ``reported`` is False for a driver that prints no counters (before the 580 series)."""
+    if before is None or after is None:
+        return None
+    gpus = {bus: attestation.counter_deltas(before.get(bus) or {}, after.get(bus) or {})
+            for bus in sorted(set(before) | set(after))}
+    return {"unit": "us", "source": "nvidia-smi " + " ".join(PERFORMANCE_ARGS), "gpus": gpus,
+            "reported": any(before.values()) or any(after.values())}
+
+
+def energy_scope(gpu_names: Sequence[Optional[str]]) -> Optional[str]:
+    """What the telemetry's power covers: NVML on a GB10 reports the GPU rail only (about half the system's
+    draw under load); elsewhere the GPU board. None without a GPU."""
+    names = [n for n in gpu_names if n]
+    if not names:
+        return None
+    return SCOPE_GB10 if any("GB10" in n for n in names) else SCOPE_BOARD
+
+
+def _float(cell: Optional[str]) -> Optional[float]:
+    try:
+        return float(cell) if cell not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def energy(telemetry_csv: str, output_tokens: Optional[float] = None, scope: Optional[str] = None,
+           window_s: Optional[Tuple[float, float]] = None) -> Dict[str, Any]:
+    """Energy over the run's own window from telemetry.csv's ``gpu_power_w`` (telemetry.CSV_COLUMNS): per GPU, the
+    trapezoidal integral over consecutive samples (``t_s`` seconds), summed over GPUs, in J; a pair of samples
+    with a power missing in either is not integrated (its time is in ``gap_s``). ``window_s`` (t_s from, to)
+    limits the samples; all of them otherwise. ``j_per_output_token`` when ``output_tokens`` > 0.
+
+    Returns ``{"energy_j", "j_per_output_token", "output_tokens", "scope", "window_s", "covered_s", "gap_s",
+    "samples", "gpus": {gpu: {"energy_j", "covered_s", "samples"}}, "method", "error"}``."""
+    out: Dict[str, Any] = {"energy_j": None, "j_per_output_token": None, "output_tokens": output_tokens,
+                           "scope": scope, "window_s": None, "covered_s": None, "gap_s": None, "samples": 0,
+                           "gpus": {}, "method": "trapezoidal integral of telemetry.csv gpu_power_w over t_s",
+                           "error": None}
+    series: Dict[str, List[Tuple[float, Optional[float]]]] = {}
+    try:
+        with open(telemetry_csv, encoding="utf-8", newline="") as fh:
+            for row in csv.DictReader(fh):
+                t = _float(row.get("t_s"))
+                if t is None or not row.get("gpu"):
+                    continue  # a host-memory-only row
+                if window_s is not None and not window_s[0] <= t <= window_s[1]:
+                    continue
+                series.setdefault(row["gpu"], []).append((t, _float(row.get("gpu_power_w"))))
+    except (OSError, csv.Error) as exc:
+        out["error"] = "%s: %s" % (telemetry_csv, exc)
+        return out
+    if not series:
+        out["error"] = "%s: no GPU power samples" % telemetry_csv
+        return out
+    total, covered_all, gap_all, first, last = 0.0, 0.0, 0.0, None, None
+    for gpu in sorted(series, key=lambda g: (len(g), g)):
+        points = sorted(series[gpu])
+        joules = covered = gap = 0.0
+        for (t0, p0), (t1, p1) in zip(points, points[1:]):
+            dt = t1 - t0
+            if p0 is None or p1 is None:
+                gap += dt
+                continue
+            joules += (p0 + p1) / 2.0 * dt
+            covered += dt
+        out["gpus"][gpu] = {"energy_j": round(joules, 3), "covered_s": round(covered, 3),
+                            "samples": sum(1 for _, p in points if p is not None)}
+        total += joules
+        covered_all = max(covered_all, covered)
+        gap_all = max(gap_all, gap)
+        first = points[0][0] if first is None else min(first, points[0][0])
+        last = points[-1][0] if last is None else max(last, points[-1][0])
+        out["samples"] += out["gpus"][gpu]["samples"]
+    if not any(g["covered_s"] > 0 for g in out["gpus"].values()):
+        out["error"] = "%s: fewer than two power samples in a row" % telemetry_csv
+        return out
+    out.update(energy_j=round(total, 3), window_s=[first, last], covered_s=round(covered_all, 3),
+               gap_s=round(gap_all, 3))
+    if output_tokens:
+        out["j_per_output_token"] = round(total / float(output_tokens), 6)
+    return out
+
+
+def run_state_after(token: Mapping[str, Any], telemetry_csv_path: Optional[str],
+                    output_tokens: Optional[float] = None, *, nvidia_smi: str = "nvidia-smi",
+                    runner: Runner = subprocess_runner) -> Dict[str, Any]:
+    """The record's ``attestation`` section: ``counters`` (the event counters' growth over the run, per GPU, in
+    us: :func:`counter_section`), ``controls_applied`` (the token's), ``memory_start`` (MemFree/MemAvailable/
+    Cached KiB and the free 2 MiB blocks, attestation.memory_state), ``energy`` (:func:`energy` over
+    ``telemetry_csv_path``, labelled with its scope), ``errors``."""
+    errors = list(token.get("errors") or [])
+    snapshot, why = performance_snapshot(nvidia_smi, runner)
+    if why:
+        errors.append("counters after: %s" % why)
+    counters = counter_section(token.get("counters"), _counters(snapshot))
+    scope = energy_scope(token.get("gpu_names") or [])
+    if telemetry_csv_path:
+        spent = energy(telemetry_csv_path, output_tokens, scope)
+        if spent["error"] and scope is not None:  # without a GPU there is no power to integrate: not an error
+            errors.append("energy: %s" % spent["error"])
+    else:
+        spent = None
+    return {"counters": counters, "controls_applied": token.get("controls"), "memory_start": token.get("memory"),
+            "energy": spent, "errors": errors}
