@@ -1,0 +1,110 @@
+"""Serving figures as PNG bytes, drawn like plots.py's (embedded in the HTML, written to report/plots/).
+
+Both read the point cells (sparkfleet.serving.cell_statistics): a line through the medians per (engine,
+environment), the band its 95% interval (the median's bootstrap interval, else the mean's t-interval; no band
+where the cell has too few iterations). Aggregate and per-user throughput are always in separate panels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sparkfleet.report.plots import _COLORS, _png, _subplots
+
+#: Panel rows a figure draws at most (the rest are in serving_cells.csv; the title says how many are left out).
+MAX_ROWS = 8
+#: Throughput panels, left to right: generation then prompt, each aggregate beside per user.
+THROUGHPUT_PANELS = (("tg_tok_s", "aggregate"), ("tg_req_tok_s", "per user"),
+                     ("pp_tok_s", "aggregate"), ("pp_req_tok_s", "per user"))
+
+
+def _series_colors(cells: pd.DataFrame) -> dict[tuple[str, str], tuple]:
+    series = sorted(set(zip(cells["engine"].astype(str), cells["environment"].astype(str), strict=True)))
+    return {s: _COLORS[i % len(_COLORS)] for i, s in enumerate(series)}
+
+
+def _line(ax, part: pd.DataFrame, x: str, color: tuple, label: str) -> None:
+    part = part.sort_values(x)
+    xs = part[x].to_numpy(float)
+    ax.plot(xs, part["median"].to_numpy(float), "o-", ms=4, lw=1.4, color=color, label=label)
+    low, high = part["ci95_low"].to_numpy(float), part["ci95_high"].to_numpy(float)
+    if np.isfinite(low).any():
+        ax.fill_between(xs, low, high, color=color, alpha=0.2, lw=0)
+
+
+def _band_words(cells: pd.DataFrame) -> str:
+    kinds = sorted(set(cells["ci95_of"].astype(str)) - {""})
+    return f"band: 95% CI of the {' / '.join(kinds)}" if kinds else "no band: too few iterations for an interval"
+
+
+def _groups(cells: pd.DataFrame, by: list[str]) -> tuple[list[tuple], str]:
+    groups = sorted(cells.groupby(by, sort=True).groups)
+    left = f" (first {MAX_ROWS} of {len(groups)} rows)" if len(groups) > MAX_ROWS else ""
+    return groups[:MAX_ROWS], left
+
+
+def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
+    """Throughput against concurrency, one row of panels per (model, pp, tg, depth), one line per (engine,
+    environment); generation and prompt throughput, each aggregate and per user in its own panel."""
+    if cells.empty:
+        return None
+    panels = [(m, scope) for m, scope in THROUGHPUT_PANELS if m in set(cells["metric"])]
+    if not panels:
+        return None
+    data = cells[cells["metric"].isin([m for m, _ in panels])]
+    rows, left = _groups(data, ["model", "pp", "tg", "depth"])
+    colors = _series_colors(data)
+    fig, axes = _subplots(len(rows), len(panels), figsize=(3.4 * len(panels) + 0.6, 2.5 * len(rows) + 0.8),
+                          squeeze=False)
+    indexed = data.set_index(["model", "pp", "tg", "depth", "metric"]).sort_index()
+    for r, (model, pp, tg, depth) in enumerate(rows):
+        for c, (metric, scope) in enumerate(panels):
+            ax = axes[r, c]
+            if (model, pp, tg, depth, metric) in indexed.index:
+                part = indexed.loc[(model, pp, tg, depth, metric)]
+                for (engine, environment), line in part.groupby(["engine", "environment"], sort=True):
+                    _line(ax, line, "concurrency", colors[(str(engine), str(environment))],
+                          f"{engine} / {environment}")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{metric} ({scope})\n{model}, depth {depth}, pp {pp}, tg {tg}", fontsize=8)
+            ax.set_xlabel("concurrency", fontsize=8)
+            ax.set_ylabel(f"{metric} (tok/s, median)", fontsize=8)
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 4))
+    fig.suptitle(f"Throughput against concurrency per (engine, environment); {_band_words(data)}{left}", fontsize=9)
+    return _png(fig)
+
+
+def ttft_vs_depth(cells: pd.DataFrame) -> bytes | None:
+    """End-to-end time to first token against depth, one panel per (model, pp, tg, concurrency), one line per
+    (engine, environment)."""
+    data = cells[cells["metric"] == "e2e_ttft_ms"] if not cells.empty else cells
+    if data.empty:
+        return None
+    groups, left = _groups(data, ["model", "pp", "tg", "concurrency"])
+    colors = _series_colors(data)
+    columns = min(len(groups), 4)
+    count = -(-len(groups) // columns)
+    fig, axes = _subplots(count, columns, figsize=(3.6 * columns + 0.4, 2.8 * count + 0.8), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax, (model, pp, tg, concurrency) in zip(axes.flat, groups, strict=False):
+        part = data[(data["model"] == model) & (data["pp"] == pp) & (data["tg"] == tg)
+                    & (data["concurrency"] == concurrency)]
+        for (engine, environment), line in part.groupby(["engine", "environment"], sort=True):
+            _line(ax, line, "depth", colors[(str(engine), str(environment))], f"{engine} / {environment}")
+        ax.set_title(f"{model}, concurrency {concurrency}, pp {pp}, tg {tg}", fontsize=8)
+        ax.set_xlabel("depth (tokens of context)", fontsize=8)
+        ax.set_ylabel("e2e_ttft_ms (median)", fontsize=8)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 4))
+    fig.suptitle(f"End-to-end time to first token against depth; {_band_words(data)}{left}", fontsize=9)
+    return _png(fig)
+
+
+__all__ = ["throughput_vs_concurrency", "ttft_vs_depth"]

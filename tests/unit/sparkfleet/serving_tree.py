@@ -1,0 +1,108 @@
+"""A synthetic results tree of serving runs (docs: notes/serving-contract.md, "Record"): known values per
+(engine, environment, metric), a chosen run-to-run spread, failed points and dead runs where asked.
+
+Each metric's value is ``BASE[metric] x factor(engine, environment, metric, point)`` times a normal
+run-to-run noise of relative spread ``cv``: the tests state the factors (a 30% gap, none) and assert what the
+report concludes, never the statistic itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+
+CAMPAIGN = "serve"
+MODEL = "qwen"
+#: A plausible GB10 figure per metric (the scale only; the tests look at ratios).
+BASE = {"pp_tok_s": 2400.0, "pp_req_tok_s": 1200.0, "tg_tok_s": 60.0, "tg_req_tok_s": 30.0,
+        "peak_tg_tok_s": 66.0, "ttfr_ms": 200.0, "e2e_ttft_ms": 400.0, "est_ppt_ms": 180.0}
+PROFILE = {"depth": (0, 4096), "concurrency": (1, 4), "pp": (512,), "tg": (64,)}
+
+
+def point_name(depth: int, concurrency: int, pp: int, tg: int) -> str:
+    return f"d{depth}.c{concurrency}.pp{pp}.tg{tg}"
+
+
+def points_of(profile: dict[str, tuple[int, ...]] = PROFILE) -> list[dict[str, int]]:
+    return [{"depth": d, "concurrency": c, "pp": p, "tg": t} for d in profile["depth"]
+            for c in profile["concurrency"] for p in profile["pp"] for t in profile["tg"]]
+
+
+def kind_of(environment: str) -> str:
+    return "native" if environment.startswith("native") else "container"
+
+
+def serving_record(engine: str, environment: str, iteration: int, order: int, rng: np.random.Generator,
+                   factor: Callable[[str, str, str, dict[str, int]], float], cv: float,
+                   failed: Iterable[str] = (), dead: bool = False, host: str = "spark-01",
+                   aa: dict[str, str] | None = None, profile: dict[str, tuple[int, ...]] = PROFILE) -> dict[str, Any]:
+    """One serving run's record: every point ok unless named in ``failed``; ``dead``: the server never came
+    up (no point ok, status failed as the producer writes it)."""
+    workload = f"serve-quick.{engine}"
+    points = []
+    for index, p in enumerate(points_of(profile)):
+        name = point_name(**p)
+        entry: dict[str, Any] = {"point": name, **p, "order": index, "raw": f"points/{name}.json",
+                                 "duration_s": 5.0}
+        if dead or name in failed:
+            entry |= {"status": "failed", "reason": "server not ready" if dead else "client exited 1: timeout",
+                      "metrics": {}, "samples": {}}
+        else:
+            values = {m: BASE[m] * factor(engine, environment, m, p) * (1 + rng.normal(0, cv)) for m in BASE}
+            entry |= {"status": "ok", "reason": None, "metrics": values,
+                      "samples": {m: [v * 0.99, v, v * 1.01] for m, v in values.items()}}
+        points.append(entry)
+    failed_names = [e["point"] for e in points if e["status"] != "ok"]
+    status, reason = "ok", None
+    if dead:
+        status, reason = "failed", "server never became ready (server.log: address in use)"
+    elif failed_names:
+        reason = f"failed points: {', '.join(failed_names)}"
+    memory = {"environment": {"kind": kind_of(environment), **(aa or {})}}
+    rec = contract.new_record(CAMPAIGN, host, MODEL, environment, workload, iteration).to_dict()
+    rec |= {"environment_kind": kind_of(environment), "engine": engine, "order_index": order,
+            "started_utc": f"2026-01-10T{order // 60 % 24:02d}:{order % 60:02d}:00Z", "status": status,
+            "reason": reason, "exit_code": 0 if not dead else 1,
+            "workload_params": {"engine": engine, "runs": 3, "prefix_caching": False},
+            "metrics": {"kv_cache_gib": 40.0}, "metric_sources": {"kv_cache_gib": "server.log"},
+            "samples": {}, "memory": memory,
+            "serving": {"engine": engine, "server": {"port": 8000, "ready_s": 2.0, "stopped": "terminated"},
+                        "client": {"name": "llama-benchy", "version": "0.4.0"}, "kv": {"kv_cache_gib": 40.0},
+                        "point_order_seed": 1234, "points": points}}
+    return rec
+
+
+def no_difference(engine: str, environment: str, metric: str, point: dict[str, int]) -> float:
+    return 1.0
+
+
+def build_serving_tree(root: Path, *, engines: tuple[str, ...] = ("vllm", "llama.cpp"),
+                       environments: tuple[str, ...] = ("native", "container"), iterations: int = 5,
+                       factor: Callable[[str, str, str, dict[str, int]], float] = no_difference, cv: float = 0.01,
+                       failed: dict[tuple[str, str, int], tuple[str, ...]] | None = None,
+                       dead: Iterable[tuple[str, str, int]] = (), aa_pairs: dict[str, str] | None = None,
+                       seed: int = 0, hosts: tuple[str, ...] = ("spark-01",)) -> Path:
+    """Write the runs, interleaved (iteration-major, as the planner orders them) under ``root``.
+
+    ``failed``: (engine, environment, iteration) -> point names that fail in that run; ``dead``: runs whose
+    server never came up; ``aa_pairs``: A/A twin environment -> its original (both get aa_group/aa_member)."""
+    rng = np.random.default_rng(seed)
+    failed, dead, aa_pairs = failed or {}, set(dead), aa_pairs or {}
+    marks = {twin: {"aa_group": original, "aa_member": "b"} for twin, original in aa_pairs.items()}
+    marks |= {original: {"aa_group": original, "aa_member": "a"} for original in aa_pairs.values()}
+    order = 0
+    for iteration in range(1, iterations + 1):
+        for host in hosts:
+            for engine in engines:
+                for environment in environments:
+                    rec = serving_record(engine, environment, iteration, order, rng, factor, cv,
+                                         failed.get((engine, environment, iteration), ()),
+                                         (engine, environment, iteration) in dead, host, marks.get(environment))
+                    contract.write_json_atomic(root / host / "runs" / rec["run_id"] / "record.json", rec)
+                    order += 1
+    return root
