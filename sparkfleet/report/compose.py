@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from sparkfleet.load import LoadResult
+from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options, compute_facts
 from sparkfleet.report.findings import collect_findings
 from sparkfleet.report.memory import memory_study
@@ -20,11 +21,16 @@ class Report(Analysis):
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[VerdictLine] = field(default_factory=list)
     memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
+    serving: report_serving.ServingStudy = field(default_factory=report_serving.ServingStudy)  # serving points
 
 
 def analyse(loaded: LoadResult, options: Options | None = None) -> Report:
     facts = compute_facts(loaded, options)
     o = facts.options
     memory = memory_study(facts.runs, facts.kv_runs, o.alpha, o.threshold, o.level)
-    return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)}, findings=collect_findings(facts),
-                  verdicts=build_verdicts(facts, memory), memory=memory)
+    serving = report_serving.serving_study(loaded.serving, o.alpha, o.threshold, o.level, o.resamples, o.seed,
+                                           o.cv_gate)  # empty without serving runs
+    return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)},
+                  findings=collect_findings(facts) + report_serving.findings(serving),
+                  verdicts=report_serving.with_serving_lines(build_verdicts(facts, memory), serving, o.threshold),
+                  memory=memory, serving=serving)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet.report import plots
+from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
     N_TOO_SMALL,
@@ -58,6 +59,7 @@ _TITLES = {
     "timeline": "Campaign in run order",
     "telemetry": "Telemetry (temperature, memory) over time",
 }
+_TITLES |= report_serving.SERVING_TITLES  # serving runs' figures (issue 25): drawn only for serving runs
 
 
 def run_figure_makers(runs: pd.DataFrame, root: Path) -> dict[str, Callable[[], bytes | None]]:
@@ -77,6 +79,7 @@ def figure_makers(analysis: Report) -> dict[str, tuple[str, Callable[[], bytes |
         "kv_budget": lambda: plots.kv_budget(analysis.kv_runs, analysis.options.kv_fraction),  # the fit's assumption
         "memory_decomposition": lambda: plots.memory_decomposition(analysis.memory.decomposition),
     }
+    makers |= report_serving.figure_makers(analysis)  # each None without serving runs
     return {name: (title, makers[name]) for name, title in _TITLES.items()}
 
 
@@ -164,6 +167,7 @@ def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section
         overview(analysis),
         warnings_section(analysis),
         environment_section(analysis),
+        *report_serving.serving_sections(analysis, figures),  # "Serving": only for serving runs (issue 25)
         *memory_sections(analysis, figures),
         statistics_section(analysis, figures),
         kv_section(analysis, figures),

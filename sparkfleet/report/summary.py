@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.types import plain
 
@@ -27,6 +28,7 @@ def payload(analysis: Report) -> dict[str, Any]:
     return {
         "version": JSON_VERSION,
         "root": str(analysis.root),
+        **report_serving.payload(analysis),  # "serving": only for serving runs (issue 25)
         "runs": {"total": len(analysis.runs), **{f"status_{k}": int(v) for k, v in
                                                  analysis.runs["status"].value_counts().sort_index().items()}},
         "skipped": [{"path": str(p.path), "reason": p.reason} for p in analysis.problems],
