@@ -118,7 +118,8 @@ def served_name(workload: dict, model: dict) -> str:
 
 def port(workload: dict) -> int:
     """The server's port: the workload's, else the engine's default."""
-    value = workload.get("port") or ENGINES[workload["engine"]]["port"]
+    value = workload.get("port")
+    value = ENGINES[workload["engine"]]["port"] if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ServingError("workload %s: port %r is not a TCP port" % (workload.get("name"), value))
     return value
@@ -277,11 +278,11 @@ class ServerProcess:
         if self.container:
             self._docker("rm", "-f")  # a leftover of a killed run would hold the name (and the memory)
         with open(self.log_path, "ab") as log:
-            # As runexec.run_process: a SIGTERM must not land between the start and the caller's try/finally.
+            # A SIGTERM (JobStopped) must not land between the start and self.proc being set, or the server
+            # would outlive the job: hold it meanwhile. The server itself starts with no signal blocked.
             held = _hold_sigterm()
             try:
-                self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                self.proc = Spawned(self.argv, log.fileno())
             finally:
                 _release_sigterm(held)
         if self.on_start is not None:
@@ -348,6 +349,40 @@ class ServerProcess:
         docker, name = self.container
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([docker] + list(verb) + [name], capture_output=True, timeout=120)
+
+
+class Spawned:
+    """A process started with posix_spawnp in a new session, its signal mask empty and SIGPIPE/SIGXFSZ at their
+    defaults, stdin /dev/null, stdout and stderr to ``log_fd``. subprocess.Popen cannot give the child an
+    empty mask: started while the parent holds SIGTERM, it would inherit SIGTERM blocked and only die by
+    SIGKILL. Polled like a Popen: pid, returncode, poll(), wait(timeout)."""
+
+    def __init__(self, argv: list, log_fd: int):
+        self.returncode = None
+        self.pid = os.posix_spawnp(
+            argv[0], argv, dict(os.environ),
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                          (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)],
+            setsid=True, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = -1
+                return self.returncode
+            if pid == self.pid:  # os.waitstatus_to_exitcode is Python 3.9+
+                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        return self.returncode
+
+    def wait(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.05)
+        return self.returncode
 
 
 def _hold_sigterm() -> bool:

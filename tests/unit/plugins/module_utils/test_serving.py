@@ -1,0 +1,279 @@
+"""Serving runs (issue 25): engine server argv per engine, profile points and their seeded order, the container's
+network, and a real server process's life (bounded readiness wait, fail fast, always stopped, group gone)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from _ansible_modules import host_util
+
+serving = host_util("serving")
+
+GGUF = {"name": "tiny", "path": "/models/tiny.gguf", "tokenizer": "/models/tokenizer.json"}
+HF = {"name": "qwen", "path": "/models/qwen", "hf_id": "Qwen/Qwen3-0.6B"}
+PROFILE = {"depth": [0, 4096], "concurrency": [1, 4], "pp": [512], "tg": [64]}
+
+
+def _wl(engine, **kw):
+    return {"name": "serve", "engine": engine, "profile": PROFILE, **kw}
+
+
+# ------------------------------------------------------------------------------------------- argv
+
+
+def test_llamacpp_sizes_its_slots_for_the_largest_point():
+    argv = serving.server_argv(_wl("llama.cpp", server_args=["--flash-attn", "on"]), GGUF)
+    assert argv[:7] == ["llama-server", "-m", "/models/tiny.gguf", "--host", "127.0.0.1", "--port", "8080"]
+    # 4 slots (the highest concurrency), each holding the deepest point: 4096 + 512 + 64 + the margin
+    assert argv[argv.index("-np") + 1] == "4"
+    assert argv[argv.index("-c") + 1] == str(4 * (4096 + 512 + 64 + serving.LLAMACPP_SLOT_MARGIN))
+    assert argv[argv.index("--alias") + 1] == "tiny"
+    assert argv[-2:] == ["--flash-attn", "on"]  # the workload's server_args last
+
+
+def test_server_args_that_set_a_generated_flag_replace_it():
+    argv = serving.server_argv(_wl("llama.cpp", server_args=["--ctx-size=8192", "--parallel", "2", "-ngl", "0"]),
+                               GGUF)
+    assert "-c" not in argv and "-np" not in argv and argv.count("-ngl") == 1
+    assert argv[-4:] == ["--parallel", "2", "-ngl", "0"]
+
+
+@pytest.mark.parametrize("engine, head", [
+    ("vllm", ["vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "8000",
+              "--served-model-name", "qwen"]),
+    ("sglang", ["python3", "-m", "sglang.launch_server", "--model-path", "/models/qwen", "--host", "127.0.0.1",
+                "--port", "30000", "--served-model-name", "qwen"]),
+    ("trtllm-serve", ["trtllm-serve", "/models/qwen", "--host", "127.0.0.1", "--port", "8000"]),
+])
+def test_each_engine_listens_on_loopback_with_its_default_port(engine, head):
+    argv = serving.server_argv(_wl(engine, server_args=["--x", "y z"]), HF)
+    assert argv == head + ["--x", "y z"]
+    assert serving.ready_url(_wl(engine)) == "http://127.0.0.1:%s/health" % head[head.index("--port") + 1]
+
+
+def test_port_and_served_name_come_from_the_workload():
+    wl = _wl("vllm", port=9123, served_model_name="alias")
+    argv = serving.server_argv(wl, HF)
+    assert argv[argv.index("--port") + 1] == "9123" and argv[argv.index("--served-model-name") + 1] == "alias"
+    assert serving.base_url(wl) == "http://127.0.0.1:9123/v1"
+
+
+def test_trtllm_serve_answers_as_the_directory_name(tmp_path):
+    model = tmp_path / "Llama-3.1-8B"
+    model.mkdir()
+    assert serving.served_name(_wl("trtllm-serve"), {"name": "llama", "path": str(model) + "/"}) == "Llama-3.1-8B"
+
+
+@pytest.mark.parametrize("workload, model, message", [
+    (_wl("llama.cpp"), HF, "llama.cpp serves a .gguf file"),
+    (_wl("vllm", port=0), HF, "port 0 is not a TCP port"),
+    (_wl("tgi"), HF, "engine 'tgi' is not a serving engine"),
+])
+def test_bad_server_settings_are_named(workload, model, message):
+    with pytest.raises(serving.ServingError, match=message):
+        serving.server_argv(workload, model)
+
+
+def test_tokenizer_defaults_to_a_model_directory(tmp_path):
+    assert serving.tokenizer(GGUF) == "/models/tokenizer.json"
+    assert serving.tokenizer({"name": "d", "path": str(tmp_path)}) == str(tmp_path)
+    with pytest.raises(serving.ServingError, match="model x: no tokenizer"):
+        serving.tokenizer({"name": "x", "path": "/nowhere/x.gguf"})
+
+
+@pytest.mark.parametrize("flags, expected, info", [
+    (["--gpus", "all"], ["--gpus", "all", "--network", "host"], {"network": "host", "network_added": True}),
+    (["--network=bridge"], ["--network=bridge"], {"network": "bridge", "network_added": False}),
+    (["--net", "host", "--ipc=host"], ["--net", "host", "--ipc=host"], {"network": "host", "network_added": False}),
+])
+def test_a_container_gets_the_host_network_unless_it_picked_one(flags, expected, info):
+    assert serving.with_host_network(flags) == (expected, info)
+
+
+# ---------------------------------------------------------------------------------------- profile
+
+
+def test_profile_points_cross_the_levels_and_are_named():
+    points = serving.profile_points(_wl("llama.cpp"))
+    assert [p["point"] for p in points] == ["d0.c1.pp512.tg64", "d0.c4.pp512.tg64", "d4096.c1.pp512.tg64",
+                                            "d4096.c4.pp512.tg64"]
+    assert points[3] == {"depth": 4096, "concurrency": 4, "pp": 512, "tg": 64, "point": "d4096.c4.pp512.tg64"}
+
+
+@pytest.mark.parametrize("profile, message", [
+    (None, "needs a profile mapping"),
+    ({**PROFILE, "depth": []}, "profile.depth must be a non-empty list"),
+    ({**PROFILE, "concurrency": [0]}, r"profile.concurrency: 0 is not an integer >= 1"),
+    ({**PROFILE, "tg": ["64"]}, r"profile.tg: '64' is not an integer >= 1"),
+    ({**PROFILE, "depth": [True]}, r"profile.depth: True is not an integer >= 0"),
+])
+def test_a_malformed_profile_is_refused(profile, message):
+    with pytest.raises(ValueError, match=message):
+        serving.profile_points({"name": "w", "engine": "vllm", "profile": profile})
+
+
+def test_the_point_order_is_shuffled_with_a_seed_from_the_run_id():
+    wl = _wl("llama.cpp", profile={"depth": [0, 1, 2, 3], "concurrency": [1, 2], "pp": [8], "tg": [4]})
+    first, seed = serving.shuffled_points(wl, "tiny.bare.serve.i001.0123456789")
+    again, seed_again = serving.shuffled_points(wl, "tiny.bare.serve.i001.0123456789")
+    other, other_seed = serving.shuffled_points(wl, "tiny.bare.serve.i002.9876543210")
+    assert seed == seed_again and first == again  # a resume runs them in the same order
+    assert other_seed != seed and [p["point"] for p in other] != [p["point"] for p in first]
+    assert sorted(p["point"] for p in first) == sorted(p["point"] for p in serving.profile_points(wl))
+    assert [p["order"] for p in first] == list(range(8))
+    assert [p["point"] for p in first] != [p["point"] for p in serving.profile_points(wl)]  # not the plain order
+    assert serving.order_seed("c1__h1__m__bare__serve__i001") == 3693241652  # sha256(...)[:8], computed once
+
+
+# ---------------------------------------------------------------------------------------- process
+
+# A stand-in engine server: answers GET /health 503 until `delay` seconds after start, then 200; with a child
+# in its process group (an engine's worker) whose pid it writes to `pidfile`. Mode "exit": prints a line and
+# exits 3 at once; mode "stubborn": ignores SIGTERM.
+SERVER = textwrap.dedent("""
+    import http.server, os, signal, subprocess, sys, time
+    port, delay, pidfile, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if mode == "exit":
+        print("error: failed to load model '/models/missing.gguf'", flush=True)
+        sys.exit(3)
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    worker = subprocess.Popen(["sleep", "300"])
+    with open(pidfile, "w") as fh:
+        fh.write("%d %d" % (os.getpid(), worker.pid))
+    start = time.monotonic()
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ready = self.path == "/health" and time.monotonic() - start >= delay
+            self.send_response(200 if ready else 503)
+            self.end_headers()
+            self.wfile.write(b'{"status":"ok"}' if ready else b'{"error":"Loading model"}')
+        def log_message(self, *a):
+            pass
+    print("listening on 127.0.0.1:%d" % port, flush=True)
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _pids(pidfile, within_s=30.0):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if os.path.exists(pidfile) and open(pidfile).read().strip():
+            return [int(p) for p in open(pidfile).read().split()]
+        time.sleep(0.05)
+    raise AssertionError("the stand-in server never wrote its pids")
+
+
+def _server(tmp_path, delay=0.0, mode="serve", **kw):
+    port = _free_port()
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    pidfile = str(tmp_path / "pids")
+    argv = [sys.executable, str(script), str(port), str(delay), pidfile, mode]
+    url = "http://127.0.0.1:%d/health" % port
+    return serving.ServerProcess(argv, str(tmp_path / "server.log"), url, **kw), pidfile
+
+
+def test_the_server_is_waited_for_then_stopped_with_its_whole_group(tmp_path):
+    started = []
+    server, pidfile = _server(tmp_path, delay=1.0, on_start=started.append)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as the job holds it while the server starts
+    try:
+        server.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    try:
+        ready_s = server.wait_ready(60)
+        leader, worker = _pids(pidfile)
+        assert ready_s >= 1.0 and started == [server.proc] and _alive(worker)
+        blocked = int(open("/proc/%d/status" % leader).read().split("SigBlk:")[1].split()[0], 16)
+        assert not blocked & (1 << (signal.SIGTERM - 1))  # started while the job held SIGTERM, yet it hears it
+    finally:
+        server.stop()
+    assert server.stopped == "terminated" and server.exit_code == -signal.SIGTERM
+    assert not _alive(leader) and not _alive(worker)  # the engine's worker went with it
+    assert "listening on 127.0.0.1" in (tmp_path / "server.log").read_text()
+
+
+def test_the_ready_wait_is_bounded(tmp_path):
+    server, pidfile = _server(tmp_path, delay=3600)  # answers 503 "Loading model" for an hour
+    began = time.monotonic()
+    with server, pytest.raises(serving.ServingError, match=r"not ready after 1 s \(.*answered HTTP 503\)"):
+        server.wait_ready(1.0)
+    assert time.monotonic() - began < 120  # bounded by the timeout (plus the stop's grace), not by the server
+    assert not any(_alive(p) for p in _pids(pidfile))
+
+
+def test_a_server_that_exits_early_fails_fast_with_its_log(tmp_path):
+    server, _ = _server(tmp_path, mode="exit")
+    with server, pytest.raises(serving.ServingError) as err:
+        server.wait_ready(3600)
+    assert "server exited with code 3 before it was ready" in str(err.value)
+    assert "failed to load model '/models/missing.gguf'" in str(err.value)
+    assert server.stopped == "exited" and server.exit_code == 3
+
+
+class Stop(BaseException):
+    """Stands for matrix_run.JobStopped (a BaseException raised by the SIGTERM handler)."""
+
+
+def test_the_server_is_stopped_when_the_waiting_thread_is_interrupted(tmp_path):
+    server, pidfile = _server(tmp_path, delay=3600)
+    previous = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(Stop("stopped by signal 15")))
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(Stop), server:
+            server.wait_ready(3600)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    assert server.stopped == "terminated"
+    assert not any(_alive(p) for p in _pids(pidfile))
+
+
+def test_an_exception_in_the_block_stops_the_server(tmp_path):
+    server, pidfile = _server(tmp_path)
+    with pytest.raises(RuntimeError, match="client blew up"), server:
+        server.wait_ready(60)
+        raise RuntimeError("client blew up")
+    assert not any(_alive(p) for p in _pids(pidfile))
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    server, pidfile = _server(tmp_path, mode="stubborn", grace_s=0.5)
+    with server:
+        server.wait_ready(60)
+    assert server.stopped == "killed" and server.exit_code == -signal.SIGKILL
+    assert not any(_alive(p) for p in _pids(pidfile))
+
+
+def test_a_failing_on_start_still_stops_the_server(tmp_path):
+    def boom(proc):
+        raise OSError("job registry unwritable")
+
+    server, pidfile = _server(tmp_path, on_start=boom)
+    with pytest.raises(OSError, match="registry unwritable"), server:
+        pass
+    assert server.stopped in ("terminated", "exited") and not _alive(server.proc.pid)
