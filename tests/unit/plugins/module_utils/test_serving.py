@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from _ansible_modules import host_util
@@ -55,7 +56,7 @@ def test_server_args_that_set_a_generated_flag_replace_it():
 def test_each_engine_listens_on_loopback_with_its_default_port(engine, head):
     argv = serving.server_argv(_wl(engine, server_args=["--x", "y z"]), HF)
     assert argv == head + ["--x", "y z"]
-    assert serving.ready_url(_wl(engine)) == "http://127.0.0.1:%s/health" % head[head.index("--port") + 1]
+    assert serving.ready_url(_wl(engine)) == f"http://127.0.0.1:{head[head.index('--port') + 1]}/health"
 
 
 def test_port_and_served_name_come_from_the_workload():
@@ -170,7 +171,7 @@ def _free_port() -> int:
 
 def _alive(pid: int) -> bool:
     try:
-        with open("/proc/%d/stat" % pid) as fh:
+        with open(f"/proc/{pid}/stat") as fh:
             return fh.read().split(")")[1].split()[0] != "Z"
     except OSError:
         return False
@@ -179,8 +180,9 @@ def _alive(pid: int) -> bool:
 def _pids(pidfile, within_s=30.0):
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if os.path.exists(pidfile) and open(pidfile).read().strip():
-            return [int(p) for p in open(pidfile).read().split()]
+        text = Path(pidfile).read_text() if os.path.exists(pidfile) else ""
+        if text.strip():
+            return [int(p) for p in text.split()]
         time.sleep(0.05)
     raise AssertionError("the stand-in server never wrote its pids")
 
@@ -191,7 +193,7 @@ def _server(tmp_path, delay=0.0, mode="serve", **kw):
     script.write_text(SERVER)
     pidfile = str(tmp_path / "pids")
     argv = [sys.executable, str(script), str(port), str(delay), pidfile, mode]
-    url = "http://127.0.0.1:%d/health" % port
+    url = f"http://127.0.0.1:{port}/health"
     return serving.ServerProcess(argv, str(tmp_path / "server.log"), url, **kw), pidfile
 
 
@@ -207,7 +209,7 @@ def test_the_server_is_waited_for_then_stopped_with_its_whole_group(tmp_path):
         ready_s = server.wait_ready(60)
         leader, worker = _pids(pidfile)
         assert ready_s >= 1.0 and started == [server.proc] and _alive(worker)
-        blocked = int(open("/proc/%d/status" % leader).read().split("SigBlk:")[1].split()[0], 16)
+        blocked = int(Path(f"/proc/{leader}/status").read_text().split("SigBlk:")[1].split()[0], 16)
         assert not blocked & (1 << (signal.SIGTERM - 1))  # started while the job held SIGTERM, yet it hears it
     finally:
         server.stop()
