@@ -18,7 +18,7 @@ description:
     C(/sys/class/dmi/id) (C(dmidecode -t bios -t system -t baseboard) for a field sysfs leaves empty), the image
     digest the runs use, MemFree/MemAvailable/Cached and the free 2 MiB blocks of C(/proc/buddyinfo). Parsed by
     the host code's attestation module; a command that is absent or fails leaves its part null and is named
-    in RV(attestation.missing) and RV(errors)."
+    in the C(missing) list of RV(attestation) and in RV(errors)."
   - "The achievable memory bandwidth, measured once: a device-to-device copy through torch or cupy
     (C(gpu_probe.py bandwidth), run with O(python)); without either, or without O(probe_script), the
     bandwidth is null with the reason (the documented fallback: no CPU figure stands in for the GPU's)."
