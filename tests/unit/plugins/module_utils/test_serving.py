@@ -3,6 +3,7 @@ network, and a real server process's life (bounded readiness wait, fail fast, al
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -279,3 +280,132 @@ def test_a_failing_on_start_still_stops_the_server(tmp_path):
     with pytest.raises(OSError, match="registry unwritable"), server:
         pass
     assert server.stopped in ("terminated", "exited") and not _alive(server.proc.pid)
+
+
+# ------------------------------------------------------------------------------------ a whole run
+# bench_run runs a serving workload in a bare environment: a stand-in llama-server (answers /health and
+# /v1/models, writes its pid, logs a KV line) and a stand-in llama-benchy (checks the server answers, writes
+# llama-benchy's JSON shape for the point it was given, and fails the point d4096.c4 on purpose).
+
+FAKE_SERVER = textwrap.dedent("""\
+    #!{python}
+    import http.server, os, sys
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    with open(os.environ["FAKE_SERVER_PIDS"], "a") as fh:
+        fh.write("%d\\n" % os.getpid())
+    if os.environ.get("FAKE_SERVER_FAIL"):
+        print("error: unable to load model", flush=True)
+        sys.exit(1)
+    print("llama_kv_cache:      CUDA0 KV buffer size =  1536.00 MiB", flush=True)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{{"data": [{{"id": "tiny"}}]}}')
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+FAKE_CLIENT = textwrap.dedent("""\
+    #!{python}
+    import json, os, sys, urllib.request
+    args = sys.argv[1:]
+    if args == ["--version"]:
+        print("llama-benchy 0.4.0")
+        sys.exit(0)
+    get = lambda flag: args[args.index(flag) + 1]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+    opener.open(get("--base-url") + "/models", timeout=10).read()
+    print("HOME=" + os.environ["HOME"], "offline=" + os.environ.get("HF_HUB_OFFLINE", ""))
+    depth, conc = int(get("--depth")), int(get("--concurrency"))
+    if (depth, conc) == (4096, 4):
+        print("Error: boom")
+        sys.exit(1)
+    metric = lambda v: {{"mean": v, "std": 0.0, "values": [v, v]}}
+    entry = {{"concurrency": conc, "context_size": depth, "prompt_size": int(get("--pp")),
+             "response_size": int(get("--tg")), "is_context_prefill_phase": False,
+             "pp_throughput": metric(1000.0 + depth), "pp_req_throughput": metric(500.0),
+             "tg_throughput": metric(40.0 * conc), "tg_req_throughput": metric(40.0),
+             "peak_throughput": metric(45.0 * conc), "peak_req_throughput": None,
+             "ttfr": metric(12.5), "est_ppt": metric(10.0), "e2e_ttft": metric(13.0)}}
+    with open(get("--save-result"), "w") as fh:
+        json.dump({{"version": "0.4.0", "benchmarks": [entry]}}, fh)
+""")
+
+
+def _executable(path: Path, text: str) -> str:
+    path.write_text(text.format(python=sys.executable))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _serving_run(tmp_path, monkeypatch, fail_server=False):
+    from _ansible_modules import STANDINS, load_module, run_module
+
+    record = host_util("record")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _executable(bindir / "llama-server", FAKE_SERVER)
+    client = _executable(tmp_path / "llama-benchy", FAKE_CLIENT)
+    path = f"{bindir}:{STANDINS}:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    model = {"name": "tiny", "path": str(tmp_path / "tiny.gguf"), "tokenizer": str(tmp_path / "tokenizer.json")}
+    workload = {"name": "serve", "engine": "llama.cpp", "profile": PROFILE, "runs": 2, "port": _free_port(),
+                "ready_timeout_s": 60}
+    rid = record.run_id("c1", "h1", "tiny", "bare", "serve", 1)
+    env = {"PATH": path, "FAKE_SERVER_PIDS": str(tmp_path / "server.pids")}
+    if fail_server:
+        env["FAKE_SERVER_FAIL"] = "1"
+    args = {"runs": [{"run_id": rid, "order_index": 0, "model": model, "environment": {"name": "bare", "kind": "bare"},
+                      "workload": workload, "iteration": 1, "warmup": False}],
+            "campaign": "c1", "host": "h1", "results_root": str(tmp_path / "results"),
+            "cooldown": {"enabled": False}, "timeout_s": 300, "telemetry_interval_s": 0.1, "env": env,
+            "serving": {"client": client}}
+    out = run_module(load_module("bench_run"), args)
+    assert not out.get("failed"), out
+    rec = json.loads(Path(out["runs"][0]["record_path"]).read_text())
+    assert record.validate(rec) == []
+    pids = [int(p) for p in (tmp_path / "server.pids").read_text().split()]
+    assert pids and not any(_alive(p) for p in pids)  # no server outlives its run
+    return rec, Path(out["runs"][0]["record_path"]).parent
+
+
+def test_a_serving_run_drives_every_point_and_records_them(tmp_path, monkeypatch):
+    rec, run_dir = _serving_run(tmp_path, monkeypatch)
+    section = rec["serving"]
+    assert rec["status"] == "ok" and rec["reason"].startswith("1 of 4 points failed: d4096.c4.pp512.tg64: client "
+                                                              "exited 1")
+    assert section["engine"] == "llama.cpp" and section["point_order_seed"] == serving.order_seed(rec["run_id"])
+    assert [p["order"] for p in section["points"]] == [0, 1, 2, 3]
+    expected = [p["point"] for p in serving.shuffled_points({"profile": PROFILE}, rec["run_id"])[0]]
+    assert [p["point"] for p in section["points"]] == expected  # run in the seeded order
+    ok = {p["point"]: p for p in section["points"] if p["status"] == "ok"}
+    assert sorted(ok) == ["d0.c1.pp512.tg64", "d0.c4.pp512.tg64", "d4096.c1.pp512.tg64"]
+    point = ok["d0.c4.pp512.tg64"]
+    assert point["metrics"] == {"pp_tok_s": 1000.0, "pp_req_tok_s": 500.0, "tg_tok_s": 160.0, "tg_req_tok_s": 40.0,
+                                "peak_tg_tok_s": 180.0, "ttfr_ms": 12.5, "est_ppt_ms": 10.0, "e2e_ttft_ms": 13.0}
+    assert point["samples"]["tg_tok_s"] == [160.0, 160.0] and point["raw"] == "points/d0.c4.pp512.tg64.json"
+    assert (run_dir / point["raw"]).exists() and point["duration_s"] > 0
+    server = section["server"]
+    assert server["stopped"] == "terminated" and server["port"] > 0 and server["ready_s"] >= 0
+    assert server["argv"][0] == "llama-server" and "--network" not in server  # bare: no container network
+    assert section["client"]["name"] == "llama-benchy" and section["client"]["version"] == "0.4.0"
+    assert "--exact-tg" in section["client"]["argv"] and "--no-cache" in section["client"]["argv"]
+    assert "kv_cache_gib" in section["kv"] or "error" in section["kv"]  # the KV parser is another piece
+    bench_log = (run_dir / "bench.log").read_text()
+    assert f"HOME={run_dir}/.client-home offline=1" in bench_log and "Error: boom" in bench_log
+    assert not (run_dir / ".client-home").exists()  # the client's cache goes with the run
+    assert "CUDA0 KV buffer size" in (run_dir / "server.log").read_text()
+    assert rec["command"][:3] == ["/usr/bin/env", "-C", str(run_dir)] and rec["telemetry"]["samples"] >= 1
+
+
+def test_a_server_that_never_comes_up_fails_the_run_naming_its_log(tmp_path, monkeypatch):
+    rec, _ = _serving_run(tmp_path, monkeypatch, fail_server=True)
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("server exited with code 1 before it was ready: error: unable to load model")
+    assert rec["serving"]["points"] == [] and rec["serving"]["server"]["stopped"] == "exited"
+    assert rec["exit_code"] == 1
