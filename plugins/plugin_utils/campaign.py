@@ -96,8 +96,13 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     # A/A twins and the memory-state factors (sparkfleet.memstudy): more environments and workloads, nothing else
     twins = memstudy.twin_environments(data.get("environments"), _checked(data, "aa"), problems)
     out["environments"] = memstudy.mark_aa(_environments(twins, problems))
-    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems), _checked(data, "factors"),
-                                              problems)
+    factors = _checked(data, "factors")
+    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems, factors), factors, problems)
+    problems += _serving_models(out["models"], out["workloads"])
+    if "timeout_s" not in data and any(_serving(w) for w in out["workloads"]):
+        # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
+        out["serving_timeout_s"] = {w["name"]: estimate.serving_timeout_s(w, out["timeout_s"])
+                                    for w in out["workloads"] if _serving(w)}
     for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
         if data.get(key) not in (None, False):
             out[key] = data[key]
@@ -190,7 +195,11 @@ def _models(value: Any, problems: list[str]) -> list[dict]:
             problems[before:] = [p for p in problems[before:] if not p.startswith(f"{where}.path:")]
             problems.append(f"{where}.path: must be absolute (a path on the hosts), got {path!r}")
         if _name_ok(item.get("name"), where, problems):
-            out.append({"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")})
+            model = {"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")}
+            for key in ("tokenizer", "gguf"):  # only when given: other campaigns keep their config hash
+                if item.get(key) is not None:
+                    model[key] = item[key]
+            out.append(model)
     _unique_names(out, "campaign.models", problems)
     _confusable(value, "campaign.models", problems)
     return out
@@ -225,7 +234,15 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     return out
 
 
-def _workloads(value: Any, problems: list[str]) -> list[dict]:
+def _serving(workload: dict[str, Any]) -> bool:
+    return workload.get("engine") in settings.SERVING_ENGINES
+
+
+def _workloads(value: Any, problems: list[str], factors: Any = None) -> list[dict]:
+    """The workloads with their presets' fields. A serving workload (a serving engine, or no engine, a profile
+    and ``factors.engine`` to cross it with) gets the serving fields' defaults; fields the other kind would
+    silently ignore are refused."""
+    engine_factor = isinstance(factors, dict) and "engine" in factors
     out = []
     for i, item in enumerate(_list_of(value, "campaign.workloads", problems)):
         where = f"campaign.workloads[{i}]"
@@ -236,6 +253,8 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
             continue
         before = len(problems)
         _check(item, settings.WORKLOAD_FIELDS, where, problems)
+        if isinstance(item.get("profile"), dict):
+            problems += settings.profile_problems(item["profile"], f"{where}.profile")
         if not _name_ok(item.get("name", item.get("preset")), where, problems):
             continue
         preset_name = item.get("preset", item["name"] if item.get("name") in settings.WORKLOAD_PRESETS else None)
@@ -245,7 +264,8 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
                             f"{', '.join(settings.WORKLOAD_PRESETS)})")
             continue
-        preset_engine = settings.WORKLOAD_PRESETS.get(preset_name or "", {}).get("engine")
+        preset = settings.WORKLOAD_PRESETS.get(preset_name or "", {})
+        preset_engine = preset.get("engine")
         if "preset" not in item and preset_engine is not None and item.get("engine", preset_engine) != preset_engine:
             # Named like a preset, another engine: the preset's parameters would be inherited unasked. (An explicit
             # `preset:` with another engine is asked for: e.g. hf-generate in T1's shape.)
@@ -253,20 +273,82 @@ def _workloads(value: Any, problems: list[str]) -> list[dict]:
                             f"{preset_name!r}, whose engine is {preset_engine!r} (its parameters would be inherited): "
                             f"give the workload another name, or write preset: {preset_name} to inherit them")
             continue
-        resolved = {**settings.WORKLOAD_PRESETS.get(preset_name or "", {}),
-                    **{k: v for k, v in item.items() if k != "preset"}}
+        resolved = {**preset, **{k: v for k, v in item.items() if k != "preset"}}
         resolved.setdefault("name", preset_name)
         engine = resolved.get("engine")
-        if engine not in settings.ENGINES:
+        crossed = engine is None and engine_factor and "profile" in resolved  # its engine comes from the factor
+        if engine is None and not crossed:
+            hint = (f" (the preset {preset_name!r} names none)" if preset_name else "") + (
+                "; a serving workload can take its engines from campaign.factors.engine" if "profile" in resolved
+                else "")
+            problems.append(f"{where}.engine: required, one of {', '.join(settings.ENGINES)}{hint}")
+            continue
+        if not crossed and engine not in settings.ENGINES:
             problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(settings.ENGINES)}")
             continue
         if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
+        problems += _kind_problems(resolved, preset, preset_name, where, crossed or _serving(resolved))
         if len(problems) == before:
+            if crossed or _serving(resolved):  # in the contract's order: name, engine, profile, the rest
+                resolved = {k: resolved[k] for k in ("name", "engine", "profile") if k in resolved} | {
+                    **settings.serving_defaults(), **resolved}
             out.append(resolved)
     _unique_names(out, "campaign.workloads", problems)
     _confusable(value, "campaign.workloads", problems)
     return out
+
+
+def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name: str | None, where: str,
+                   serving: bool) -> list[str]:
+    """A serving workload needs a profile and takes none of the fields it would ignore; another workload takes
+    no serving field. Each problem names the field, and the preset when the field came from it."""
+    engine = resolved.get("engine") or "from campaign.factors.engine"
+
+    def origin(key: str) -> str:
+        return f" (from the preset {preset_name!r})" if key in preset and preset_name else ""
+
+    if serving:
+        problems = [f"{where}.{key}: a serving workload (engine {engine}) does not take it{origin(key)}"
+                    + ("; give server arguments as server_args" if key == "extra_args" else "")
+                    for key in settings.NON_SERVING_FIELDS if key in resolved]
+        if "profile" not in resolved:
+            problems.append(f"{where}.profile: required for a serving workload (engine {engine}): "
+                            f"{{depth, concurrency, pp, tg}} lists, or a preset with one ("
+                            + ", ".join(n for n, p in settings.WORKLOAD_PRESETS.items() if "profile" in p) + ")")
+        return problems
+    return [f"{where}.{key}: only a serving workload ({', '.join(settings.SERVING_ENGINES)}) takes it, not engine "
+            f"{engine}{origin(key)}" for key in settings.SERVING_FIELDS if key in resolved]
+
+
+def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
+    """Every model runs every workload: a serving run's client counts tokens with the model's tokenizer (its
+    ``tokenizer``, else its ``path`` when that is a directory: a .gguf file is not a tokenizer), and llama.cpp
+    serves a .gguf file (``gguf``, else a .gguf ``path``). Refused here, before any host is changed."""
+    serving = [w["name"] for w in workloads if _serving(w)]
+    llamacpp = [w["name"] for w in workloads if w.get("engine") == "llama.cpp"]
+    problems = []
+    for i, model in enumerate(models if serving else []):
+        path = model.get("path")
+        if not (model.get("tokenizer") or (path and not path.endswith(".gguf"))):
+            why = f"its path {path!r} is a .gguf file, not a tokenizer" if path else "it has no path"
+            problems.append(f"campaign.models[{i}].tokenizer: required: serving workload {serving[0]!r} runs the "
+                            f"model {model['name']!r} and {why}; its client (llama-benchy) needs a tokenizer: give "
+                            f"tokenizer (a tokenizer.json, or a directory holding one, on the hosts)")
+        if llamacpp and not (model.get("gguf") or (path or "").endswith(".gguf")):
+            problems.append(f"campaign.models[{i}].gguf: required: llama.cpp workload {llamacpp[0]!r} runs the model "
+                            f"{model['name']!r}, whose path {path!r} is not a .gguf file: give gguf (the .gguf file "
+                            f"on the hosts) or a .gguf path")
+    return problems
+
+
+def engine_model(model: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """The model as a run of ``workload`` launches it: a llama.cpp run serves the model's ``gguf`` as its path
+    (the tokenizer defaulting to the model's own path); every other run the model as it is."""
+    if workload.get("engine") != "llama.cpp" or not model.get("gguf"):
+        return model
+    tokenizer = model.get("tokenizer") or model.get("path")
+    return {**model, "path": model["gguf"], **({"tokenizer": tokenizer} if tokenizer else {})}
 
 
 def _cooldown(value: Any, problems: list[str]) -> dict[str, Any]:
@@ -322,9 +404,10 @@ def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | No
             problems.append(f"campaign.environments[{index}].variant: on {host}: {exc}")
     if problems:
         raise CampaignError(problems, "sparkfleet_campaign")
-    timeout_s, cooldown = campaign["timeout_s"], campaign["cooldown"]
+    cooldown = campaign["cooldown"]
     runs = []
     for index, (m, e, w, i, is_warm) in enumerate(warm + measured):
         rid = run_id(campaign["name"], host, m["name"], e["name"], w["name"], i)
-        runs.append(PlannedRun(rid, index, m, launch[e["name"]], w, i, is_warm, timeout_s, cooldown))
+        runs.append(PlannedRun(rid, index, engine_model(m, w), launch[e["name"]], w, i, is_warm,
+                               estimate.run_timeout_s(campaign, w), cooldown))
     return runs

@@ -3,8 +3,9 @@
 The study found 1.7-2.7x less KV cache in Docker than natively on a DGX Spark and blamed cgroup accounting of
 unified memory. These campaign features let one campaign test that explanation:
 
-* ``factors``: memory-state factors crossed into every workload, like any other axis of the matrix, and so
-  interleaved with the environments: ``kv_fraction`` (TensorRT-LLM's ``kv_cache_config.free_gpu_memory_fraction``,
+* ``factors``: factors crossed into the workloads, like any other axis of the matrix, and so interleaved with
+  the environments: ``engine`` (serving workloads: a serving preset such as ``spark-arena`` names no engine;
+  ``<workload>.<engine>``), ``kv_fraction`` (TensorRT-LLM's ``kv_cache_config.free_gpu_memory_fraction``,
   given through ``--extra_llm_api_options``; trtllm workloads only) and ``drop_caches`` (page cache dropped
   before the run, or not). Each combination is a workload of its own, named ``<workload>.kv<F>.<drop|keep>``,
   carrying ``base`` (the workload it came from) and ``factors`` (the names of the factors crossed: their levels
@@ -113,8 +114,23 @@ def mark_aa(environments: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: Which workloads a factor crosses (settings.FACTORS says it in words) and how a level names the crossed one.
+_APPLIES = {
+    "engine": lambda w: w.get("engine") is None or w.get("engine") in settings.SERVING_ENGINES,
+    "kv_fraction": lambda w: w.get("engine") == "trtllm",
+    "drop_caches": lambda w: True,
+}
+_LABEL = {
+    "engine": str,
+    "kv_fraction": lambda level: f"kv{level:g}",
+    "drop_caches": lambda level: "drop" if level else "keep",
+}
+
+
 def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[str]) -> list[dict[str, Any]]:
-    """Every workload crossed with the factors' levels (kv_fraction only for trtllm workloads)."""
+    """Every workload crossed with the levels of the factors that apply to it (settings.FACTORS): ``engine``
+    crosses serving workloads (a serving preset names no engine), ``kv_fraction`` trtllm workloads,
+    ``drop_caches`` every workload. A crossed workload is named ``<workload>.<label>...`` in the table's order."""
     for i, workload in enumerate(workloads):
         if workload.get("kv_fraction") is not None and workload.get("engine") != "trtllm":
             problems.append(f"campaign.workloads[{i}].kv_fraction: only a trtllm workload has a KV cache "
@@ -123,10 +139,8 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
         return workloads
     out = []
     for i, workload in enumerate(workloads):
-        # in settings.MEMORY_FACTORS order, whatever the mapping's order (YAML writers sort keys): stable
-        # workload names
-        axes = [(name, factors[name]) for name in settings.MEMORY_FACTORS
-                if name in factors and (name != "kv_fraction" or workload.get("engine") == "trtllm")]
+        # in settings.FACTORS order, whatever the mapping's order (YAML writers sort keys): stable workload names
+        axes = [(name, factors[name]) for name in settings.FACTORS if name in factors and _APPLIES[name](workload)]
         for name, _ in axes:
             if workload.get(name) is not None:
                 problems.append(f"campaign.workloads[{i}].{name}: set here and in campaign.factors; use one")
@@ -137,8 +151,7 @@ def cross_factors(workloads: list[dict[str, Any]], factors: Any, problems: list[
             if not combo:
                 out.append(workload)
                 continue
-            label = ".".join(f"kv{level:g}" if name == "kv_fraction" else "drop" if level else "keep"
-                             for name, level in combo)
+            label = ".".join(_LABEL[name](level) for name, level in combo)
             out.append({**workload, **dict(combo), "name": f"{workload['name']}.{label}",
                         "base": workload["name"], "factors": [name for name, _ in combo]})
     return out

@@ -147,10 +147,11 @@ def model_path_problems(campaign: dict[str, Any], models_dir: str, host: str | N
     if not any(e.get("kind") in BOUND_KINDS for e in campaign.get("environments") or []):
         return []
     where = f"{host}: " if host else ""
-    return [f"{where}model {m['name']}: path {m['path']} lies outside the models directory {models_dir} "
+    return [f"{where}model {m['name']}: {key} {m[key]} lies outside the models directory {models_dir} "
             f"(sparkfleet_models_dir), the only host directory bound into the native chroot and the container; "
             f"put the model under it or set sparkfleet_models_dir to a directory that holds it"
-            for m in campaign.get("models") or [] if m.get("path") and not path_within(m["path"], models_dir)]
+            for m in campaign.get("models") or [] for key in ("path", "gguf")
+            if m.get(key) and not path_within(m[key], models_dir)]
 
 
 def pathless_trtllm_models(campaign: dict[str, Any], hf_cache_dir: Any = None, host: str | None = None) -> list[str]:
@@ -186,7 +187,13 @@ PLAN_GROUPS: dict[str, dict[str, str]] = {
                   "max_gpu_processes": "sparkfleet_preflight_max_gpu_processes",
                   "fail_on_unknown": "sparkfleet_preflight_fail_on_unknown",
                   "max_fail_percentage": "sparkfleet_max_fail_percentage"},
-    "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct"},
+    "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct",
+                        "acknowledge_host_differences": "sparkfleet_acknowledge_host_differences"},
+    "serving": {"client": "sparkfleet_serving_client", "corpus": "sparkfleet_serving_corpus"},
+    "readiness": {"policy": "sparkfleet_readiness_policy", "min_fraction": "sparkfleet_readiness_min_fraction",
+                  "expected_clock_mhz": "sparkfleet_readiness_expected_clock_mhz",
+                  "probe_s": "sparkfleet_readiness_probe_s",
+                  "degraded_bands": "sparkfleet_readiness_degraded_bands"},
 }
 
 
@@ -223,7 +230,7 @@ def standalone_plan(host: str, variables: dict[str, Any], groups: list[str] | No
     if not isinstance(campaign, dict):
         campaign = default_campaign(groups, "campaign") if groups is not None else {}
     plan_ = host_settings(host, known, {k: campaign.get(k) for k in ("name", "image")})
-    plan_.update(host=host, runs=[], total=0, needs_native=False, needs_container=False,
+    plan_.update(host=host, runs=[], total=0, needs_native=False, needs_container=False, needs_serving=False,
                  summary=f"{host}: settings only (validate.yml did not run: no runs planned)")
     return plan_
 
@@ -255,11 +262,15 @@ class HostPlan:
     #: :func:`host_settings` (paths, workload, image, rootfs, docker, gpu_state, preflight, ...), for the
     #: campaign actually run (a renamed one's results directory).
     knobs: dict[str, Any] = field(default_factory=dict)
+    #: Serving runs are planned: the serving_client role installs the client unless sparkfleet_serving_client
+    #: names one.
+    needs_serving: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.knobs, "host": self.host, "runs": self.runs, "total": len(self.runs),
                 "async_s": self.async_s, "follow": self.follow, "needs_native": self.needs_native,
-                "needs_container": self.needs_container, "summary": self.summary}
+                "needs_container": self.needs_container, "needs_serving": self.needs_serving,
+                "summary": self.summary}
 
 
 @dataclass
@@ -376,7 +387,8 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
         runs = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
         # Ansible's async limit: twice (a job left by a killed controller may run first) each run's timeout and
         # longest cooldown, plus slack. Check mode runs the task in the foreground.
-        limit = int(2 * (len(runs) * (estimate.upper_s_per_run(campaign) + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S))
+        limit = int(2 * (sum(estimate.upper_s_per_run(campaign, r["workload"]) + ASYNC_SLACK_PER_RUN_S for r in runs)
+                         + ASYNC_SLACK_S))
         async_s = 0 if check_mode else limit
         report_after_s = check.settings["sparkfleet_report_after_s"]
         follow = {"poll_interval_s": check.settings["sparkfleet_poll_interval_s"], "report_after_s": report_after_s,
@@ -392,6 +404,7 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             root = knobs["paths"]["results_root"]
             knobs["campaign"] = campaign["name"]
             knobs["paths"]["results_dir"] = os.path.join(root, campaign["name"], check.host)
+        serving = any(w.get("engine") in settings.SERVING_ENGINES for w in campaign["workloads"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
-                                     summary, knobs)
+                                     summary, knobs, serving)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

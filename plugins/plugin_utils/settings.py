@@ -23,12 +23,14 @@ from typing import Any
 
 import yaml
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
     DAY_S,
     REQUIRED,
     WEEK_S,
     Field,
     field_problem,
+    number_problem,
     type_name,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
@@ -127,7 +129,11 @@ def confusable_names(names: Sequence[tuple[str, str]]) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- campaign
 
-ENGINES = ("trtllm", "matmul", "hf-generate")
+#: Engine servers measured by a load generator through a profile of points (docs: notes/serving-contract.md).
+SERVING_ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm-serve")
+ENGINES = ("trtllm", "matmul", "hf-generate", *SERVING_ENGINES)
+#: Load generators a serving workload can use: llama-benchy (eugr/llama-benchy).
+SERVING_CLIENTS = ("llama-benchy",)
 ORDERS = ("interleaved", "randomized", "sequential")
 #: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation).
 ENVIRONMENT_KINDS = ("native", "container", "bare")
@@ -206,16 +212,23 @@ def results_dir_problem(value: str) -> str | None:
     return None
 
 
-#: Memory-state factors a campaign can cross into its workloads (campaign field ``factors``).
-MEMORY_FACTORS = ("kv_fraction", "drop_caches")
+#: Factors a campaign can cross into its workloads (campaign field ``factors``), in the order they name the
+#: crossed workloads (``<workload>.<engine>.kv<F>.<drop|keep>``): factor -> the workloads it crosses. Each level
+#: is a value of the workload field of the same name (its range is defined there, once); ``engine``'s levels are
+#: serving engines.
+FACTORS = {
+    "engine": "serving workloads",
+    "kv_fraction": "trtllm workloads",
+    "drop_caches": "every workload",
+}
 
 
 def _factors(value: Any) -> str | None:
-    """``factors``: {kv_fraction: [...], drop_caches: [...]}, levels unique, each one a value of the workload
-    field of that name (its range is defined there, once)."""
-    unknown = [k for k in value if k not in MEMORY_FACTORS]
+    """``factors``: {engine: [...], kv_fraction: [...], drop_caches: [...]}, levels unique, each one a value of
+    the workload field of that name."""
+    unknown = [k for k in value if k not in FACTORS]
     if unknown:
-        return "unknown factor %r (known: %s)" % (unknown[0], ", ".join(MEMORY_FACTORS))
+        return "unknown factor %r (known: %s)" % (unknown[0], ", ".join(FACTORS))
     for name, levels in value.items():
         if not isinstance(levels, list) or not levels:
             return "%s: must be a non-empty list of levels" % name
@@ -223,6 +236,8 @@ def _factors(value: Any) -> str | None:
             return "%s: a level is listed twice" % name
         for level in levels:
             problem = "must not be null" if level is None else field_problem(WORKLOAD_BY_NAME[name], level)
+            if problem is None and name == "engine" and level not in SERVING_ENGINES:
+                problem = "must be a serving engine (%s), got %r" % (", ".join(SERVING_ENGINES), level)
             if problem:
                 return "%s: every level %s" % (name, problem)
     return None
@@ -257,15 +272,22 @@ CAMPAIGN_FIELDS = (
           nullable=True),
     Field("preset", "str", None, "Catalogue campaign whose keys the campaign's own override (memory-study).",
           choices=CAMPAIGN_PRESET_NAMES, nullable=True, resolved=False),
-    Field("factors", "dict", None, "Memory-state factors crossed into every workload: kv_fraction (trtllm "
-          "workloads), drop_caches (docs/MEMORY.md).", nullable=True, check=_factors, resolved=False),
+    Field("factors", "dict", None, "Factors crossed into the workloads: engine (serving workloads: "
+          "<workload>.<engine>), kv_fraction (trtllm workloads), drop_caches (every workload; docs/MEMORY.md).",
+          nullable=True, check=_factors, resolved=False),
     Field("aa", "any", False, "A/A pairs: true twins every environment (<name>.aa), a list only those named.",
           check=_aa, resolved=False),
 )
 MODEL_FIELDS = (
     Field("name", "str", REQUIRED, "Model name (identity of its runs)."),
     Field("hf_id", "str", None, "Hugging Face id the engine loads.", nullable=True),
-    Field("path", "abs_path", None, "Model directory on the hosts (absolute).", nullable=True),
+    Field("path", "abs_path", None, "Model directory on the hosts (absolute; for llama.cpp the .gguf file).",
+          nullable=True),
+    Field("tokenizer", "abs_path", None, "Tokenizer of a serving run's client on the hosts: a tokenizer.json or "
+          "a directory holding one (default: the model's path when that is a directory).", nullable=True),
+    Field("gguf", "abs_path", None, "The .gguf file llama.cpp serves, so one model can cross llama.cpp and the "
+          "other engines: a llama.cpp run gets it as its path (its tokenizer defaults to the model's path).",
+          nullable=True, check=lambda v: None if v.endswith(".gguf") else "%r is not a .gguf file" % v),
 )
 ENVIRONMENT_FIELDS = (
     Field("name", "str", REQUIRED, "Environment name (identity of its runs)."),
@@ -279,7 +301,8 @@ ENVIRONMENT_FIELDS = (
 WORKLOAD_FIELDS = (
     Field("name", "str", REQUIRED, "Workload name (identity of its runs)."),
     Field("preset", "str", None, "Preset it starts from: study, T1..T6, matmul."),
-    Field("engine", "str", None, "trtllm, matmul or hf-generate."),
+    Field("engine", "str", None, "trtllm, matmul, hf-generate, or a serving engine: llama.cpp, vllm, sglang, "
+          "trtllm-serve."),
     Field("mode", "str", "throughput", "trtllm-bench mode: throughput or latency."),
     Field("batch", "int", None, "Largest batch size.", "requests", 1, 4096),
     Field("concurrency", "int", None, "Concurrent requests.", "requests", 1, 65536),
@@ -296,8 +319,78 @@ WORKLOAD_FIELDS = (
           "--extra_llm_api_options (trtllm).", "fraction", 0.0, 1.0, low_open=True, nullable=True),
     Field("drop_caches", "bool", None, "Drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before "
           "each run of this workload.", nullable=True),
+    # serving workloads (engine server + load generator); their defaults are filled in when the workload resolves
+    Field("profile", "dict", None, "Serving: the points crossed inside one run, {depth, concurrency, pp, tg}: "
+          "non-empty lists of unique integers (profile_problems)."),
+    Field("runs", "int", 3, "Serving: the client's measured runs per point (llama-benchy --runs).", "runs", 1,
+          1000),
+    Field("prefix_caching", "bool", False, "Serving: measure with the server's prefix cache (llama-benchy "
+          "--enable-prefix-caching, Spark Arena's setting); false: unique prompt prefixes (--no-cache)."),
+    Field("server_args", "list", [], "Serving: extra engine server arguments (argv elements).", elements="str"),
+    Field("port", "int", None, "Serving: the server's port on 127.0.0.1 (null: the engine's default).", "", 1,
+          65535, nullable=True),
+    Field("ready_timeout_s", "float", 900.0, "Serving: longest wait for the server to answer.", "s", 0.0, DAY_S,
+          low_open=True),
+    Field("served_model_name", "str", None, "Serving: the model name the server answers to (null: the "
+          "engine's default).", nullable=True),
+    Field("client", "str", "llama-benchy", "Serving: the load generator.", choices=SERVING_CLIENTS),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
+#: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.
+SERVING_FIELDS = ("profile", "runs", "prefix_caching", "server_args", "port", "ready_timeout_s",
+                  "served_model_name", "client")
+#: Fields a serving workload would silently ignore (its shape is its profile, its arguments server_args).
+NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "output_len", "backend",
+                      "iterations", "warmup", "size", "extra_args", "kv_fraction")
+
+
+def serving_defaults() -> dict[str, Any]:
+    """The serving fields' defaults a resolved serving workload carries (profile has none: it is required)."""
+    return {f.name: copy.deepcopy(f.default) for f in WORKLOAD_FIELDS if f.name in SERVING_FIELDS[1:]}
+
+
+#: A serving profile's axes: each a non-empty list of unique levels in its physical range.
+PROFILE_AXES = (
+    Field("depth", "int", REQUIRED, "Context already in the conversation before the prompt.", "tokens", 0,
+          2 ** 21),
+    Field("concurrency", "int", REQUIRED, "Concurrent requests.", "requests", 1, 4096),
+    Field("pp", "int", REQUIRED, "Prompt tokens processed per request.", "tokens", 1, 2 ** 21),
+    Field("tg", "int", REQUIRED, "Tokens generated per request.", "tokens", 1, 2 ** 21),
+)
+#: Most points (depth x concurrency x pp x tg) one serving run may hold.
+MAX_PROFILE_POINTS = 10_000
+
+
+def profile_problems(value: Any, where: str) -> list[str]:
+    """One problem per bad part of a serving ``profile``, each naming it: ``<where>.depth[2]: ...``."""
+    if not isinstance(value, dict):
+        return ["%s: must be a mapping {depth, concurrency, pp, tg} of lists, got %s" % (where, type_name(value))]
+    axes = {f.name: f for f in PROFILE_AXES}
+    problems = ["%s.%s: unknown key (known: %s)" % (where, k, ", ".join(axes)) for k in value if k not in axes]
+    for name, f in axes.items():
+        levels = value.get(name)
+        if not isinstance(levels, list) or not levels:
+            problems.append("%s.%s: %s a non-empty list of integers (%s)" % (
+                where, name, "required:" if levels is None else "must be", f.range_text()))
+            continue
+        seen: set[int] = set()
+        for i, level in enumerate(levels):
+            problem = field_problem(f, level)
+            if problem is None and level in seen:
+                problem = "%s is listed twice" % level
+            if problem:
+                problems.append("%s.%s[%d]: %s" % (where, name, i, problem))
+            else:
+                seen.add(level)
+    if not problems and profile_points(value) > MAX_PROFILE_POINTS:
+        problems.append("%s: %d points per run (depth x concurrency x pp x tg), above the limit of %d: split it "
+                        "into several workloads" % (where, profile_points(value), MAX_PROFILE_POINTS))
+    return problems
+
+
+def profile_points(profile: Mapping[str, Any]) -> int:
+    """Points per run of a checked profile: depth x concurrency x pp x tg."""
+    return math.prod(len(profile[f.name]) for f in PROFILE_AXES)
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*$")
 IMAGE_BUILD_FIELDS = (
     Field("method", "str", "debootstrap", "How the image is built.", choices=("debootstrap",)),
@@ -324,6 +417,19 @@ def _workload_env(value: Any) -> str | None:
     bad = [k for k, x in value.items() if not (isinstance(k, str) and _IDENT.match(k))
            or isinstance(x, (dict, list)) or x is None]
     return "bad names or values: %s" % ", ".join(map(str, bad)) if bad else None
+
+
+def _bands(value: Any) -> str | None:
+    for band in value:
+        if not (isinstance(band, list) and len(band) == 2 and all(number_problem(x) is None for x in band)):
+            return "every band must be [low, high] in MHz (two numbers), got %r" % (band,)
+        if not 0 <= band[0] <= band[1] <= 10000:
+            return "band %r: must hold 0 <= low <= high <= 10000 MHz" % (band,)
+    return None
+
+
+def _whole(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
 
 
 def _variants(value: Any) -> str | None:
@@ -382,6 +488,29 @@ SETTINGS = (
     *LIMIT_FIELDS,  # preflight_check's limits (gates.py)
     Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
           "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True),
+    Field("sparkfleet_acknowledge_host_differences", "bool", False, "The reproducibility check refuses hosts whose "
+          "firmware or driver differ unless this is true (then it compares them and says they differ)."),
+    Field("sparkfleet_serving_client", "abs_path", None, "A llama-benchy executable on the host for serving runs "
+          "(null: <work_dir>/clients/llama-benchy/bin/llama-benchy, installed with pip when serving runs are "
+          "planned).", nullable=True),
+    Field("sparkfleet_serving_corpus", "abs_path", None, "A text file on the host the serving client's prompts "
+          "come from, served on 127.0.0.1 for its --book-url (null: llama-benchy's own default book).",
+          nullable=True),
+    Field("sparkfleet_readiness_policy", "str", "mark", "A host whose readiness probe finds it suspect (clock "
+          "under load too low): mark (run, mark its results suspect, warn) or refuse (no runs on it).",
+          choices=readiness.POLICIES),
+    Field("sparkfleet_readiness_min_fraction", "float", readiness.DEFAULT_MIN_FRACTION, "Readiness: least "
+          "fraction of the expected SM clock reached under the probe's load (with an expected clock given).",
+          "fraction", 0.0, 1.0, low_open=True),
+    Field("sparkfleet_readiness_expected_clock_mhz", "float", None, "Readiness: the SM clock a healthy host "
+          "reaches under the probe's load (null: the host's maximum SM clock, with fraction %g)."
+          % readiness.DEFAULT_MIN_FRACTION_OF_MAX, "MHz", 0.0, 10000.0, low_open=True, nullable=True),
+    Field("sparkfleet_readiness_probe_s", "float", 3.0, "Readiness: seconds of the probe's fixed GPU load "
+          "before the runs (0: no probe).", "s", 0.0, 600.0),
+    Field("sparkfleet_readiness_degraded_bands", "list", [[_whole(x) for x in band] for band in
+                                                          readiness.DEFAULT_DEGRADED_BANDS],
+          "Readiness: SM clock bands [low, high] (MHz) under load that mark a host suspect (DGX Spark's stuck "
+          "low-power band).", check=_bands),
     Field("sparkfleet_gpu_persistence_mode", "bool", None, "GPU persistence mode (null: leave as is).",
           nullable=True),
     Field("sparkfleet_gpu_locked_clocks", "dict", None, "Lock GPU clocks to {min, max} MHz (null: leave as is).",

@@ -6,7 +6,8 @@ as the host would execute it - the chroot argv of a native run, the ``docker run
 run_launch.run_env for the environment), secrets redacted. Nothing is touched: no host, no image, no network.
 What only the host knows (the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown
 as a placeholder and said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the
-image tag names.
+image tag names. A serving run shows its server (in its environment) and its client's command for the first
+point of the run's order, with the points per run, the requests and a rough estimate of its duration.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ import yaml
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
     run_launch,
     runexec,
+    serving,
+    serving_client,
     trtllm_cli,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import MARKER
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning, settings
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, planning, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import load, plan
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 
 HOST = "HOST"
 ENTRYPOINT = "<image-entrypoint>"  # the image's Entrypoint, recorded in the rootfs marker on the host
+CORPUS_URL = "http://127.0.0.1:<port>/corpus.txt"  # the loopback server of sparkfleet_serving_corpus (a free port)
 
 
 def register(sub) -> None:
@@ -94,6 +98,30 @@ def _placeholder_rootfs(tmp: str) -> str:
     return tmp
 
 
+def _client_path(host: dict[str, Any]) -> str:
+    """The serving client on the host: sparkfleet_serving_client, else the one the serving_client role installs
+    under the work directory (roles/serving_client: <work_dir>/clients/llama-benchy)."""
+    return host["serving"]["client"] or f"{host['paths']['work_dir']}/clients/llama-benchy/bin/llama-benchy"
+
+
+def _client_step(run, host: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    """The client's command for the run's first point (of its seeded shuffled order), as the Launcher runs it
+    on the host (run_launch.Launcher.run_points); the other points differ in --pp/--tg/--depth/--concurrency."""
+    workload, model = run.workload, run.model
+    points, seed = serving.shuffled_points(workload, run.run_id)
+    driver = serving_client.driver(workload.get("client"))
+    tokenizer = model.get("tokenizer") or model.get("path")  # the host uses the path when it is a directory
+    first = points[0]
+    argv = driver.point_argv(_client_path(host), first, serving.base_url(workload),
+                             serving.served_name(workload, model), str(tokenizer), int(workload["runs"]),
+                             bool(workload["prefix_caching"]), CORPUS_URL if host["serving"]["corpus"] else None,
+                             f"{run_dir}/points/{first['point']}.json", workload.get("client_args"))
+    cmd = runexec.redact([run_launch.ENV_BIN, "-C", run_dir]
+                         + [f"{k}={v}" for k, v in serving_client.client_env(run_dir).items()] + argv)
+    return {"name": "client", "argv": cmd, "stdout": None, "line": shlex.join(cmd),
+            "points": len(points), "point_order_seed": seed, "first_point": first["point"]}
+
+
 def _commands(campaign, host, trtllm, runs, rootfs_tmp):
     paths = host["paths"]
     results_root, models_dir = paths["results_root"], paths["models_dir"]
@@ -124,15 +152,35 @@ def _commands(campaign, host, trtllm, runs, rootfs_tmp):
                     binds.append((trtllm["hf_cache_dir"], trtllm_cli.HF_CACHE_TARGET, False))
                 labels = {"sparkfleet.run_id": run.run_id, "sparkfleet.campaign": campaign["name"],
                           "sparkfleet.step": name}
+                flags = run.environment.get("docker_flags") or []
+                if serving.is_serving(run.workload):  # the client on the host reaches the server's loopback
+                    flags, _ = serving.with_host_network(flags)
                 cmd = runexec.container_command("docker", ("sf-" + run.run_id)[:120], host["image"]["ref"],
-                                                run.environment.get("docker_flags") or [], argv, env, run_dir,
-                                                binds, labels)
+                                                flags, argv, env, run_dir, binds, labels)
             cmd = runexec.redact(cmd)
             line = shlex.join(cmd) + (f" > {shlex.quote(stdout)}" if stdout else "")
             shown.append({"name": name, "argv": cmd, "stdout": stdout, "line": line})
-        out.append({"run_id": run.run_id, "environment": run.environment["name"], "kind": kind,
-                    "warmup": run.warmup, "steps": shown})
+        row = {"run_id": run.run_id, "environment": run.environment["name"], "kind": kind,
+               "warmup": run.warmup, "timeout_s": run.timeout_s, "steps": shown}
+        if serving.is_serving(run.workload):
+            shown.append(_client_step(run, host, run_dir))
+            row["serving"] = estimate.serving_summary(campaign, run.workload)
+        out.append(row)
     return out
+
+
+def _serving_notes(campaign: dict[str, Any], host: dict[str, Any]) -> list[str]:
+    """What the header says of the serving workloads: each one's points, requests and estimate; the client."""
+    loads = [w for w in campaign["workloads"] if serving.is_serving(w)]
+    if not loads:
+        return []
+    corpus = host["serving"]["corpus"]
+    return [f"serving {estimate.serving_text(campaign, w)}" for w in loads] + [
+        f"serving: the server runs in the run's environment (a container on the host's network), the client on the "
+        f"host: {_client_path(host)}"
+        + ("" if host["serving"]["client"] else " (installed by the serving_client role)")
+        + "; the client step shows the first point of the run's shuffled order, once per point on the host; prompts "
+        + (f"from {corpus}, served at {CORPUS_URL}" if corpus else "from llama-benchy's default book")]
 
 
 def run(args) -> int:
@@ -153,6 +201,7 @@ def run(args) -> int:
              f"recorded on the host when the rootfs is extracted (unknown offline); the image's own Env (Config.Env) "
              f"is added there too, and is not shown",
              f"container: runs image {image} (on the host: the ID the native rootfs was extracted from)"]
+    notes += _serving_notes(campaign, host)
     resolved = trtllm.get("resolved")
     if resolved:
         maker = ("trtllm-bench prepare-dataset" if resolved["dataset"] == "subcommand"
@@ -165,14 +214,23 @@ def run(args) -> int:
         notes.append(f"Hugging Face: cache {hf_cache} bound at {trtllm_cli.HF_CACHE_TARGET}" if hf_cache else
                      "Hugging Face: offline (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1); tokenizers from model paths")
     if args.json:
+        loads = {w["name"]: estimate.serving_summary(campaign, w) for w in campaign["workloads"]
+                 if serving.is_serving(w)}
         print(json.dumps({"campaign": campaign["name"], "config_hash": campaign["config_hash"], "host": args.host,
-                          "trtllm": resolved, "notes": notes, "runs": rows}, indent=2, sort_keys=True))
+                          "trtllm": resolved, "notes": notes, "serving": loads, "runs": rows}, indent=2,
+                         sort_keys=True))
         return 1 if any(r.get("error") for r in rows) else 0
     lines = [f"# sparkfleet plan: campaign {campaign['name']!r} (config hash {campaign['config_hash']}), "
              f"{len(rows)} runs per host, in the order host {args.host!r} runs them"]
     lines += [f"# {note}" for note in notes]
     for index, row in enumerate(rows, 1):
         lines.append(f"\n## {index}/{len(rows)} {row['run_id']} ({row['kind']}{', warm-up' if row['warmup'] else ''})")
+        if row.get("serving"):
+            info, client = row["serving"], row["steps"][-1]
+            lines.append(f"# {info['points']} points per run, {info['requests']} requests, about "
+                         f"{estimate.duration_text(info['estimated_s'])} (rough), timeout "
+                         f"{estimate.duration_text(row['timeout_s'])}; client shown for point {client['first_point']}"
+                         f" (order seed {client['point_order_seed']})")
         if row.get("error"):
             lines.append(f"!! {row['error']}")
         lines += [f"{step['name']}: {step['line']}" for step in row["steps"]]

@@ -58,9 +58,14 @@ WORKLOAD_NUMBERS = [f for f in defs.WORKLOAD_FIELDS if f.kind in ("int", "float"
 def workloads(draw, name):
     preset = draw(st.sampled_from(sorted(defs.WORKLOAD_PRESETS)))
     w = {"name": name, "preset": preset}
-    # A KV fraction only where the engine preallocates a KV cache (a cross-field rule the ranges do not say).
+    serving = "profile" in defs.WORKLOAD_PRESETS[preset]
+    if serving:  # a serving preset names no engine
+        w["engine"] = draw(st.sampled_from(defs.SERVING_ENGINES))
+    # A KV fraction only where the engine preallocates a KV cache, serving fields only on a serving workload and
+    # the others only elsewhere (cross-field rules the ranges do not say).
     numbers = [f for f in WORKLOAD_NUMBERS
-               if f.name != "kv_fraction" or defs.WORKLOAD_PRESETS[preset].get("engine") == "trtllm"]
+               if (f.name in defs.SERVING_FIELDS) == serving
+               and (f.name != "kv_fraction" or defs.WORKLOAD_PRESETS[preset].get("engine") == "trtllm")]
     for f in draw(st.lists(st.sampled_from(numbers), max_size=3, unique_by=lambda f: f.name)):
         w[f.name] = draw(in_range(f))
     if draw(st.booleans()):
@@ -74,8 +79,10 @@ def campaigns(draw):
     models = draw(st.lists(NAME, min_size=1, max_size=2, unique_by=str.casefold))  # Llama ~ llama
     envs = draw(st.lists(st.sampled_from(["native", "container", "bare"]), min_size=1, max_size=3, unique=True))
     wnames = draw(st.lists(NAME, min_size=1, max_size=2, unique_by=str.casefold))
-    c = {"name": draw(NAME), "models": models, "environments": envs,
-         "workloads": [draw(workloads(n)) for n in wnames],
+    loads = [draw(workloads(n)) for n in wnames]
+    if any(w.get("engine") in defs.SERVING_ENGINES for w in loads):  # a client's tokenizer, llama.cpp's .gguf
+        models = [{"name": m, "tokenizer": "/models/tokenizer.json", "gguf": f"/models/{m}.gguf"} for m in models]
+    c = {"name": draw(NAME), "models": models, "environments": envs, "workloads": loads,
          "iterations": draw(st.integers(1, 3)), "warmup_runs": draw(st.integers(0, 1)),
          "order": draw(st.sampled_from(defs.ORDERS)), "seed": draw(st.integers(0, 2 ** 32))}
     if draw(st.booleans()):
@@ -166,7 +173,7 @@ JSONISH = st.recursive(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(campaigns(), st.sampled_from(["top", "cooldown", "workload", "model", "environment"]),
        st.sampled_from([f.name for f in defs.CAMPAIGN_FIELDS + thermal.COOLDOWN_FIELDS + defs.WORKLOAD_FIELDS]
-                       + ["colour", "kind", "path", "hf_id", "docker_flags"]), JSONISH)
+                       + ["colour", "kind", "path", "hf_id", "docker_flags", "tokenizer", "gguf"]), JSONISH)
 def test_any_value_anywhere_either_passes_every_check_or_names_a_field(c, where, key, value):
     """Whatever lands in whatever field: accepted => the hosts accept the plan; refused => fields named."""
     if where == "top":
@@ -176,7 +183,8 @@ def test_any_value_anywhere_either_passes_every_check_or_names_a_field(c, where,
     elif where == "workload":
         c["workloads"][0][key] = value
     elif where == "model":
-        c["models"][0] = {"name": c["models"][0], key: value}
+        model = c["models"][0]
+        c["models"][0] = {**(model if isinstance(model, dict) else {"name": model}), key: value}
     else:
         c["environments"][0] = {"name": c["environments"][0], key: value}
     try:

@@ -62,7 +62,7 @@ def test_every_setting_a_role_needs_is_in_the_plan():
     used = set()
     for path in [*(REPO / "roles").glob("*/*/*.yml"), *(REPO / "playbooks").glob("*.yml")]:
         used |= set(re.findall(r"sparkfleet_plan\.(?:paths|workload|image|rootfs|docker|gpu_state|preflight|"
-                               r"reproducibility)\.[a-z_]+", path.read_text()))
+                               r"reproducibility|serving|readiness)\.[a-z_]+", path.read_text()))
     assert used and used <= grouped, used - grouped
 
 

@@ -66,7 +66,7 @@ def check(version: str, argv: list[str]):
 
 def _campaigns() -> list[dict]:
     """Campaigns that together produce every argv the planner can build for trtllm."""
-    presets = [name for name, p in settings.WORKLOAD_PRESETS.items() if p["engine"] == "trtllm"]
+    presets = [name for name, p in settings.WORKLOAD_PRESETS.items() if p.get("engine") == "trtllm"]
     workloads = [{"name": f"{p}-{mode}", "preset": p, "mode": mode} for p in presets
                  for mode in ("throughput", "latency")]
     workloads += [{"name": "knobs", "preset": "T4", "concurrency": 8, "requests": 7, "backend": "pytorch"},
