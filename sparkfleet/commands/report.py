@@ -25,7 +25,18 @@ def fraction(text: str) -> float:
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="aggregate run records into report/summary.md, index.html, runs.csv/parquet")
-    p.add_argument("results", metavar="RESULTS", help="results directory (a campaign, or a tree of campaigns)")
+    p.add_argument("results", metavar="RESULTS", nargs="?",
+                   help="results directory (a campaign, or a tree of campaigns); or give --hosts DIR")
+    p.add_argument("--hosts", metavar="DIR",
+                   help="print only whether each host of DIR is normal (against its peers and --reference), as a "
+                        "compact table; writes no report; exit status 1 when a host is not normal or the comparison "
+                        "is refused")
+    p.add_argument("--reference", metavar="FILE",
+                   help="what a normal host reaches: a previous campaign's results directory, or a YAML/JSON list of "
+                        "published figures {metric, model, workload, value, source} (environment optional)")
+    p.add_argument("--acknowledge-differences", action="store_true", default=None,
+                   help="compare the hosts although their firmware or driver differ (else the comparison is refused "
+                        "unless the campaign set sparkfleet_acknowledge_host_differences)")
     p.add_argument("--out", metavar="DIR", help="directory to write the report into (default RESULTS/report)")
     p.add_argument("--json", action="store_true", help="print cells, comparisons and warnings as JSON")
     p.add_argument("--cv-gate", type=fraction,
@@ -75,8 +86,47 @@ def args_for(results: str | os.PathLike[str]) -> argparse.Namespace:
 
 
 def run(args) -> int:
+    if args.hosts is not None:
+        text, failing = hosts_table(args)
+        print(text)
+        return 1 if failing else 0
     print(summarise(args))
     return 0
+
+
+def host_options(args):
+    """The host verdicts' options from --reference and --acknowledge-differences (UsageError: a bad reference)."""
+    from sparkfleet.report.host_normal import HostOptions
+
+    reference = getattr(args, "reference", None)
+    if reference is not None and not Path(reference).exists():
+        raise UsageError(f"--reference {reference}: no such file or directory")
+    return HostOptions(reference=reference, acknowledged=getattr(args, "acknowledge_differences", None))
+
+
+def hosts_table(args) -> tuple[str, bool]:
+    """`sparkfleet report --hosts DIR`: (the compact table of each host's verdict, whether any host is not normal
+    or the comparison is refused)."""
+    from sparkfleet.load import load_runs
+    from sparkfleet.report.analysis import check_one_campaign
+    from sparkfleet.report.host_normal import check_hosts, failing, text_table
+    from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
+
+    if args.results is not None:
+        raise UsageError(f"give either RESULTS or --hosts DIR, not both ({args.results} and {args.hosts})")
+    results = Path(args.hosts)
+    check_dir(results, "--hosts directory")
+    options = host_options(args)
+    loaded = load_runs(results)
+    for problem in loaded.problems:
+        print(f"sparkfleet report: skipped {problem}", file=sys.stderr)
+    if loaded.runs.empty:
+        raise UsageError(f"{results}: no valid run records")
+    check_one_campaign(loaded.runs, loaded.root)
+    check = check_hosts(loaded.root, loaded.runs, tolerance=args.tolerance or DEFAULT_TOLERANCE,
+                        alpha=args.alpha or DEFAULT_ALPHA, reference=options.reference,
+                        acknowledged=options.acknowledged, always=True)
+    return text_table(check), failing(check)
 
 
 def summarise(args) -> str:
@@ -84,6 +134,8 @@ def summarise(args) -> str:
     input (problems with single records go to stderr)."""
     from sparkfleet.load import load_runs
 
+    if args.results is None:
+        raise UsageError("give a results directory (sparkfleet report RESULTS), or --hosts DIR")
     results = Path(args.results)
     check_dir(results, "results directory")  # missing, a file, no permission: one line naming it (exit 2)
     if args.resamples is not None and args.resamples < 100:
@@ -116,7 +168,7 @@ def summarise(args) -> str:
 
     check_one_campaign(loaded.runs, loaded.root)  # a report's cells never mix campaigns (before any drawing)
     started = start_run_figures(loaded.runs, loaded.root)  # drawn while the statistics are computed
-    analysis = analyse(loaded, options)
+    analysis = analyse(loaded, options, host_options(args))
     for problem in analysis.baseline_problems:
         print(f"sparkfleet report: skipped in the baseline {problem}", file=sys.stderr)
     if args.baseline is not None and analysis.regressions is None:

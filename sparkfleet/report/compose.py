@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from sparkfleet.load import LoadResult
+from sparkfleet.report import host_normal
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options, compute_facts
 from sparkfleet.report.findings import collect_findings
@@ -21,16 +22,19 @@ class Report(Analysis):
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[VerdictLine] = field(default_factory=list)
     memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
+    hosts: host_normal.HostCheck | None = None  # "is this host normal?" (host_normal.py); None: no evidence
     serving: report_serving.ServingStudy = field(default_factory=report_serving.ServingStudy)  # serving points
 
 
-def analyse(loaded: LoadResult, options: Options | None = None) -> Report:
+def analyse(loaded: LoadResult, options: Options | None = None,
+            host_options: host_normal.HostOptions | None = None) -> Report:
     facts = compute_facts(loaded, options)
     o = facts.options
     memory = memory_study(facts.runs, facts.kv_runs, o.alpha, o.threshold, o.level)
+    hosts = host_normal.for_report(facts, host_options)
     serving = report_serving.serving_study(loaded.serving, o.alpha, o.threshold, o.level, o.resamples, o.seed,
                                            o.cv_gate)  # empty without serving runs
     return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)},
-                  findings=collect_findings(facts) + report_serving.findings(serving),
+                  findings=collect_findings(facts) + host_normal.findings(hosts) + report_serving.findings(serving),
                   verdicts=report_serving.with_serving_lines(build_verdicts(facts, memory), serving, o.threshold),
-                  memory=memory, serving=serving)
+                  memory=memory, hosts=hosts, serving=serving)

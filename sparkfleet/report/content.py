@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
-from sparkfleet.report import plots
+from sparkfleet.report import host_normal, plots
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
@@ -172,6 +172,7 @@ def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section
         statistics_section(analysis, figures),
         kv_section(analysis, figures),
         reproducibility_section(analysis),
+        *filter(None, [host_normal.section(analysis.hosts)]),  # "is this host normal?": only with evidence
         outlier_section(analysis),
         over_time_section(figures),
     ]

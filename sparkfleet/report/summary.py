@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from sparkfleet.report import host_normal
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.types import plain
@@ -69,7 +70,10 @@ def payload(analysis: Report) -> dict[str, Any]:
 
 
 def to_json(analysis: Report) -> str:
-    return json.dumps(payload(analysis), sort_keys=True, indent=2, default=str)
+    data = payload(analysis)
+    if analysis.hosts is not None:  # "is this host normal?" (host_normal.py): only where the tree has evidence
+        data["hosts"] = analysis.hosts.to_dict()
+    return json.dumps(data, sort_keys=True, indent=2, default=str)
 
 
 def verdict_lines(analysis: Report) -> list[str]:
@@ -86,6 +90,7 @@ def terminal_summary(analysis: Report, written: list[str]) -> str:
     runs = analysis.runs
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
     lines = ["verdicts:", *verdict_lines(analysis),
+             *(["hosts:", *(f"  {s}" for s in analysis.hosts.hosts["sentence"])] if analysis.hosts else []),
              f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
              f"{len(analysis.problems)} record(s) skipped",
              analysis.accounting.summary()]
@@ -101,7 +106,7 @@ def terminal_summary(analysis: Report, written: list[str]) -> str:
         lines.append("warnings: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
         for finding in analysis.findings:
             if finding.kind in ("sequential", "invalid", "not-ok", "skipped", "missing", "no-metrics", "leftover",
-                                "rejected-metric", "tree"):
+                                "rejected-metric", "tree", *host_normal.TERMINAL_KINDS):
                 lines.append(f"  ! {finding.message}")
     lines += [f"wrote {path}" for path in written]
     return "\n".join(lines)

@@ -1,0 +1,427 @@
+"""The host-state evidence behind "is this host normal?", read from a results tree (issue 24).
+
+The hosts write, besides the run records the loader reads:
+
+* per run, the record's ``readiness`` section (the probe before the run: ``state`` healthy | suspect |
+  unknown, ``reasons`` [{cause, message}], ``sm_clock_mhz`` and ``power_w`` reached under load,
+  ``expected_clock_mhz``) and its ``attestation`` section (``counters``: throttle/event counters as deltas over
+  the run, ``memory_start``: MemFree/MemAvailable/Cached and ``free_huge_blocks`` at start, ``energy``:
+  ``{joules, j_per_output_token, scope}``);
+* per host, ``<host>/attestation.json`` (kernel, driver, CUDA, VBIOS, firmware, image digest:
+  plugins/module_utils/sparkfleet_host/attestation.py) and ``<host>/bandwidth.json`` (``{bytes_per_s, method,
+  ...}``, or ``{bytes_per_s: null, reason}`` where it could not be measured).
+
+This module reads them (the loader does not make columns of the sections: each record is read again, and only
+records that carry a section are parsed), works out each decode figure's share of the memory-bandwidth roofline
+(sparkfleet.roofline), and reads a reference of published figures (:func:`load_reference`). The judgement is
+sparkfleet.report.host_normal's. A tree without any of these files and sections gives empty results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation as host_attestation
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from sparkfleet import roofline
+from sparkfleet.load import RECORD_NAME
+
+ATTESTATION_FILE = "attestation.json"
+BANDWIDTH_FILE = "bandwidth.json"
+#: Where the acknowledgement of host differences is read from campaign.json (top level or the resolved campaign):
+#: the campaign plan's copy of ``sparkfleet_acknowledge_host_differences``.
+ACKNOWLEDGE_KEY = "acknowledge_host_differences"
+
+#: A record that carries one of the sections this module reads (a cheap test before parsing the JSON).
+_SECTIONS = re.compile(rb'"(readiness|attestation|serving)"\s*:\s*[{]')
+
+#: Per-run state columns (:func:`run_states`).
+STATE_COLUMNS = ["run_id", "host", "readiness_state", "readiness_reasons", "readiness_causes", "clock_mhz",
+                 "expected_clock_mhz", "power_w", "throttle_grew", "free_huge_blocks", "energy_j",
+                 "j_per_output_token", "energy_scope", "serving_c1_tok_s"]
+
+#: Decode figures the roofline applies to: the record's metric, and the derived decode rate (batch / TPOT).
+DECODE_METRICS = ("output_tok_s", "decode_tok_s", "tg_req_tok_s_c1")
+DECODE_WORDS = {
+    "output_tok_s": "output throughput (prefill included)",
+    "decode_tok_s": "decode rate (batch / TPOT)",
+    "tg_req_tok_s_c1": "serving decode at concurrency 1",
+}
+
+#: Energy scope labels: what the sampled power covers (GB10's NVML reads the GPU rail, about half the system).
+SCOPE_WORDS = {"gpu_rail": "GPU rail only", "gpu": "GPU only", "system": "whole system"}
+
+
+def host_dirs(root: Path, runs: pd.DataFrame) -> dict[str, Path]:
+    """Each host's directory: the one above the ``runs`` directory of its records (``<host>/runs/<run_id>``)."""
+    dirs: dict[str, Path] = {}
+    if runs.empty or "record_dir" not in runs:
+        return dirs
+    for host, record_dir in runs[["host", "record_dir"]].drop_duplicates("host").itertuples(index=False):
+        parts = Path(str(record_dir)).parts
+        if len(parts) >= 2 and parts[-2] == "runs":
+            dirs[str(host)] = Path(root, *parts[:-2])
+    return dirs
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# --- per host: attestation.json, bandwidth.json, the acknowledgement ----------------------------------------
+
+def attestations(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """host -> its attestation.json (hosts without one left out)."""
+    out = {}
+    for host, directory in sorted(dirs.items()):
+        data = _read_json(directory / ATTESTATION_FILE)
+        if isinstance(data, dict):
+            out[host] = data
+    return out
+
+
+def bandwidths(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """host -> ``{bytes_per_s (None where not measured), method, reason}`` from its bandwidth.json."""
+    out = {}
+    for host, directory in sorted(dirs.items()):
+        data = _read_json(directory / BANDWIDTH_FILE)
+        if data is None and not (directory / BANDWIDTH_FILE).exists():
+            continue
+        data = data if isinstance(data, dict) else {"reason": f"{BANDWIDTH_FILE} is not a JSON object"}
+        value = _number(data.get("bytes_per_s"))
+        out[host] = {"bytes_per_s": value if value and value > 0 else None, "method": data.get("method"),
+                     "reason": data.get("reason") or (None if value else "no bytes_per_s")}
+    return out
+
+
+def identity_differences(atts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]],
+                                                                    dict[str, dict[str, Any]]]:
+    """(every identity field not the same on all hosts, the firmware/driver part of it that blocks a
+    reproducibility comparison): attestation.differences and blocking_differences. Empty below two hosts."""
+    if len(atts) < 2:
+        return {}, {}
+    diff = host_attestation.differences(atts)
+    return diff, host_attestation.blocking_differences(diff)
+
+
+def acknowledged_in(root: Path) -> bool:
+    """Whether the campaign's plan acknowledged host differences: campaign.json's ``acknowledge_host_differences``
+    (top level, or in ``resolved``) is true. Under a tree of campaigns, every campaign.json found one level down
+    must say so."""
+    plans = [root / "campaign.json"] if (root / "campaign.json").is_file() else sorted(root.glob("*/campaign.json"))
+    if not plans:
+        return False
+    for plan in plans:
+        data = _read_json(plan)
+        if not isinstance(data, dict):
+            return False
+        resolved = data.get("resolved") if isinstance(data.get("resolved"), dict) else {}
+        if data.get(ACKNOWLEDGE_KEY) is not True and resolved.get(ACKNOWLEDGE_KEY) is not True:
+            return False
+    return True
+
+
+# --- per run: the readiness and attestation sections --------------------------------------------------------
+
+def _throttle_grew(counters: Any) -> str:
+    """The counters that grew over the run, "reason +N" joined ("" when none did); ``counters`` is
+    attestation.counter_deltas' dict ({"deltas": {...}}) or a plain {reason: delta}."""
+    if not isinstance(counters, dict):
+        return ""
+    deltas = counters.get("deltas") if isinstance(counters.get("deltas"), dict) else counters
+    grew = []
+    for reason, delta in sorted(deltas.items()):
+        if isinstance(delta, dict):  # per GPU: {bus_id: {reason: delta}} or {bus_id: {"deltas": ...}}
+            inner = _throttle_grew(delta)
+            grew += [inner] if inner else []
+            continue
+        value = _number(delta)
+        if value and value > 0 and reason not in ("gpu_idle", "idle", "applications_clocks_setting"):
+            grew.append(f"{reason} +{value:g}")
+    return ", ".join(grew)
+
+
+def _serving_c1(serving: Any) -> float | None:
+    """The serving run's decode rate per request at concurrency 1 (``tg_req_tok_s`` of its points with
+    ``concurrency`` 1; their mean), where the serving section has such points."""
+    points = serving.get("points") if isinstance(serving, dict) else None
+    values = []
+    for point in points if isinstance(points, list) else []:
+        if not isinstance(point, dict) or _number(point.get("concurrency")) != 1:
+            continue
+        metrics = point.get("metrics") if isinstance(point.get("metrics"), dict) else point
+        value = _number(metrics.get("tg_req_tok_s"))
+        if value is not None:
+            values.append(value)
+    return sum(values) / len(values) if values else None
+
+
+def state_of(record: dict[str, Any]) -> dict[str, Any]:
+    """One run's row of :data:`STATE_COLUMNS` from its record (None where a section or key is absent)."""
+    ready = record.get("readiness") if isinstance(record.get("readiness"), dict) else {}
+    att = record.get("attestation") if isinstance(record.get("attestation"), dict) else {}
+    reasons = [r for r in ready.get("reasons") or [] if isinstance(r, dict)]
+    memory = att.get("memory_start") if isinstance(att.get("memory_start"), dict) else {}
+    energy = att.get("energy") if isinstance(att.get("energy"), dict) else {}
+    huge = _number(memory.get("free_huge_blocks"))
+    return {
+        "run_id": record.get("run_id"), "host": record.get("host"),
+        "readiness_state": ready.get("state") if isinstance(ready.get("state"), str) else None,
+        "readiness_reasons": "; ".join(str(r.get("message") or r.get("cause")) for r in reasons) or None,
+        "readiness_causes": ",".join(sorted({str(r.get("cause")) for r in reasons})) or None,
+        "clock_mhz": _number(ready.get("sm_clock_mhz")),
+        "expected_clock_mhz": _number(ready.get("expected_clock_mhz")),
+        "power_w": _number(ready.get("power_w")),
+        "throttle_grew": _throttle_grew(att.get("counters")) or None,
+        "free_huge_blocks": huge,
+        "energy_j": _number(energy.get("joules")),
+        "j_per_output_token": _number(energy.get("j_per_output_token")),
+        "energy_scope": energy.get("scope") if isinstance(energy.get("scope"), str) else None,
+        "serving_c1_tok_s": _serving_c1(record.get("serving")),
+    }
+
+
+def _record(root: Path, record_dir: str, only_with_sections: bool) -> dict[str, Any] | None:
+    try:
+        data = (root / record_dir / RECORD_NAME).read_bytes()
+    except OSError:
+        return None
+    if only_with_sections and not _SECTIONS.search(data):
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run that carries a readiness, attestation or serving section: its :data:`STATE_COLUMNS` row."""
+    rows = []
+    if "record_dir" in runs:
+        for run_id, record_dir in runs[["run_id", "record_dir"]].itertuples(index=False):
+            record = _record(root, str(record_dir), only_with_sections=True)
+            if record is not None and record.get("run_id") == run_id:
+                rows.append(state_of(record))
+    return pd.DataFrame(rows, columns=STATE_COLUMNS)
+
+
+# --- the roofline of each decode figure ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Weights:
+    bytes: float
+    source: str  # e.g. "tensor_bytes from the model card"
+
+
+def weights_from_card(card: Any) -> Weights | None:
+    """A model's weight bytes from its card (provenance.expected: modelcard.fingerprint): the safetensors
+    headers' ``tensor_bytes``, else ``param_count`` x the config's dtype, else the files' ``checkpoint_bytes``."""
+    if not isinstance(card, dict):
+        return None
+    tensor = _number(card.get("tensor_bytes"))
+    if tensor and tensor > 0:
+        return Weights(tensor, "tensor bytes of the checkpoint (model card)")
+    params, dtype = _number(card.get("param_count")), card.get("dtype")
+    if params and params > 0 and isinstance(dtype, str):
+        try:
+            return Weights(roofline.weight_bytes(params, dtype), f"{params:.4g} parameters x {dtype} (model card)")
+        except roofline.RooflineError:
+            pass
+    files = _number(card.get("checkpoint_bytes"))
+    if files and files > 0:
+        return Weights(files, "size of the weight files (model card)")
+    return None
+
+
+def model_weights(root: Path, runs: pd.DataFrame) -> dict[str, Weights]:
+    """model -> its weight bytes, from the first of its runs whose record's provenance carries a model card."""
+    out: dict[str, Weights] = {}
+    if "record_dir" not in runs:
+        return out
+    for model, group in runs.groupby("model", sort=True):
+        for record_dir in group["record_dir"]:
+            record = _record(root, str(record_dir), only_with_sections=False) or {}
+            provenance = record.get("provenance") if isinstance(record.get("provenance"), dict) else {}
+            weights = weights_from_card(provenance.get("expected"))
+            if weights:
+                out[str(model)] = weights
+                break
+    return out
+
+
+def batch_of(params: Any) -> int | None:
+    """The batch a decode figure was measured at: the workload's ``concurrency``, else its ``batch``; 1 in
+    latency mode; None when unknown (a throughput run that let the engine batch as it liked)."""
+    params = params if isinstance(params, dict) else {}
+    for key in ("concurrency", "batch"):
+        value = _number(params.get(key))  # a loaded column mixing ints and NaN holds 4.0
+        if value is not None and value >= 1 and value == int(value):
+            return int(value)
+    return 1 if params.get("mode") == "latency" else None
+
+
+def _params(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def _workload_params(runs: pd.DataFrame) -> pd.Series:
+    """Each run's workload parameters as a dict (the loader flattens them to ``workload_*`` columns)."""
+    columns = [c for c in runs.columns if c.startswith("workload_") and c != "workload"]
+    records = runs[columns].to_dict("records") if columns else [{} for _ in range(len(runs))]
+    return pd.Series([{k[len("workload_"):]: (None if isinstance(v, float) and math.isnan(v) else v)
+                       for k, v in r.items()} for r in records], index=runs.index, dtype=object)
+
+
+ROOFLINE_COLUMNS = ["host", "model", "environment", "workload", "metric", "batch", "n", "mean_tok_s", "max_tok_s",
+                    "roofline_tok_s", "percent", "max_percent", "implausible", "weight_bytes", "weight_source",
+                    "bandwidth_bytes_s", "bandwidth_method", "note"]
+
+
+def decode_figures(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
+    """Long table of each measured run's decode figures: output_tok_s, decode_tok_s (batch x 1000 / tpot_ms)
+    and the serving decode at concurrency 1, with the batch they were measured at."""
+    keys = ["run_id", "host", "model", "environment", "workload"]
+    if runs.empty:
+        return pd.DataFrame(columns=[*keys, "batch", "metric", "value"])
+    params = _workload_params(runs)
+    batch = pd.Series([batch_of(p) for p in params], index=runs.index, dtype="float64")
+    base = runs[keys].assign(batch=batch)
+    parts = [base.assign(metric="output_tok_s", value=runs["output_tok_s"].astype("float64"))]
+    if "tpot_ms" in runs:
+        tpot = runs["tpot_ms"].astype("float64")
+        parts.append(base.assign(metric="decode_tok_s", value=(batch * 1000.0 / tpot).where(tpot > 0)))
+    if not states.empty and states["serving_c1_tok_s"].notna().any():
+        c1 = states.set_index("run_id")["serving_c1_tok_s"]
+        parts.append(base.assign(metric="tg_req_tok_s_c1", value=runs["run_id"].map(c1).astype("float64"), batch=1.0))
+    long = pd.concat(parts, ignore_index=True)
+    return long[long["value"].notna()].reset_index(drop=True)
+
+
+def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str, dict[str, Any]],
+                   weights: dict[str, Weights]) -> pd.DataFrame:
+    """Per (host, model, environment, workload, decode metric): the mean figure and its share of the roofline
+    ``batch x bandwidth / weight bytes`` (weights only: the KV cache's reads would lower the roofline, so the
+    percentage is a lower bound and a figure above 100% is impossible without speculative decoding).
+    ``implausible`` when any run's figure is above its roofline. ``note`` says why a cell has no percentage."""
+    figures = decode_figures(runs, states)
+    rows = []
+    for (host, model, env, workload, metric), cell in figures.groupby(
+            ["host", "model", "environment", "workload", "metric"], sort=True):
+        bw = bandwidth.get(str(host)) or {}
+        w = weights.get(str(model))
+        batches = cell["batch"].dropna().unique()
+        row = {"host": host, "model": model, "environment": env, "workload": workload, "metric": metric,
+               "batch": int(batches[0]) if len(batches) == 1 else None, "n": len(cell),
+               "mean_tok_s": float(cell["value"].mean()), "max_tok_s": float(cell["value"].max()),
+               "roofline_tok_s": None, "percent": None, "max_percent": None, "implausible": False,
+               "weight_bytes": w.bytes if w else None, "weight_source": w.source if w else None,
+               "bandwidth_bytes_s": bw.get("bytes_per_s"), "bandwidth_method": bw.get("method"), "note": ""}
+        if not bw.get("bytes_per_s"):
+            row["note"] = "no measured bandwidth" + (f" ({bw['reason']})" if bw.get("reason") else "")
+        elif w is None:
+            row["note"] = "model weight bytes unknown (no model card in the records)"
+        elif row["batch"] is None:
+            row["note"] = "batch unknown (the engine chose it)"
+        else:
+            mean = roofline.assess(row["mean_tok_s"], bw["bytes_per_s"], w.bytes, batch=row["batch"])
+            top = roofline.assess(row["max_tok_s"], bw["bytes_per_s"], w.bytes, batch=row["batch"])
+            row.update(roofline_tok_s=mean["roofline_tok_s"], percent=mean["percent_of_roofline"],
+                       max_percent=top["percent_of_roofline"], implausible=top["implausible"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=ROOFLINE_COLUMNS)
+
+
+ENERGY_COLUMNS = ["host", "model", "environment", "workload", "n", "j_per_output_token", "joules_mean", "scope"]
+
+
+def energy_cells(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
+    """Per cell where power was sampled: mean energy per output token and per run, with the scope's label."""
+    if states.empty or states["j_per_output_token"].isna().all():
+        return pd.DataFrame(columns=ENERGY_COLUMNS)
+    keys = ["host", "model", "environment", "workload"]
+    data = runs[["run_id", *keys]].merge(states[["run_id", "j_per_output_token", "energy_j", "energy_scope"]],
+                                         on="run_id")
+    data = data[data["j_per_output_token"].notna()]
+    out = data.groupby(keys, sort=True).agg(n=("j_per_output_token", "size"),
+                                            j_per_output_token=("j_per_output_token", "mean"),
+                                            joules_mean=("energy_j", "mean"),
+                                            scope=("energy_scope", lambda s: scope_words(s.dropna().unique())))
+    return out.reset_index()[ENERGY_COLUMNS]
+
+
+def scope_words(scopes) -> str:
+    """The energy scope in words ("GPU rail only" on GB10), several joined; "unknown scope" when none is given."""
+    names = [SCOPE_WORDS.get(str(s), str(s)) for s in scopes]
+    return " / ".join(sorted(set(names))) or "unknown scope"
+
+
+# --- a reference: a previous campaign, or published figures --------------------------------------------------
+
+#: The keys of one published figure in a reference file (``environment`` optional: any environment).
+REFERENCE_KEYS = ("metric", "model", "workload", "value", "source")
+
+
+def load_reference_figures(path: Path) -> pd.DataFrame:
+    """Published figures from a YAML or JSON file: a list of ``{metric, model, workload, value, source}``
+    (``environment`` optional), or ``{"figures": [...]}``. UsageError naming the file and the bad entry."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--reference {path}: cannot read it ({exc})") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"--reference {path}: not valid JSON ({exc})") from None
+    else:
+        import yaml  # noqa: PLC0415 - only for YAML references
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--reference {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if isinstance(data, dict) and "figures" in data:
+        data = data["figures"]
+    if not isinstance(data, list) or not data:
+        raise UsageError(f"--reference {path}: expected a non-empty list of {{{', '.join(REFERENCE_KEYS)}}} "
+                         "(or {figures: [...]})")
+    rows = []
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            raise UsageError(f"--reference {path}: entry {i} is not a mapping")
+        missing = [k for k in REFERENCE_KEYS if entry.get(k) in (None, "")]
+        if missing:
+            raise UsageError(f"--reference {path}: entry {i} lacks {', '.join(missing)}")
+        value = _number(entry["value"])
+        if value is None or value <= 0:
+            raise UsageError(f"--reference {path}: entry {i} value {entry['value']!r} is not a positive number")
+        rows.append({"metric": str(entry["metric"]), "model": str(entry["model"]),
+                     "workload": str(entry["workload"]), "environment": entry.get("environment"),
+                     "value": value, "source": str(entry["source"])})
+    return pd.DataFrame(rows)

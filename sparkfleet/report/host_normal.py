@@ -1,0 +1,467 @@
+""""Is this host normal?": each host against its fleet peers and against a reference, with the likely cause
+where the host's recorded state shows one (issue 24).
+
+The rule is every other verdict's (sparkfleet.compare.classify): a host is *not normal* only where its difference
+is significant and beyond the tolerance. Against the peers, sparkfleet.reproducibility.host_deviations on the runs
+whose readiness probe did not mark them ``suspect``; a host's suspect runs are never averaged in: they are compared
+on their own with the other hosts' unmarked runs and named as such. Against a reference (``--reference``): a
+previous campaign's results directory (Welch, as the fleet), or a file of published figures (the host's runs
+against one value: a one-sample t-test, which is Welch's with a side of zero spread).
+
+Causes, from the evidence sparkfleet.hostcheck reads: the readiness probe's reasons and the SM clock it reached
+under load against the other hosts', throttle counters that grew during runs, firmware / VBIOS / driver / kernel /
+CUDA / image that differ from the other hosts (attestation.json), and memory fragmented at a run's start (no free
+2 MiB blocks). A firmware or driver mismatch across hosts is blocking: the fleet comparison is *refused* unless
+the campaign acknowledged it (``sparkfleet_acknowledge_host_differences``, or ``--acknowledge-differences``).
+
+Example line: ``spark3: NOT NORMAL: decode rate −31% vs the other hosts (suspect runs) on llama / native / T1;
+SM clock under load 850 MHz vs 2 400 MHz on the others; firmware differs (bios_version 1.0 vs 1.1)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
+from sparkfleet import hostcheck, reproducibility
+from sparkfleet.compare import _paired, _side, classify
+from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
+from sparkfleet.report.types import Finding, plain
+from sparkfleet.report.wording import num, pct, words
+from sparkfleet.stats import DEFAULT_LEVEL, measured_runs, metric_columns
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
+
+KEYS = ["model", "environment", "workload"]
+#: The figures a verdict sentence names first, in this order: decode throughput is what an owner feels.
+PREFERRED = ("decode_tok_s", "output_tok_s", "tpot_ms", "total_tok_s", "req_s")
+#: A host whose SM clock under load is below this fraction of the other hosts' median names it as a cause.
+CLOCK_FRACTION = 0.9
+#: identity field -> the word a cause uses for it (attestation.identity's keys).
+IDENTITY_WORDS = (("firmware.", "firmware"), ("bios_", "firmware"), (".vbios_version", "VBIOS"),
+                  ("driver_version", "driver"), ("kernel", "kernel"), ("cuda_version", "CUDA"),
+                  ("image_digest", "image"), (".product_name", "GPU"), ("product_name", "product"))
+VERDICTS = ("not normal", "suspect", "undetermined", "normal", "no peers")
+COMPARISON_COLUMNS = [*KEYS, "metric", "host", "against", "runs", "n", "n_ref", "host_mean", "ref_mean",
+                      "deviation_pct", "ci_low_pct", "ci_high_pct", "p_value", "outcome", "required_n", "source"]
+HOST_COLUMNS = ["host", "verdict", "sentence", "runs", "suspect_runs", "clock_mhz", "causes"]
+
+
+def _words(metric: str) -> str:
+    return {"decode_tok_s": "decode rate", "tg_req_tok_s_c1": "serving decode (concurrency 1)"}.get(metric,
+                                                                                                   words(metric))
+
+
+@dataclass
+class HostCheck:
+    """Every host's verdict and the tables behind it."""
+
+    hosts: pd.DataFrame  # HOST_COLUMNS, one row per host
+    comparisons: pd.DataFrame  # COMPARISON_COLUMNS: against the fleet (runs "unmarked" / "suspect"), the reference
+    roofline: pd.DataFrame  # hostcheck.ROOFLINE_COLUMNS
+    energy: pd.DataFrame  # hostcheck.ENERGY_COLUMNS
+    differences: dict[str, dict[str, Any]] = field(default_factory=dict)  # identity field -> {host: value}
+    blocking: dict[str, dict[str, Any]] = field(default_factory=dict)  # the firmware/driver part
+    acknowledged: bool = False
+    tolerance: float = DEFAULT_TOLERANCE
+    reference: str | None = None
+
+    @property
+    def refused(self) -> bool:
+        """A firmware or driver mismatch across hosts that nobody acknowledged: the comparison is refused."""
+        return bool(self.blocking) and not self.acknowledged
+
+    def blocking_text(self) -> str:
+        return "; ".join(f"{name}: " + ", ".join(f"{h}={v}" for h, v in sorted(values.items()))
+                         for name, values in sorted(self.blocking.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+            return [{c: plain(v) for c, v in r.items()} for r in frame.to_dict("records")]
+        return {"hosts": rows(self.hosts), "comparisons": rows(self.comparisons), "roofline": rows(self.roofline),
+                "energy": rows(self.energy), "differences": self.differences, "blocking": self.blocking,
+                "acknowledged": self.acknowledged, "refused": self.refused, "tolerance": self.tolerance,
+                "reference": self.reference}
+
+
+# --- the comparisons ----------------------------------------------------------------------------------------
+
+def with_decode_rate(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``decode_tok_s`` = batch x 1000 / tpot_ms where both are known (hostcheck.decode_figures)."""
+    figures = hostcheck.decode_figures(runs, pd.DataFrame(columns=hostcheck.STATE_COLUMNS))
+    rate = figures[figures["metric"] == "decode_tok_s"].set_index("run_id")["value"]
+    return runs.assign(decode_tok_s=runs["run_id"].map(rate).astype("float64")) if len(rate) else runs
+
+
+def _moments(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    long = runs.melt(id_vars=KEYS, value_vars=metrics, var_name="metric", value_name="value").dropna(
+        subset=["value"])
+    return long.groupby([*KEYS, "metric"], sort=True)["value"].agg(n="count", mean="mean", var="var").reset_index()
+
+
+def two_groups(reference: pd.DataFrame, runs: pd.DataFrame, metrics: list[str], alpha: float, tolerance: float,
+               level: float) -> pd.DataFrame:
+    """``runs`` (side b) against ``reference`` (side a) per cell and metric, by compare.classify."""
+    ref, mine = _moments(reference, metrics), _moments(runs, metrics)
+    t = mine.merge(ref, on=[*KEYS, "metric"], suffixes=("", "_ref"))
+    if t.empty:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    judged = classify(paired, alpha=alpha, threshold=tolerance)
+    scale = t["mean_ref"].abs().where(t["mean_ref"] != 0)
+    return t.assign(n_ref=t["n_ref"].astype("int64"), host_mean=t["mean"], ref_mean=t["mean_ref"],
+                    deviation_pct=paired["change_pct"], ci_low_pct=paired["ci_low"] / scale * 100,
+                    ci_high_pct=paired["ci_high"] / scale * 100, p_value=paired["p_value"],
+                    outcome=judged["outcome"].to_numpy(), required_n=judged["required_n"].to_numpy())
+
+
+def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tolerance: float,
+                    level: float) -> pd.DataFrame:
+    """``runs`` against published single figures (hostcheck.load_reference_figures): a one-sample t-test, i.e.
+    Welch's with a reference side of zero spread (its degrees of freedom reduce to n - 1)."""
+    rows = []
+    for fig in figures.itertuples(index=False):
+        if fig.metric not in runs:
+            continue
+        match = runs[(runs["model"] == fig.model) & (runs["workload"] == fig.workload)]
+        if isinstance(fig.environment, str) and fig.environment:
+            match = match[match["environment"] == fig.environment]
+        for env, cell in match.groupby("environment", sort=True):
+            values = cell[fig.metric].dropna()
+            if values.empty:
+                continue
+            rows.append({"model": fig.model, "environment": env, "workload": fig.workload, "metric": fig.metric,
+                         "n": len(values), "mean": values.mean(), "var": values.var(), "n_ref": len(values),
+                         "mean_ref": fig.value, "var_ref": 0.0, "source": fig.source})
+    if not rows:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    t = pd.DataFrame(rows)
+    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    judged = classify(paired, alpha=alpha, threshold=tolerance)
+    scale = t["mean_ref"].abs()
+    return t.assign(n_ref=0, host_mean=t["mean"], ref_mean=t["mean_ref"], deviation_pct=paired["change_pct"],
+                    ci_low_pct=paired["ci_low"] / scale * 100, ci_high_pct=paired["ci_high"] / scale * 100,
+                    p_value=paired["p_value"], outcome=judged["outcome"].to_numpy(),
+                    required_n=judged["required_n"].to_numpy())
+
+
+def _tagged(frame: pd.DataFrame, host: str, against: str, runs: str, source: str = "") -> pd.DataFrame:
+    out = frame.assign(host=host, against=against, runs=runs)
+    if "source" not in out:
+        out["source"] = source
+    return out.reindex(columns=COMPARISON_COLUMNS)
+
+
+def fleet_comparisons(measured: pd.DataFrame, suspect_ids: set[str], metrics: list[str], tolerance: float,
+                      alpha: float, level: float) -> pd.DataFrame:
+    """Each host's unmarked runs against its peers (host_deviations), and each host's suspect runs, on their own,
+    against the unmarked runs of the peers that are not out."""
+    marked = measured["run_id"].isin(suspect_ids)
+    healthy = measured[~marked]
+    dev = reproducibility.host_deviations(healthy, metrics, tolerance, alpha=alpha, level=level)
+    parts = [dev.rename(columns={"rest_mean": "ref_mean", "n_rest": "n_ref"}).assign(
+        against="the other hosts", runs="unmarked", source="")[COMPARISON_COLUMNS]] if len(dev) else []
+    out_hosts = set(dev.loc[dev["outside"].astype(bool), "host"].astype(str)) if len(dev) else set()
+    for host, mine in measured[marked].groupby("host", sort=True):
+        peers = healthy[(healthy["host"] != host) & ~healthy["host"].astype(str).isin(out_hosts)]
+        if peers.empty:
+            peers = healthy[healthy["host"] != host]
+        judged = two_groups(peers, mine, metrics, alpha, tolerance, level)
+        if len(judged):
+            parts.append(_tagged(judged, str(host), "the other hosts", "suspect"))
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
+
+
+def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect_ids: set[str], metrics: list[str],
+                          tolerance: float, alpha: float, level: float) -> pd.DataFrame:
+    """Each host (its unmarked and its suspect runs apart) against a previous campaign's results directory (its
+    own unmarked runs, all hosts pooled) or a file of published figures."""
+    path = Path(reference)
+    parts = []
+    if path.is_dir():
+        from sparkfleet.load import load_runs  # noqa: PLC0415 - only with a reference campaign
+
+        ref = load_runs(path)
+        ref_runs = with_decode_rate(measured_runs(ref.runs))
+        ref_states = hostcheck.run_states(ref.root, ref_runs)
+        ref_runs = ref_runs[~ref_runs["run_id"].isin(set(ref_states.loc[ref_states["readiness_state"] == "suspect",
+                                                                        "run_id"]))]
+        shared = [m for m in metrics if m in ref_runs]
+        judge = lambda runs: two_groups(ref_runs, runs, shared, alpha, tolerance, level)  # noqa: E731
+        label = f"the reference campaign {path}"
+    else:
+        figures = hostcheck.load_reference_figures(path)
+        judge = lambda runs: against_figures(figures, runs, alpha, tolerance, level)  # noqa: E731
+        label = f"the published figures in {path}"
+    marked = measured["run_id"].isin(suspect_ids)
+    for (host, is_marked), runs in measured.groupby([measured["host"], marked], sort=True):
+        judged = judge(runs)
+        if len(judged):
+            parts.append(_tagged(judged, str(host), label, "suspect" if is_marked else "unmarked"))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
+
+
+# --- the causes ---------------------------------------------------------------------------------------------
+
+def _identity_word(name: str) -> str:
+    for pattern, word in IDENTITY_WORDS:
+        if name.startswith(pattern) or name.endswith(pattern) or name == pattern:
+            return word
+    return name
+
+
+def identity_causes(differences: dict[str, dict[str, Any]], host: str) -> list[str]:
+    """"firmware differs (bios_version 1.0 vs 1.1)": one clause per kind of identity field in which ``host``'s
+    value is found on no other host."""
+    by_word: dict[str, list[str]] = {}
+    for name, values in sorted(differences.items()):
+        if host not in values:
+            continue
+        mine = json.dumps(values[host], sort_keys=True)
+        others = {json.dumps(v, sort_keys=True): v for h, v in values.items() if h != host}
+        if not others or mine in others:
+            continue
+        theirs = ", ".join(sorted(str(v) for v in others.values()))
+        by_word.setdefault(_identity_word(name), []).append(f"{name} {values[host]} vs {theirs}")
+    return [f"{word} differs ({'; '.join(parts)})" for word, parts in by_word.items()]
+
+
+def state_causes(states: pd.DataFrame, host: str) -> tuple[list[str], float | None]:
+    """(the causes the runs' readiness and attestation sections show for ``host``, its median SM clock under
+    load)."""
+    causes: list[str] = []
+    mine = states[states["host"] == host]
+    others = states[states["host"] != host]
+    clock = mine["clock_mhz"].median() if mine["clock_mhz"].notna().any() else None
+    theirs = others["clock_mhz"].median() if others["clock_mhz"].notna().any() else None
+    suspect = mine[mine["readiness_state"] == "suspect"]
+    if clock is not None and theirs is not None and clock < CLOCK_FRACTION * theirs:
+        causes.append(f"SM clock under load {num(clock)} MHz vs {num(theirs)} MHz on the others")
+    elif len(suspect):
+        reason = suspect["readiness_reasons"].dropna()
+        causes.append("readiness probe: " + (str(reason.iloc[0]) if len(reason) else "suspect"))
+    grew = mine[mine["throttle_grew"].notna()]
+    if len(grew):
+        causes.append(f"throttle counters grew in {len(grew)} of {len(mine)} run(s) ({grew['throttle_grew'].iloc[0]})")
+    fragmented = mine[mine["free_huge_blocks"].eq(0)]
+    if len(fragmented):
+        causes.append(f"memory fragmented at the start of {len(fragmented)} run(s) (no free 2 MiB blocks)")
+    return causes, clock
+
+
+# --- the verdict --------------------------------------------------------------------------------------------
+
+def _worst(rows: pd.DataFrame) -> pd.Series:
+    rank = rows["metric"].map(lambda m: PREFERRED.index(m) if m in PREFERRED else len(PREFERRED))
+    return rows.assign(_rank=rank, _abs=-rows["deviation_pct"].abs()).sort_values(["_rank", "_abs"]).iloc[0]
+
+
+def _clause(row: pd.Series) -> str:
+    runs = " (suspect runs)" if row["runs"] == "suspect" else ""
+    return (f"{_words(str(row['metric']))} {pct(float(row['deviation_pct']))} vs {row['against']}{runs} on "
+            f"{row['model']} / {row['environment']} / {row['workload']}")
+
+
+def host_verdict(host: str, comparisons: pd.DataFrame, causes: list[str], suspect_runs: int,
+                 tolerance: float) -> tuple[str, str]:
+    """(verdict, sentence) of one host: not normal (different somewhere), suspect (runs the probe marked),
+    undetermined, normal (the same everywhere it was compared), no peers (compared with nothing)."""
+    mine = comparisons[comparisons["host"] == host]
+    different = mine[mine["outcome"] == "different"]
+    open_rows = mine[mine["outcome"] == "undetermined"]
+    marked = f"{suspect_runs} run(s) marked suspect by the readiness probe, kept apart" if suspect_runs else ""
+    if len(different):
+        verdict, clause = "not normal", _clause(_worst(different))
+    elif suspect_runs:
+        verdict, clause = "suspect", marked
+        marked = ""
+    elif mine.empty:
+        verdict, clause = "no peers", "no other host or reference ran its cells"
+    elif open_rows.empty:
+        verdict, clause = "normal", (f"within ±{tolerance * 100:g}% of {', '.join(sorted(set(mine['against'])))} "
+                                     f"on {len(mine)} cell metric(s)")
+    else:
+        need = open_rows["required_n"].max()
+        verdict = "undetermined"
+        clause = (f"{len(open_rows)} of {len(mine)} comparison(s) too noisy to tell"
+                  + (f" (≈ {need:.0f} runs per side would)" if need == need else ""))
+    parts = [clause, *([marked] if marked else []), *causes]
+    return verdict, f"{host}: {verdict.upper()}: " + "; ".join(parts)
+
+
+def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFAULT_TOLERANCE,
+                alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL, reference: str | Path | None = None,
+                acknowledged: bool | None = None, always: bool = False) -> HostCheck | None:
+    """Every host's verdict from the runs loaded from ``root`` (sparkfleet.load) and the host-state evidence
+    under it. ``acknowledged`` None: read from campaign.json (hostcheck.acknowledged_in). Without ``always``, None
+    when the tree holds none of the evidence (no readiness/attestation section, no attestation.json or
+    bandwidth.json) and no reference is given: the report then says nothing new."""
+    root = Path(root)
+    dirs = hostcheck.host_dirs(root, runs)
+    states = hostcheck.run_states(root, runs)
+    atts = hostcheck.attestations(dirs)
+    bandwidth = hostcheck.bandwidths(dirs)
+    if not always and states.empty and not atts and not bandwidth and reference is None:
+        return None
+    measured = with_decode_rate(measured_runs(runs))
+    metrics = [m for m in metric_columns(runs) if m not in CONFIG_METRICS]
+    metrics += [m for m in ("decode_tok_s",) if m in measured and measured[m].notna().any()]
+    suspect_ids = set(states.loc[states["readiness_state"] == "suspect", "run_id"].astype(str))
+    parts = [fleet_comparisons(measured, suspect_ids, metrics, tolerance, alpha, level)]
+    if reference is not None:
+        parts.append(reference_comparisons(reference, measured, suspect_ids, metrics, tolerance, alpha, level))
+    parts = [p for p in parts if len(p)]
+    comparisons = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
+    differences, blocking = hostcheck.identity_differences(atts)
+    rows = []
+    for host in sorted(set(runs["host"].astype(str))):
+        causes, clock = state_causes(states, host)
+        causes += identity_causes(differences, host)
+        n_suspect = int(measured["run_id"].isin(suspect_ids)[measured["host"] == host].sum())
+        verdict, sentence = host_verdict(host, comparisons, causes, n_suspect, tolerance)
+        rows.append({"host": host, "verdict": verdict, "sentence": sentence,
+                     "runs": int((measured["host"] == host).sum()), "suspect_runs": n_suspect, "clock_mhz": clock,
+                     "causes": "; ".join(causes)})
+    weights = hostcheck.model_weights(root, runs) if any(b.get("bytes_per_s") for b in bandwidth.values()) else {}
+    return HostCheck(
+        hosts=pd.DataFrame(rows, columns=HOST_COLUMNS), comparisons=comparisons,
+        roofline=hostcheck.roofline_cells(measured_runs(runs), states, bandwidth, weights),
+        energy=hostcheck.energy_cells(measured_runs(runs), states), differences=differences, blocking=blocking,
+        acknowledged=hostcheck.acknowledged_in(root) if acknowledged is None else acknowledged,
+        tolerance=tolerance, reference=None if reference is None else str(reference))
+
+
+# --- what the report and the terminal show ------------------------------------------------------------------
+
+def refusal_text(check: HostCheck) -> str:
+    return (f"REFUSED: firmware or driver differs across hosts ({check.blocking_text()}); hosts that differ there "
+            "are not comparable. Make them the same, or acknowledge the difference "
+            "(sparkfleet_acknowledge_host_differences: true, or --acknowledge-differences)")
+
+
+def findings(check: HostCheck | None) -> list[Finding]:
+    """Warnings: a blocking firmware/driver mismatch, each host not normal or with suspect runs, each decode
+    cell above its bandwidth roofline (implausible)."""
+    if check is None:
+        return []
+    out = []
+    if check.blocking:
+        out.append(Finding("host-differences", refusal_text(check) if check.refused else
+                           f"firmware or driver differs across hosts, acknowledged: {check.blocking_text()}"))
+    for row in check.hosts.itertuples(index=False):
+        if row.verdict in ("not normal", "suspect"):
+            out.append(Finding("host-not-normal", row.sentence, subject=f"host {row.host}"))
+    for r in check.roofline[check.roofline["implausible"].astype(bool)].itertuples(index=False):
+        out.append(Finding(
+            "roofline-implausible",
+            f"implausible: {r.host} / {r.model} / {r.environment} / {r.workload} {_words(r.metric)} reaches "
+            f"{r.max_percent:.0f}% of the bandwidth roofline ({num(r.max_tok_s)} tok/s against {num(r.roofline_tok_s)} "
+            f"tok/s at batch {r.batch}): decode cannot read the weights faster than the memory delivers them; wrong "
+            "model, tokens miscounted or a cache that served the output", subject=f"{r.host} / {r.model}"))
+    return out
+
+
+def _roofline_cell(r: Any) -> str:
+    if r.percent is None or r.percent != r.percent:
+        return f"– ({r.note})"
+    return f"{r.percent:.1f}%" + (" IMPLAUSIBLE" if r.implausible else "")
+
+
+def section(check: HostCheck | None) -> Section | None:
+    """The report's "Is this host normal?" section: the verdict per host, the roofline and energy per cell."""
+    if check is None:
+        return None
+    blocks: list = [Paragraph(
+        f"Each host against the other hosts (and the reference, where given) by the rule of every verdict: not "
+        f"normal where a difference is significant and beyond ±{check.tolerance * 100:g}%. Runs the readiness probe "
+        "marked suspect are compared on their own, never averaged in. Causes come from the readiness probe, the "
+        "throttle counters, the hosts' attestation (firmware, VBIOS, driver, kernel) and the memory state at start.")]
+    if check.refused:
+        blocks.append(Paragraph(refusal_text(check)))
+    blocks.append(Bullets(list(check.hosts["sentence"]), "hosts"))
+    roof = check.roofline
+    if len(roof):
+        blocks.append(table(pd.DataFrame({
+            "host": roof["host"], "model": roof["model"], "environment": roof["environment"],
+            "workload": roof["workload"], "figure": roof["metric"].map(_words), "batch": roof["batch"].map(fmt),
+            "n": roof["n"].map(fmt), "mean tok/s": roof["mean_tok_s"].map(fmt),
+            "roofline tok/s": roof["roofline_tok_s"].map(fmt),
+            "% of the bandwidth roofline": [_roofline_cell(r) for r in roof.itertuples(index=False)],
+            "bandwidth": [f"{b / 1e9:.0f} GB/s ({m})" if b == b and b else "–"
+                          for b, m in zip(roof["bandwidth_bytes_s"].astype(float), roof["bandwidth_method"],
+                                          strict=True)],
+            "weights": [f"{w / 1e9:.2f} GB ({s})" if w == w and w else "–"
+                        for w, s in zip(roof["weight_bytes"].astype(float), roof["weight_source"], strict=True)],
+        }), "Decode against the memory-bandwidth roofline (batch x bandwidth / weight bytes; weights only, so the "
+            "percentage is a lower bound)"))
+    energy = check.energy
+    if len(energy):
+        blocks.append(table(pd.DataFrame({
+            "host": energy["host"], "model": energy["model"], "environment": energy["environment"],
+            "workload": energy["workload"], "n": energy["n"].map(fmt),
+            "J per output token": energy["j_per_output_token"].map(fmt), "J per run": energy["joules_mean"].map(fmt),
+            "scope": energy["scope"],
+        }), "Energy per output token, over each run's own window (scope: what the power sensor covers)"))
+    return Section("Is this host normal?", blocks)
+
+
+def text_table(check: HostCheck) -> str:
+    """The compact terminal table of `sparkfleet report --hosts`: one line per host, then its sentence."""
+    frame = check.hosts
+    width = max([4, *frame["host"].map(len)])
+    lines = []
+    if check.refused:
+        lines.append(refusal_text(check))
+    elif check.blocking:
+        lines.append(f"firmware or driver differs across hosts (acknowledged): {check.blocking_text()}")
+    lines.append(f"{'host':<{width}}  {'verdict':<12}  {'runs':>4}  {'suspect':>7}  {'clock MHz':>9}  likely cause")
+    for r in frame.itertuples(index=False):
+        clock = "–" if r.clock_mhz is None or r.clock_mhz != r.clock_mhz else num(r.clock_mhz)
+        lines.append(f"{r.host:<{width}}  {r.verdict:<12}  {r.runs:>4}  {r.suspect_runs:>7}  {clock:>9}  "
+                     f"{r.causes or '–'}")
+    lines.append("")
+    lines += [f"  {s}" for s in frame["sentence"]]
+    implausible = check.roofline[check.roofline["implausible"].astype(bool)]
+    lines += [f"  ! implausible: {r.host} / {r.model} / {r.workload} {_words(r.metric)} at {r.max_percent:.0f}% of "
+              "the bandwidth roofline" for r in implausible.itertuples(index=False)]
+    shown = check.roofline[check.roofline["percent"].notna()]
+    if len(shown):
+        lines.append("decode against the bandwidth roofline: " + "; ".join(
+            f"{r.host} {r.model}/{r.workload} {r.metric} {r.percent:.0f}%" for r in shown.itertuples(index=False)))
+    for r in check.energy.itertuples(index=False):
+        lines.append(f"energy: {r.host} {r.model}/{r.environment}/{r.workload} {fmt(r.j_per_output_token)} J per "
+                     f"output token ({r.scope})")
+    return "\n".join(lines)
+
+
+def failing(check: HostCheck) -> bool:
+    """For an exit status: refused, or some host not normal."""
+    return check.refused or bool(np.any(check.hosts["verdict"] == "not normal"))
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """What `sparkfleet report` adds for the host verdicts: ``--reference`` and ``--acknowledge-differences``
+    (None: campaign.json says whether differences were acknowledged)."""
+
+    reference: str | None = None
+    acknowledged: bool | None = None
+
+
+def for_report(facts: Any, options: HostOptions | None = None) -> HostCheck | None:
+    """The report's host check (None when the tree holds no host-state evidence and no reference is given);
+    ``facts`` is the report's Analysis (root, runs, options)."""
+    options = options or HostOptions()
+    o = facts.options
+    return check_hosts(facts.root, facts.runs, tolerance=o.tolerance, alpha=o.alpha, level=o.level,
+                       reference=options.reference, acknowledged=options.acknowledged)
+
+
+#: Finding kinds the terminal summary prints one by one (the host lines are printed already).
+TERMINAL_KINDS = ("host-differences", "roofline-implausible")

@@ -1,0 +1,229 @@
+""""Is this host normal?" on synthetic results trees: a degraded host is named with its cause, a firmware
+mismatch blocks unless acknowledged, a decode figure above its bandwidth roofline is flagged, a host within the
+tolerance is normal, energy per token carries its scope, and a tree without the new sections reports as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from sparkfleet.cli import main
+from sparkfleet.load import load_runs
+from sparkfleet.report import host_normal
+from sparkfleet.report.host_normal import check_hosts
+
+HOSTS = ("spark1", "spark2", "spark3", "spark4")
+GB = 1e9
+#: The model card's tensor bytes and the hosts' measured bandwidth: the roofline at batch 1 is 273e9 / 2.5e9 =
+#: 109.2 tok/s, so a decode figure of 120 tok/s is above it.
+TENSOR_BYTES = 2.5 * GB
+BANDWIDTH = 273 * GB
+
+
+def write_run(root: Path, host: str, iteration: int, tok_s: float, *, readiness: dict | None = None,
+              attestation: dict | None = None, card: bool = True) -> None:
+    tpot = 1000.0 / tok_s  # batch 1: decode rate = 1000 / tpot
+    fields = {"status": "ok", "engine": "hf-generate", "warmup": False, "order_index": iteration,
+              "workload_params": {"engine": "hf-generate", "batch": 1, "input_len": 128, "output_len": 256},
+              "metrics": {"output_tok_s": tok_s * 0.97, "tpot_ms": tpot},
+              "metric_sources": {"output_tok_s": "log", "tpot_ms": "log"}, "samples": {}}
+    if card:
+        fields["provenance"] = {"status": "confirmed", "reason": None, "checks": {}, "loaded": {},
+                                "expected": {"tensor_bytes": TENSOR_BYTES, "dtype": "bfloat16"}}
+    if readiness is not None:
+        fields["readiness"] = readiness
+    if attestation is not None:
+        fields["attestation"] = attestation
+    rec = contract.new_record("fleet", host, "llama", "native", "T1", iteration, **fields)
+    data, problems = contract.sealed(rec)
+    assert not problems, problems
+    contract.write_json_atomic(root / host / "runs" / data["run_id"] / "record.json", data)
+
+
+def healthy_readiness(clock: float = 2400.0) -> dict:
+    return {"state": "healthy", "reasons": [], "sm_clock_mhz": clock, "power_w": 45.0,
+            "expected_clock_mhz": 2400.0}
+
+
+def degraded_readiness() -> dict:
+    return {"state": "suspect", "reasons": [{"cause": "degraded_band",
+                                             "message": "SM clock under load 850 MHz is in the known degraded band "
+                                                        "690-890 MHz"}],
+            "sm_clock_mhz": 850.0, "power_w": 20.0, "expected_clock_mhz": 2400.0}
+
+
+def host_attestation(bios: str = "5.36_0ACUM018", driver: str = "580.95.05") -> dict:
+    return {"format": 1, "kernel": "6.11.0-1016-nvidia", "driver_version": driver, "cuda_version": "13.0",
+            "image_digest": "sha256:aa", "bios_vendor": "NVIDIA", "bios_version": bios, "bios_date": "2025-09-01",
+            "product_name": "DGX Spark", "gpus": [{"product_name": "NVIDIA GB10", "vbios_version": "98.10"}],
+            "firmware": []}
+
+
+def build(root: Path, *, degraded: str | None = "spark3", firmware_differs: bool = True, tok_s: float = 100.0,
+          energy: bool = False) -> Path:
+    rng = np.random.default_rng(1)
+    for host in HOSTS:
+        slow = host == degraded
+        for i in range(1, 7):
+            value = (69.0 if slow else tok_s) * (1 + rng.normal(0, 0.005))
+            att = {"counters": {"deltas": {"sw_power_capping": 1_500_000 if slow else 0}},
+                   "memory_start": {"free_huge_blocks": 120}, "errors": []}
+            if energy:
+                att["energy"] = {"joules": 300.0, "j_per_output_token": 1.2, "scope": "gpu_rail"}
+            write_run(root, host, i, value, readiness=degraded_readiness() if slow else healthy_readiness(),
+                      attestation=att)
+        bios = "5.36_0ACUM017" if firmware_differs and host == degraded else "5.36_0ACUM018"
+        (root / host / "attestation.json").write_text(json.dumps(host_attestation(bios)))
+        (root / host / "bandwidth.json").write_text(json.dumps({"bytes_per_s": BANDWIDTH, "method": "torch-copy"}))
+    return root
+
+
+def check(root: Path, **kw) -> host_normal.HostCheck:
+    loaded = load_runs(root)
+    result = check_hosts(root, loaded.runs, **kw)
+    assert result is not None
+    return result
+
+
+def test_degraded_host_is_named_with_its_clock_and_firmware(tmp_path: Path) -> None:
+    result = check(build(tmp_path), acknowledged=True)
+    hosts = result.hosts.set_index("host")
+    assert hosts.loc["spark3", "verdict"] == "not normal"
+    sentence = hosts.loc["spark3", "sentence"]
+    # its runs were marked suspect: compared on their own, and named so
+    assert "(suspect runs)" in sentence and "vs the other hosts" in sentence
+    assert "decode rate −3" in sentence  # 69 against 100: about −31%
+    assert "SM clock under load 850 MHz vs 2 400 MHz on the others" in sentence
+    assert "firmware differs (bios_version 5.36_0ACUM017 vs 5.36_0ACUM018)" in sentence
+    assert "throttle counters grew in 6 of 6 run(s) (sw_power_capping +1.5e+06)" in sentence
+    # the suspect runs never enter the other hosts' comparison
+    unmarked = result.comparisons[result.comparisons["runs"] == "unmarked"]
+    assert "spark3" not in set(unmarked["host"]) and "spark3" not in " ".join(map(str, unmarked["against"]))
+    for host in ("spark1", "spark2", "spark4"):
+        assert hosts.loc[host, "verdict"] == "normal", hosts.loc[host, "sentence"]
+        assert hosts.loc[host, "causes"] == ""
+
+
+def test_firmware_mismatch_blocks_unless_acknowledged(tmp_path: Path) -> None:
+    root = build(tmp_path)
+    refused = check(root)  # campaign.json absent: nothing acknowledged
+    assert refused.refused and "bios_version" in refused.blocking
+    assert host_normal.text_table(refused).startswith("REFUSED: firmware or driver differs")
+    assert any(f.kind == "host-differences" and f.message.startswith("REFUSED") for f in host_normal.findings(refused))
+    (root / "campaign.json").write_text(json.dumps({"campaign": "fleet",
+                                                    "resolved": {"acknowledge_host_differences": True}}))
+    assert not check(root).refused and check(root).blocking
+    # a kernel difference alone is reported, not blocking
+    for host in HOSTS:
+        (root / host / "attestation.json").write_text(json.dumps({**host_attestation(), "kernel": host}))
+    kernel_only = check(root, acknowledged=False)
+    assert kernel_only.differences and not kernel_only.blocking and not kernel_only.refused
+
+
+def test_cli_hosts_table_and_exit_status(tmp_path: Path, capsys) -> None:
+    root = build(tmp_path)
+    assert main(["report", "--hosts", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REFUSED")
+    line = next(x for x in out.splitlines() if x.startswith("spark3 "))
+    assert "not normal" in line and "850" in line
+    assert main(["report", "--hosts", str(root), "--acknowledge-differences"]) == 1  # spark3 is still not normal
+    assert not capsys.readouterr().out.startswith("REFUSED")
+    assert not (root / "report").exists()  # --hosts prints; it writes no report
+
+
+def test_hosts_within_tolerance_are_normal(tmp_path: Path, capsys) -> None:
+    root = build(tmp_path, degraded=None, firmware_differs=False)
+    result = check(root)
+    assert set(result.hosts["verdict"]) == {"normal"} and not result.refused
+    assert main(["report", "--hosts", str(root)]) == 0
+    assert "within ±5% of the other hosts" in capsys.readouterr().out
+
+
+def test_roofline_percentage_and_the_implausible_flag(tmp_path: Path) -> None:
+    plausible = check(build(tmp_path / "a", degraded=None, firmware_differs=False)).roofline
+    decode = plausible[(plausible["metric"] == "decode_tok_s") & (plausible["host"] == "spark1")].iloc[0]
+    # roofline 273e9 / 2.5e9 = 109.2 tok/s; ~100 tok/s is ~91.6% of it
+    assert decode["roofline_tok_s"] == pytest.approx(109.2)
+    assert decode["percent"] == pytest.approx(91.6, abs=0.5) and not decode["implausible"]
+    assert set(plausible["metric"]) == {"output_tok_s", "decode_tok_s"}
+    fast = check(build(tmp_path / "b", degraded=None, firmware_differs=False, tok_s=120.0))
+    flagged = fast.roofline[fast.roofline["implausible"].astype(bool)]
+    assert set(flagged["metric"]) == {"output_tok_s", "decode_tok_s"}  # 116 and 120 tok/s > 109.2
+    messages = [f.message for f in host_normal.findings(fast) if f.kind == "roofline-implausible"]
+    assert len(messages) == 8 and "of the bandwidth roofline" in messages[0]
+
+
+def test_roofline_says_why_a_cell_has_no_percentage(tmp_path: Path) -> None:
+    root = build(tmp_path, degraded=None, firmware_differs=False)
+    (root / "spark2" / "bandwidth.json").write_text(json.dumps({"bytes_per_s": None, "reason": "no CUDA"}))
+    roof = check(root).roofline.set_index(["host", "metric"])
+    assert roof.loc[("spark2", "decode_tok_s"), "note"] == "no measured bandwidth (no CUDA)"
+    assert roof.loc[("spark1", "decode_tok_s"), "percent"] > 0
+
+
+def test_energy_per_output_token_with_its_scope(tmp_path: Path) -> None:
+    energy = check(build(tmp_path, energy=True, degraded=None, firmware_differs=False)).energy
+    row = energy.set_index("host").loc["spark1"]
+    assert row["j_per_output_token"] == pytest.approx(1.2) and row["scope"] == "GPU rail only"
+
+
+def test_reference_file_of_published_figures(tmp_path: Path) -> None:
+    root = build(tmp_path / "fleet", degraded=None, firmware_differs=False)
+    published = tmp_path / "published.yml"
+    published.write_text("- {metric: decode_tok_s, model: llama, workload: T1, value: 140, source: the study}\n")
+    result = check(root, reference=published)
+    against = result.comparisons[result.comparisons["against"].str.contains("published")]
+    assert set(against["outcome"]) == {"different"}
+    assert (against["deviation_pct"] < -25).all()  # ~100 against 140
+    assert set(result.hosts["verdict"]) == {"not normal"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"metric": "decode_tok_s", "model": "llama", "value": 1}]))
+    with pytest.raises(Exception, match="entry 0 lacks workload, source"):
+        check(root, reference=bad)
+
+
+def test_reference_campaign_directory(tmp_path: Path) -> None:
+    before = build(tmp_path / "before", degraded=None, firmware_differs=False)
+    now = build(tmp_path / "now", degraded="spark2", firmware_differs=False)
+    result = check(now, reference=before).hosts.set_index("host")
+    assert result.loc["spark2", "verdict"] == "not normal"
+    assert result.loc["spark1", "verdict"] == "normal"
+
+
+def _report(root: Path, out: Path, capsys) -> tuple[str, str]:
+    assert main(["report", str(root), "--out", str(out), "--json"]) == 0
+    return (out / "summary.md").read_text(), capsys.readouterr().out
+
+
+def test_a_tree_without_the_new_sections_reports_as_before(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = tmp_path / "plain"
+    for host in ("spark1", "spark2"):
+        for i in range(1, 4):
+            write_run(root, host, i, 100.0 + i, card=False)
+    assert check_hosts(root, load_runs(root).runs) is None
+    with_hook = _report(root, tmp_path / "a", capsys)
+    # the hooks switched off: the report as it was before them
+    monkeypatch.setattr(host_normal, "for_report", lambda *a, **k: None)
+    without = _report(root, tmp_path / "b", capsys)
+    assert with_hook == without
+    assert "Is this host normal?" not in with_hook[0] and "hosts" not in json.loads(with_hook[1])
+
+
+def test_report_shows_the_verdicts_roofline_and_findings(tmp_path: Path, capsys) -> None:
+    root = build(tmp_path / "fleet", energy=True)
+    assert main(["report", str(root), "--out", str(tmp_path / "out")]) == 0
+    terminal = capsys.readouterr().out
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Is this host normal?" in summary and "spark3: NOT NORMAL" in summary
+    assert "% of the bandwidth roofline" in summary and "GPU rail only" in summary
+    assert "[host-differences] REFUSED" in summary
+    assert "spark3: NOT NORMAL" in terminal
+    assert main(["report", str(root), "--out", str(tmp_path / "out"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["hosts"]["refused"] is True
+    assert {h["host"]: h["verdict"] for h in payload["hosts"]["hosts"]}["spark3"] == "not normal"
