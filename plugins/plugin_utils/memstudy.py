@@ -7,9 +7,10 @@ unified memory. These campaign features let one campaign test that explanation:
   the environments: ``engine`` (serving workloads: a serving preset such as ``spark-arena`` names no engine;
   ``<workload>.<engine>``), ``kv_fraction`` (TensorRT-LLM's ``kv_cache_config.free_gpu_memory_fraction``,
   given through ``--extra_llm_api_options``; trtllm workloads only) and ``drop_caches`` (page cache dropped
-  before the run, or not). Each combination is a workload of its own, named ``<workload>.kv<F>.<drop|keep>``,
-  carrying ``base`` (the workload it came from) and ``factors`` (the names of the factors crossed: their levels
-  are the workload's own ``kv_fraction`` / ``drop_caches``) into the run records' ``workload_params``.
+  before the run, or not). Each combination is a workload of its own, named
+  ``<workload>.<engine>.kv<F>.<drop|keep>`` (the factors that apply), carrying ``base`` (the workload it came
+  from) and ``factors`` (the names of the factors crossed: their levels are the workload's own ``engine`` /
+  ``kv_fraction`` / ``drop_caches``) into the run records' ``workload_params``.
 * A/A pairs: two environments with identical settings (same kind, docker flags and variant), the same
   environment named twice in ``environments`` with the same settings (the second becomes ``<name>.aa``; the
   same name with other settings is still a duplicate-name error), or ``aa: true`` (every

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -121,3 +122,51 @@ def test_the_paths_are_the_ones_the_hosts_plan_carries(campaign, capsys):
     assert "source=/srv/sf/models,target=/srv/sf/models" in bench
     assert "/srv/sf/results/demo/HOST/runs/" in bench
     assert steps(out, "native", "t4", "bench")["argv"][1] == "/srv/sf/rootfs/<sha256-image-id>"
+
+
+GGUF = "/var/lib/sparkfleet/models/llama-3.1-8b-q4_k_m.gguf"
+
+
+@pytest.fixture
+def arena(campaign):
+    """A Spark Arena campaign: the preset names no engine, the factor crosses two in."""
+    return campaign(models=[{"name": "llama", "path": MODEL_PATH, "gguf": GGUF}],
+                    workloads=[{"name": "arena", "preset": "spark-arena"}],
+                    factors={"engine": ["vllm", "llama.cpp"]})
+
+
+def test_a_spark_arena_campaign_plans_its_points_requests_and_duration(arena, capsys):
+    assert main(["plan", arena]) == 0
+    text = capsys.readouterr().out
+    header = [line for line in text.splitlines() if line.startswith("# serving arena.")]
+    assert len(header) == 2 and all("28 points per run (7 depth x 4 concurrency x 1 pp x 1 tg)" in h
+                                    and "378 requests" in h for h in header)
+    assert all(re.search(r"about \d+(\.\d)? (s|min|h) per run \(a rough planning figure\)", h) for h in header)
+    runs = text.split("\n## ")[1:]
+    assert len(runs) == 4 and all("# 28 points per run, 378 requests, about " in r for r in runs)
+    assert all("\nserver: " in r and "\nclient: " in r for r in runs)
+
+
+def test_a_serving_runs_server_and_client_are_the_hosts(arena, capsys):
+    code, out = plan_json(capsys, arena, "-e", "sparkfleet_serving_corpus=/srv/book.txt")
+    assert code == 0 and set(out["serving"]) == {"arena.vllm", "arena.llama.cpp"}
+    assert out["serving"]["arena.vllm"]["points"] == 28 and out["serving"]["arena.vllm"]["requests"] == 378
+    vllm = steps(out, "container", "arena", "server")["argv"]  # the first container run: vllm
+    assert vllm[:2] == ["docker", "run"] and "--network" in vllm and vllm[vllm.index("--network") + 1] == "host"
+    assert vllm[vllm.index("serve") - 1:vllm.index("serve") + 2] == ["vllm", "serve", MODEL_PATH]
+    llama = next(r for r in out["runs"] if r["kind"] == "native" and ".arena.llama.cpp." in r["run_id"])
+    server, client = llama["steps"]
+    assert server["argv"][server["argv"].index("-m") + 1] == GGUF  # llama.cpp serves the model's gguf
+    argv = client["argv"]
+    assert argv[:2] == ["/usr/bin/env", "-C"] and "/var/lib/sparkfleet/clients/llama-benchy/bin/llama-benchy" in argv
+    assert argv[argv.index("--tokenizer") + 1] == MODEL_PATH and "--enable-prefix-caching" in argv
+    assert argv[argv.index("--runs") + 1] == "3" and argv[argv.index("--base-url") + 1] == "http://127.0.0.1:8080/v1"
+    assert "--book-url" in argv and client["points"] == 28
+    assert llama["timeout_s"] > 3600  # its own timeout: the campaign gives none
+
+
+def test_a_serving_model_without_a_tokenizer_is_refused_before_planning(campaign, capsys):
+    path = campaign(models=[{"name": "q", "hf_id": "Qwen/Qwen3-8B"}], workloads=[{"name": "q", "preset": "serve-quick",
+                                                                                  "engine": "vllm"}])
+    assert main(["plan", path]) == 2
+    assert "campaign.models[0].tokenizer: required" in capsys.readouterr().err
