@@ -246,7 +246,8 @@ def _metric_clause(metric: str, group: list[Verdict]) -> str:
 
 
 def verdict_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
-    """One line per comparison (model, what is held fixed, b against a), over all its points and metrics."""
+    """One line per comparison (model, what is held fixed, b against a), over all its points and metrics: the
+    metrics that differ somewhere first, with their range of change; those the same at every point merged."""
     groups: dict[tuple[str, str, str, str, str], list[Verdict]] = {}
     for v in study.verdicts:
         model, context, _ = v.subject.split(" / ", 2)
@@ -254,16 +255,26 @@ def verdict_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
     lines = []
     for (question, model, context, a, b), group in groups.items():
         held = f"engine {context}" if question == ENVIRONMENT else f"environment {context}"
-        metrics = list(dict.fromkeys(v.metric for v in group))
-        clauses = [_metric_clause(m, [v for v in group if v.metric == m]) for m in metrics]
-        counts = {o: sum(v.outcome == o for v in group) for o in ("different", "same", "undetermined")}
-        subject = f"{model} / {held}"
+        by_metric = {m: [v for v in group if v.metric == m] for m in dict.fromkeys(v.metric for v in group)}
+        all_same = [m for m, vs in by_metric.items() if all(v.outcome == "same" for v in vs)]
+        clauses = [_metric_clause(m, vs) for m, vs in by_metric.items() if m not in all_same]
+        if all_same:
+            clauses.append(f"the same at every point: {', '.join(words(m) for m in all_same)}")
         text = (f"Serving, {model} on {held}, {b} vs {a}, per point (±{threshold * 100:g}%): "
                 + "; ".join(clauses) + ".")
-        headline = (f"Serving {model} ({held}): {b} vs {a}: different on {counts['different']} of {len(group)} "
-                    f"point metrics, the same on {counts['same']}, undetermined on {counts['undetermined']}.")
+        differ = [_metric_clause(m, vs) for m, vs in by_metric.items() if any(v.outcome == "different" for v in vs)]
+        undetermined = sum(v.outcome == "undetermined" for v in group)
+        if differ:
+            answer = f"{b} vs {a}: " + "; ".join(differ)
+        elif undetermined:
+            answer = f"no difference shown between {b} and {a}"
+        else:
+            answer = f"{b} and {a} are the same at every point and metric (within ±{threshold * 100:g}%)"
+        if undetermined:
+            answer += f"; {undetermined} of {len(group)} point metrics undetermined"
         outcome = _line_outcome(group)
-        lines.append(VerdictLine("serving", subject, outcome, outcome, text, tuple(group), headline))
+        lines.append(VerdictLine("serving", f"{model} / {held}", outcome, outcome, text, tuple(group),
+                                 f"Serving {model} ({held}): {answer}."))
     return lines
 
 

@@ -67,6 +67,9 @@ def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
                     _line(ax, line, "concurrency", colors[(str(engine), str(environment))],
                           f"{engine} / {environment}")
             ax.set_xscale("log", base=2)
+            levels = sorted(set(data["concurrency"].astype(int)))
+            ax.set_xticks(levels, [str(c) for c in levels])  # the measured levels, not powers of two
+            ax.minorticks_off()
             ax.set_title(f"{metric} ({scope})\n{model}, depth {depth}, pp {pp}, tg {tg}", fontsize=8)
             ax.set_xlabel("concurrency", fontsize=8)
             ax.set_ylabel(f"{metric} (tok/s, median)", fontsize=8)

@@ -49,9 +49,11 @@ def serving_record(engine: str, environment: str, iteration: int, order: int, rn
         name = point_name(**p)
         entry: dict[str, Any] = {"point": name, **p, "order": index, "raw": f"points/{name}.json",
                                  "duration_s": 5.0}
-        if dead or name in failed:
-            entry |= {"status": "failed", "reason": "server not ready" if dead else "client exited 1: timeout",
-                      "metrics": {}, "samples": {}}
+        if dead:
+            entry |= {"status": "failed", "reason": "server not ready", "metrics": {}, "samples": {}}
+        elif name in failed:  # a client that failed part-way may leave figures behind: they must not count
+            entry |= {"status": "failed", "reason": "client exited 1: timeout",
+                      "metrics": {m: BASE[m] * 10 for m in BASE}, "samples": {}}
         else:
             values = {m: BASE[m] * factor(engine, environment, m, p) * (1 + rng.normal(0, cv)) for m in BASE}
             entry |= {"status": "ok", "reason": None, "metrics": values,
@@ -86,7 +88,8 @@ def build_serving_tree(root: Path, *, engines: tuple[str, ...] = ("vllm", "llama
                        factor: Callable[[str, str, str, dict[str, int]], float] = no_difference, cv: float = 0.01,
                        failed: dict[tuple[str, str, int], tuple[str, ...]] | None = None,
                        dead: Iterable[tuple[str, str, int]] = (), aa_pairs: dict[str, str] | None = None,
-                       seed: int = 0, hosts: tuple[str, ...] = ("spark-01",)) -> Path:
+                       seed: int = 0, hosts: tuple[str, ...] = ("spark-01",),
+                       profile: dict[str, tuple[int, ...]] = PROFILE) -> Path:
     """Write the runs, interleaved (iteration-major, as the planner orders them) under ``root``.
 
     ``failed``: (engine, environment, iteration) -> point names that fail in that run; ``dead``: runs whose
@@ -102,7 +105,8 @@ def build_serving_tree(root: Path, *, engines: tuple[str, ...] = ("vllm", "llama
                 for environment in environments:
                     rec = serving_record(engine, environment, iteration, order, rng, factor, cv,
                                          failed.get((engine, environment, iteration), ()),
-                                         (engine, environment, iteration) in dead, host, marks.get(environment))
+                                         (engine, environment, iteration) in dead, host, marks.get(environment),
+                                         profile)
                     contract.write_json_atomic(root / host / "runs" / rec["run_id"] / "record.json", rec)
                     order += 1
     return root
