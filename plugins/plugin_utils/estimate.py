@@ -190,11 +190,12 @@ def estimate_text(campaign: dict[str, Any]) -> str:
     typical, upper = estimate_s(campaign)
     engines = sorted({w.get("engine") for w in campaign["workloads"] if not _serving(w)}, key=str)
     serving = [w for w in campaign["workloads"] if _serving(w)]
-    runs = ([", ".join(f"{e} {NOMINAL_RUN_S.get(e, UNKNOWN_ENGINE_S):.0f} s" for e in engines)] if engines else []) \
-        + (["a serving run's estimate from its profile (server start, prefill at "
-            f"{PREFILL_TOK_S:.0f} tok/s, decode at {DECODE_TOK_S:.0f} tok/s per request)"] if serving else [])
+    runs = (["a nominal run of " + ", ".join(f"{e} {NOMINAL_RUN_S.get(e, UNKNOWN_ENGINE_S):.0f} s" for e in engines)]
+            if engines else []) \
+        + ([f"a serving run's estimate from its profile (server start, prefill at {PREFILL_TOK_S:.0f} tok/s, "
+            f"decode at {DECODE_TOK_S:.0f} tok/s per request)"] if serving else [])
     return (f"estimated about {duration_text(typical)}, at most {duration_text(upper)} per host (typical: "
-            "cooldown max(min_wait_s, settle_window_s) + a nominal run of " + "; ".join(runs)
+            "cooldown max(min_wait_s, settle_window_s) + " + " or ".join(runs)
             + "; at most: cooldown max_wait_s + timeout_s per run"
             + (", a serving run's own timeout unless the campaign gives timeout_s)" if serving else ")")
             + "".join(f"; serving {serving_text(campaign, w)}" for w in serving))
