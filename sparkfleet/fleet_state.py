@@ -23,6 +23,7 @@ from sparkfleet import reproducibility
 from sparkfleet.load import load_runs
 from sparkfleet.report.analysis import check_one_campaign
 from sparkfleet.report.host_facts import facts_of
+from sparkfleet.report.host_normal import HostCheck, check_hosts, refusal_text
 from sparkfleet.stats import measured_runs
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
@@ -46,6 +47,12 @@ class FleetState:
     deviations: pd.DataFrame  # reproducibility.host_deviations
     outside_hosts: list[str]
     missing: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> planned/found/missing
+    verdicts: HostCheck | None = None  # "is this host normal?" (report/host_normal.py); None: no host-state evidence
+
+    @property
+    def refused(self) -> bool:
+        """Firmware or driver differ across hosts and nobody acknowledged it: the comparison is refused."""
+        return self.verdicts is not None and self.verdicts.refused
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,10 +63,14 @@ class FleetState:
             "throttle_reasons": self.throttle,
             "missing_runs": self.missing,
             "deviations": json.loads(self.deviations.to_json(orient="records")),
+            **({"host_verdicts": self.verdicts.to_dict(), "refused": self.refused} if self.verdicts is not None
+               else {}),
         }
 
 
-def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE) -> FleetState:
+def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT_TOLERANCE,
+            acknowledged: bool | None = None, reference: str | Path | None = None) -> FleetState:
+    """The fleet's state; ``acknowledged`` (None: campaign.json says) and ``reference`` go to the host verdicts."""
     campaign_dir = Path(campaign_dir)
     loaded = load_runs(campaign_dir)
     runs = loaded.runs
@@ -98,11 +109,14 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     # planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver
     missing = {key.split("/", 1)[1]: {"planned": c["planned"], "found": c["with_record"], "missing": c["missing"]}
                for key, c in loaded.accounting.planned_hosts.items() if c["missing"]}
-    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing)
+    verdicts = check_hosts(campaign_dir, runs, tolerance=tolerance, reference=reference, acknowledged=acknowledged)
+    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing, verdicts)
 
 
 def render_markdown(state: FleetState, tolerance: float) -> str:
     lines = [f"# Fleet reproducibility: {len(state.hosts)} hosts", ""]
+    if state.refused:
+        lines += [f"**{refusal_text(state.verdicts)}**", ""]
     if state.outside_hosts:
         lines.append(f"**Hosts out (significantly different from the other hosts and by more than "
                      f"±{tolerance * 100:g}%):** {', '.join(state.outside_hosts)}")
@@ -145,6 +159,8 @@ def render_markdown(state: FleetState, tolerance: float) -> str:
     throttled = {h: r for h, r in state.throttle.items() if r}
     if throttled:
         lines += ["", "Throttle reasons seen: " + "; ".join(f"{h}: {', '.join(r)}" for h, r in throttled.items())]
+    if state.verdicts is not None:
+        lines += ["", "## Is each host normal?", "", *(f"- {s}" for s in state.verdicts.hosts["sentence"])]
     if state.missing:
         lines += ["", "## Missing runs", ""]
         lines += [f"- {h}: {m['missing']} of {m['planned']} planned runs have no record (host unreachable or "

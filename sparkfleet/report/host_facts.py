@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.attestation import identity
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -85,6 +86,29 @@ def read_json(path: Path) -> Any:
         return None
 
 
+#: attestation.json identity fields (sparkfleet_host.attestation.identity) that name a fact already read
+#: elsewhere: filled in only where that fact is missing.
+_ATTESTATION_SAME = {"kernel": "kernel", "driver_version": "driver", "cuda_version": "cuda",
+                     "gpu0.vbios_version": "vbios", "gpu0.product_name": "gpu_name"}
+
+
+def attestation_facts(att: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The facts a host's attestation.json adds (issue 24): BIOS, firmware devices, image digest, each GPU's VBIOS;
+    {} without the file (a tree without it keeps its facts table as it was)."""
+    if not isinstance(att, dict):
+        return {}
+    out = {}
+    for key, value in identity(att).items():
+        if value is None:
+            continue
+        label = _ATTESTATION_SAME.get(key)
+        if label is None:
+            out[key] = value if not isinstance(value, (dict, list)) else json.dumps(value, sort_keys=True)
+        elif row.get(label) is None:
+            out[label] = value
+    return out
+
+
 def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
     """host x fact: FACTS from each host directory's JSON files, then what nvidia-smi-q.txt adds (power
     limit, clocks, InfoROM, ...; its VBIOS where host_metadata.json has none)."""
@@ -99,6 +123,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
         for label, value in smi.items():
             if row.get(label) is None:
                 row[label] = value
+        row.update(attestation_facts(read_json(directory / "attestation.json"), row))
         rows[host] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 

@@ -227,3 +227,23 @@ def test_report_shows_the_verdicts_roofline_and_findings(tmp_path: Path, capsys)
     payload = json.loads(capsys.readouterr().out)
     assert payload["hosts"]["refused"] is True
     assert {h["host"]: h["verdict"] for h in payload["hosts"]["hosts"]}["spark3"] == "not normal"
+
+
+def test_fleet_reproducibility_report_refuses_until_acknowledged(tmp_path: Path) -> None:
+    from sparkfleet.fleet_state import analyse, render_markdown
+
+    root = build(tmp_path)
+    state = analyse(root)
+    text = render_markdown(state, 0.05)
+    assert state.refused and text.splitlines()[2].startswith("**REFUSED: firmware or driver differs")
+    assert "- spark3: NOT NORMAL" in text
+    assert state.differing_facts["bios_version"]["spark3"] == "5.36_0ACUM017"  # attestation.json's facts
+    assert state.to_dict()["refused"] is True
+    acknowledged = analyse(root, acknowledged=True)
+    assert not acknowledged.refused and "REFUSED" not in render_markdown(acknowledged, 0.05)
+    plain = tmp_path / "plain"
+    for host in ("spark1", "spark2"):
+        for i in range(1, 4):
+            write_run(plain, host, i, 100.0 + i, card=False)
+    untouched = analyse(plain)
+    assert untouched.verdicts is None and "refused" not in untouched.to_dict()
