@@ -8,6 +8,7 @@ executes, in order.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -264,7 +265,7 @@ def _workloads(value: Any, problems: list[str], factors: Any = None) -> list[dic
             problems.append(f"{where}.preset: unknown preset {preset_name!r} (known: "
                             f"{', '.join(settings.WORKLOAD_PRESETS)})")
             continue
-        preset = settings.WORKLOAD_PRESETS.get(preset_name or "", {})
+        preset = copy.deepcopy(settings.WORKLOAD_PRESETS.get(preset_name or "", {}))  # a profile's lists are shared
         preset_engine = preset.get("engine")
         if "preset" not in item and preset_engine is not None and item.get("engine", preset_engine) != preset_engine:
             # Named like a preset, another engine: the preset's parameters would be inherited unasked. (An explicit
