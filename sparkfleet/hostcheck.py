@@ -164,8 +164,8 @@ def _serving_c1(serving: Any) -> float | None:
     points = serving.get("points") if isinstance(serving, dict) else None
     values = []
     for point in points if isinstance(points, list) else []:
-        if not isinstance(point, dict) or _number(point.get("concurrency")) != 1:
-            continue
+        if not isinstance(point, dict) or _number(point.get("concurrency")) != 1 or point.get("status", "ok") != "ok":
+            continue  # a failed point's figures never count (the serving report's rule)
         metrics = point.get("metrics") if isinstance(point.get("metrics"), dict) else point
         value = _number(metrics.get("tg_req_tok_s"))
         if value is not None:

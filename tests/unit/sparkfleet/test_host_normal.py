@@ -247,3 +247,14 @@ def test_fleet_reproducibility_report_refuses_until_acknowledged(tmp_path: Path)
             write_run(plain, host, i, 100.0 + i, card=False)
     untouched = analyse(plain)
     assert untouched.verdicts is None and "refused" not in untouched.to_dict()
+
+
+def test_serving_decode_at_concurrency_one_comes_from_ok_points_only() -> None:
+    from sparkfleet.hostcheck import state_of
+
+    points = [{"concurrency": 1, "status": "ok", "metrics": {"tg_req_tok_s": 30.0}},
+              {"concurrency": 1, "status": "ok", "metrics": {"tg_req_tok_s": 34.0}},
+              {"concurrency": 1, "status": "failed", "metrics": {"tg_req_tok_s": 300.0}},
+              {"concurrency": 4, "status": "ok", "metrics": {"tg_req_tok_s": 20.0}}]
+    assert state_of({"run_id": "r", "host": "h", "serving": {"points": points}})["serving_c1_tok_s"] == 32.0
+    assert state_of({"run_id": "r", "host": "h"})["serving_c1_tok_s"] is None
