@@ -186,4 +186,5 @@ class CorpusServer:
         self.thread.join(timeout=10)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self.dir, self.NAME))
+            os.rmdir(self.dir)  # the run directory keeps only what the run produced
         return False
