@@ -157,6 +157,18 @@ options:
           A text file on the host the client builds its prompts from, served on 127.0.0.1 for its C(--book-url);
           omitted, the client's own default book.
         type: path
+  readiness:
+    description:
+      - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
+        workload script C(gpu_probe.py) with torch or cupy) while the SM clock and power are read; the verdict
+        (C(healthy), C(suspect), C(unknown)) and its reasons go into the record's C(readiness) section. Under
+        C(policy=refuse) a suspect host's run is not started (failed, naming why); under C(mark) (the default)
+        it runs and its record says C(suspect) with the reason, which the report keeps apart. C(probe_s=0)
+        skips the probe."
+      - "Keys: C(policy) (C(mark) or C(refuse)), C(min_fraction) of C(expected_clock_mhz) (null: the GPU's
+        maximum SM clock with a fraction of 0.75), C(probe_s), C(degraded_bands) (a list of [low, high] MHz)."
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -299,6 +311,7 @@ def main():
             campaign_config=dict(type="dict"),
             trtllm=dict(type="dict", default={}),
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), corpus=dict(type="path"))),
+            readiness=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )

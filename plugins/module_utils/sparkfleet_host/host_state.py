@@ -266,8 +266,8 @@ def _sample(sensor: GpuSensor, gpu: int) -> Tuple[Optional[float], Optional[floa
 def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Optional[Mapping[str, Any]],
                     gpu_present: bool, *, script: Optional[str] = None, python: str = "python3",
                     sensor: Optional[GpuSensor] = None, gpu: int = 0, max_clock_mhz: Optional[float] = None,
-                    nvidia_smi: str = "nvidia-smi", sample_interval_s: float = SAMPLE_INTERVAL_S
-                    ) -> Dict[str, Any]:
+                    nvidia_smi: str = "nvidia-smi", sample_interval_s: float = SAMPLE_INTERVAL_S,
+                    wrap=None) -> Dict[str, Any]:
     """The record's ``readiness`` section: run ``script`` (gpu_probe.py) ``load`` for ``probe_s`` seconds with
     ``python``, read the SM clock and power of GPU ``gpu`` every ``sample_interval_s`` through ``sensor`` (gpu.py's,
     opened here when None) from the moment the load loop started (the ramp-up third left out), take the medians,
@@ -283,7 +283,10 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     No GPU (``gpu_present`` False): state ``unknown`` (cause ``no_gpu``) and action ``run``: nothing to probe,
     nothing to mark. No torch/cupy for the load (gpu_probe.py exits 3): ``unknown`` (cause ``no_load``) with
     the script's reason, marked and warned as readiness.action decides. Never raises: a bad setting, a
-    missing script, a sensor or probe failure is ``unknown`` with ``error``."""
+    missing script, a sensor or probe failure is ``unknown`` with ``error``.
+
+    ``wrap``: argv -> argv that runs the load where the run's workload runs (the Launcher's command for its
+    environment: the image's torch, not the host's); None runs it straight on the host."""
     started = time.monotonic()
     try:
         cfg = probe_settings(settings)
@@ -309,7 +312,8 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     probe_s = float(cfg["probe_s"])
     try:
         try:
-            proc = _ProbeProcess([python, script, "load", "--seconds", "%g" % probe_s])
+            argv = [python, script, "load", "--seconds", "%g" % probe_s]
+            proc = _ProbeProcess(wrap(argv) if wrap else argv)
         except OSError as exc:
             return _unknown(cfg, started, "no_load", "cannot start %s: %s" % (python, exc), error=str(exc))
         deadline = started + probe_s + STARTUP_ALLOWANCE_S

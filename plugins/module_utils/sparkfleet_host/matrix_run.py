@@ -17,8 +17,9 @@ import os
 import re
 import signal
 import time
+from typing import Optional
 
-from . import modelcard, serving
+from . import host_state, modelcard, serving
 from .fields import WEEK_S, Field, field_problem
 from .jobs import JobRegistration
 from .ledger import append_event, finished_fields, run_states
@@ -203,16 +204,56 @@ def execute(run, params: dict, job, cards) -> dict:
         launches = launcher.prepare_serving(record) if run.serving else launcher.prepare(record)
     except SETUP_ERRORS as exc:
         return finish(record, "failed", "setup: %s" % exc, {})
+    # Is the GPU what it should be right now (issue 24)? A short fixed load after the cooldown: a run on a
+    # degraded host is refused or marked suspect under the policy, never silently averaged in.
+    controls = host_state.applied_controls(params["results_root"])
+    settings = params.get("readiness") or {}
+    if settings.get("probe_s", 1) != 0:  # 0: the probe is off
+        record.readiness = host_state.readiness_probe(
+            settings, controls, params["gpu_present"],
+            script=os.path.join(launcher.workloads_dir, host_state.PROBE_SCRIPT),
+            wrap=lambda argv: launcher.command("probe", argv))  # in the run's environment, with its torch
+        launcher.remove_container()
+    if record.readiness and record.readiness["action"]["action"] == "refuse":
+        return finish(record, "failed", "readiness: %s" % readiness_reason(record.readiness), {})
     drop, problem = launcher.prepare_memory(record)
     if problem:
         return finish(record, "failed", problem, {})
+    before = host_state.run_state_before(controls=controls)
     if run.serving:  # one server lifetime, the client through the profile's points (issue 25)
         outcome = launcher.serve(record, launches, drop, run.timeout_s)
-        return finish(record, *judge_serving(record, outcome, run.run_dir))
-    outcome = launcher.measure(record, launches, drop, run.timeout_s)
-    status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
-                                    run.timeout_s, run.run_dir, cards)
+        status, reason, metrics = judge_serving(record, outcome, run.run_dir)
+    else:
+        outcome = launcher.measure(record, launches, drop, run.timeout_s)
+        status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
+                                        run.timeout_s, run.run_dir, cards)
+    record.attestation = host_state.run_state_after(before, os.path.join(run.run_dir, "telemetry.csv"),
+                                                    output_tokens(run.workload, record.serving))
+    if status == "ok" and (record.readiness or {}).get("state") == "suspect":
+        reason = "; ".join(r for r in ("readiness suspect: %s" % readiness_reason(record.readiness), reason) if r)
     return finish(record, status, reason, metrics)
+
+
+def readiness_reason(section: dict) -> str:
+    return "; ".join(r.get("message", "") for r in section.get("reasons") or []) or section.get("state", "")
+
+
+def output_tokens(workload: dict, serving_section) -> Optional[float]:
+    """The output tokens a run generated, as its workload fixes them (exact lengths: trtllm's --eos_id -1,
+    hf-generate's fixed new tokens, the client's --exact-tg): the denominator of energy per output token."""
+    engine = workload.get("engine", "trtllm")
+    try:
+        if serving_section:
+            return float(sum(int(p["concurrency"]) * int(p["tg"]) * int(workload.get("runs") or 3)
+                             for p in serving_section.get("points") or [] if p.get("status") == "ok")) or None
+        if engine == "trtllm" and workload.get("requests") and workload.get("output_len"):
+            return float(int(workload["requests"]) * int(workload["output_len"]))
+        if engine == "hf-generate":
+            return float(int(workload.get("batch", 1)) * int(workload.get("output_len", 128))
+                         * (int(workload.get("iterations", 10)) + int(workload.get("warmup", 2))))
+    except (TypeError, ValueError, KeyError):
+        return None
+    return None
 
 
 # ------------------------------------------------------------------------------------ the job

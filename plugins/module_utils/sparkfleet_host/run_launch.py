@@ -122,6 +122,11 @@ class Launcher:
     def docker(self) -> str:
         return (self.p["container"] or {}).get("docker") or "docker"
 
+    def remove_container(self) -> None:
+        """Remove this run's container if one is left (the readiness probe's, a killed run's)."""
+        if self.kind == "container":
+            subprocess.run([self.docker(), "rm", "-f", self.container_name()], capture_output=True)
+
     def container_name(self) -> str:
         return ("sf-" + self.run.rid)[:120]
 

@@ -206,7 +206,8 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
         try:
             proc = subprocess.Popen([str(a) for a in cmd], stdout=out,
                                     stderr=log if stdout_path else subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_unblock_sigterm if held else None)
         except BaseException:
             _release_sigterm(held)
             raise
@@ -236,6 +237,12 @@ def _hold_sigterm() -> bool:
         return True
     except (AttributeError, ValueError, OSError):  # not the main thread, or no pthread_sigmask
         return False
+
+
+def _unblock_sigterm() -> None:
+    """In the child, before exec: the signal mask is inherited across exec, and a workload started while the
+    job held SIGTERM would otherwise ignore the SIGTERM of a timeout or a stop (and die only by SIGKILL)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _release_sigterm(held: bool) -> None:

@@ -174,10 +174,9 @@ def _scan(lines: list[str], result: ParseResult) -> _Found:
             continue
         runtime = _RUNTIME.search(line)
         if runtime:
-            for key, value in zip(
+            for key, value in zip(  # noqa: B905 (host code: Python 3.8 has no strict=)
                 ("max_seq_len", "max_num_requests", "max_num_tokens", "max_batch_size"),
                 runtime.groups(),
-                strict=True,
             ):
                 result.extra[key] = int(value)
             continue
