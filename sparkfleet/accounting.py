@@ -30,6 +30,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving import ENGINES as SERVING_ENGINES
 
 RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
@@ -198,7 +199,9 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
                                           run_dir.parent.parent.name, run_dir.parent.parent.parent.name))
     if len(runs):
         metrics = [c for c in contract.METRICS if c in runs.columns]
-        bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1)]
+        # a serving run's figures are its points' (the serving table), not the run's flat metrics
+        serving = runs["engine"].isin(tuple(SERVING_ENGINES)) if "engine" in runs.columns else False
+        bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1) & ~serving]
         acc.no_metrics = [MissingRun("no-metrics", root / str(d), "status ok but the record holds no metric",
                                      str(r), str(h), str(c))
                           for r, h, c, d in zip(bare["run_id"], bare["host"], bare["campaign"], bare["record_dir"],

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from sparkfleet.load import export_runs, write_csv
+from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options
 from sparkfleet.report.compose import Report, analyse
 from sparkfleet.report.content import FigureDrawing, PendingFigures, build_document, start_run_figures
@@ -38,7 +39,8 @@ def write_report(analysis: Report, out_dir: str | os.PathLike[str],
         "memory_factors.csv": analysis.memory.effects,
         "aa_pairs.csv": analysis.memory.aa_pairs,
         "aa_noise.csv": analysis.memory.noise,
-    }
+    } | report_serving.tables(analysis.serving)  # serving_points/cells/comparisons/aa_noise.csv; {} without
+
     for name, frame in tables.items():
         write_csv(frame, out / name)
     figures = pending.figures()
