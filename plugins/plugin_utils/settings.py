@@ -334,11 +334,13 @@ WORKLOAD_FIELDS = (
     Field("served_model_name", "str", None, "Serving: the model name the server answers to (null: the "
           "engine's default).", nullable=True),
     Field("client", "str", "llama-benchy", "Serving: the load generator.", choices=SERVING_CLIENTS),
+    Field("client_args", "list", [], "Serving: extra load-generator arguments (argv elements), e.g. "
+          "--skip-coherence for a model that cannot answer llama-benchy's coherence question.", elements="str"),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.
 SERVING_FIELDS = ("profile", "runs", "prefix_caching", "server_args", "port", "ready_timeout_s",
-                  "served_model_name", "client")
+                  "served_model_name", "client", "client_args")
 #: Fields a serving workload would silently ignore (its shape is its profile, its arguments server_args).
 NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "output_len", "backend",
                       "iterations", "warmup", "size", "extra_args", "kv_fraction")

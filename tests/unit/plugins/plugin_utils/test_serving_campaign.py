@@ -54,7 +54,7 @@ def test_the_resolved_serving_workload_is_the_contracts_dict():
         "profile": {"depth": [0, 4096, 8192, 16384, 32768, 65535, 100000], "pp": [2048], "tg": [128],
                     "concurrency": [1, 2, 5, 10]},
         "runs": 3, "prefix_caching": True, "server_args": [], "port": None, "ready_timeout_s": 900.0,
-        "served_model_name": None, "client": "llama-benchy", "env": {"A": "1"}}]
+        "served_model_name": None, "client": "llama-benchy", "client_args": [], "env": {"A": "1"}}]
     own = campaign({"name": "mine", "engine": "sglang", "profile": {"depth": [0], "concurrency": [1], "pp": [8],
                                                                      "tg": [8]},
                     "runs": 5, "port": 31000, "server_args": ["--tp", "1"], "served_model_name": "q",
