@@ -4,7 +4,10 @@ The image is Debian bookworm minbase (debootstrap) with python3 and python3-nump
 stand-ins a TensorRT-LLM image carries: ``trtllm-bench``, an importable ``tensorrt_llm`` package laid out as in
 NVIDIA's images (``/usr/local/lib/python3.X/dist-packages/tensorrt_llm/version.py``), the package modules that
 tell its CLI surface (``bench/dataset/prepare_dataset.py`` where the version has ``prepare-dataset``), and
-``/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py`` where the version has the standalone script. The
+``/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py`` where the version has the standalone script, and a
+``cupy`` stand-in (``tests/fleet/standins/python/cupy``, in the same dist-packages) for the readiness probe's GPU
+load: it has a device only where SPARKFLEET_FAKE_GPU_LOAD is set, so the image's other users still find no GPU
+array library but numpy. The
 version is a parameter (default :data:`TRTLLM_VERSION`, the version of ``spark-single-gpu-dev``); the
 stand-ins enforce that version's command tree (tests/data/trtllm-cli). Its config sets
 PATH/LD_LIBRARY_PATH/CUDA_HOME the way NVIDIA's images do, so the
@@ -34,6 +37,9 @@ SUITE = "bookworm"
 PACKAGES = "python3,python3-numpy"
 MIRROR = os.environ.get("SPARKFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 IMAGE_TOOLS = ("trtllm-bench",)  # stand-ins that live inside the image (the engine's software)
+#: Python packages that stand in for GPU software inside the image (each a directory under it), into PYTHON_LIB.
+IMAGE_PYTHON = STANDINS / "python"
+IMAGE_PACKAGES = ("cupy",)
 TRTLLM_VERSION = "1.1.0rc3"
 #: Versions the test image can be built as (each has a command tree in tests/data/trtllm-cli).
 TRTLLM_VERSIONS = ("1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.3.0rc13")
@@ -94,6 +100,8 @@ def _recipe_hash(version: str = TRTLLM_VERSION) -> str:
         h.update((STANDINS / tool).read_bytes())
     for tree in sorted(CLI_TREES.glob("*.json")):
         h.update(tree.read_bytes())
+    for path, name in _package_files():
+        h.update(name.encode() + b"\0" + path.read_bytes())
     h.update(Path(__file__).read_bytes())
     return h.hexdigest()[:12]
 
@@ -140,6 +148,12 @@ def _add_file(tar: tarfile.TarFile, src: Path, name: str, mode: int) -> None:
         tar.addfile(info, fh)
 
 
+def _package_files() -> list[tuple[Path, str]]:
+    """(file, its name under PYTHON_LIB) for each stand-in package the image carries (no bytecode caches)."""
+    return [(f, str(f.relative_to(IMAGE_PYTHON))) for pkg in IMAGE_PACKAGES
+            for f in sorted((IMAGE_PYTHON / pkg).rglob("*.py"))]
+
+
 def _overlay_tar(path: Path, version: str = TRTLLM_VERSION) -> None:
     """Files the image adds on top of the base: the engine stand-ins and a tensorrt_llm package of ``version``
     whose files say what its CLI offers (as engine_probe reads them)."""
@@ -166,6 +180,8 @@ def _overlay_tar(path: Path, version: str = TRTLLM_VERSION) -> None:
             _add_text(tar, f"{pkg}/bench/dataset/prepare_dataset.py", '@click.group(name="prepare-dataset")\n')
         if "prepare_dataset.py" in tree["programs"]:
             _add_file(tar, STANDINS / "prepare_dataset.py", f"./{SCRIPT}", 0o755)
+        for src, name in _package_files():
+            _add_file(tar, src, f"./{PYTHON_LIB}/{name}", 0o644)
         _add_text(tar, "./usr/local/cuda/lib64/.keep", "")
         _add_text(tar, "./usr/local/cuda/bin/.keep", "")
 
