@@ -281,13 +281,20 @@ class FleetPlan:
     renamed_from: str | None = None
 
     def document(self, controller: dict[str, Any]) -> dict[str, Any]:
-        """campaign.json: resolved matrix, config hash, order seed, every host's planned runs, the controller."""
+        """campaign.json: resolved matrix, config hash, order seed, every host's planned runs, the controller; and
+        ``acknowledge_host_differences: true`` when every host's plan acknowledges firmware/driver differences."""
         c = self.campaign
-        return {"campaign": c["name"], "config_hash": c["config_hash"], "order": c["order"], "seed": c["seed"],
-                "resolved": c,
-                "hosts": {h: {"planned": len(p.runs), "run_ids": [r["run_id"] for r in p.runs]}
-                          for h, p in self.hosts.items()},
-                "controller": controller}
+        doc = {"campaign": c["name"], "config_hash": c["config_hash"], "order": c["order"], "seed": c["seed"],
+               "resolved": c,
+               "hosts": {h: {"planned": len(p.runs), "run_ids": [r["run_id"] for r in p.runs]}
+                         for h, p in self.hosts.items()},
+               "controller": controller}
+        # The report reads it (sparkfleet/hostcheck.py acknowledged_in); written only when true, so the campaign.json
+        # of every other campaign stays byte for byte what it was.
+        if self.hosts and all((p.knobs.get("reproducibility") or {}).get("acknowledge_host_differences") is True
+                              for p in self.hosts.values()):
+            doc["acknowledge_host_differences"] = True
+        return doc
 
     def to_dict(self) -> dict[str, Any]:
         return {"campaign": self.campaign, "results_dir": self.results_dir, "renamed_from": self.renamed_from,

@@ -17,19 +17,23 @@ def register(sub) -> None:
     p.add_argument("--tolerance", type=finite_float, default=DEFAULT_TOLERANCE * 100,
                    help="percent by which a host must differ (significantly) from the other hosts to be named out "
                         "(default %(default)g)")
+    p.add_argument("--acknowledge-differences", action="store_true", default=None,
+                   help="compare the hosts although their firmware or driver differ (else the comparison is refused "
+                        "unless the campaign set sparkfleet_acknowledge_host_differences)")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.set_defaults(func=run)
 
 
-def analyse_and_write(root: Path, tolerance_pct: float):
-    """The fleet's state, written as report/fleet.md and report/fleet.json: (state, the markdown)."""
+def analyse_and_write(root: Path, tolerance_pct: float, acknowledged: bool | None = None):
+    """The fleet's state, written as report/fleet.md and report/fleet.json: (state, the markdown). ``acknowledged``
+    None: campaign.json says whether firmware/driver differences across hosts were acknowledged."""
     from sparkfleet.fleet_state import analyse, render_markdown  # noqa: PLC0415 - pandas/scipy: only when used
 
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
     if tolerance_pct <= 0:
         raise UsageError("--tolerance must be positive")
-    state = analyse(root, tolerance=tolerance_pct / 100)
+    state = analyse(root, tolerance=tolerance_pct / 100, acknowledged=acknowledged)
     if not state.hosts:
         raise UsageError(f"{root}: no host directories (expected <host>/host.json or <host>/runs/)")
     text = render_markdown(state, tolerance_pct / 100)
@@ -40,7 +44,9 @@ def analyse_and_write(root: Path, tolerance_pct: float):
 
 
 def run(args) -> int:
-    state, text = analyse_and_write(Path(args.results), args.tolerance)
+    state, text = analyse_and_write(Path(args.results), args.tolerance,
+                                    getattr(args, "acknowledge_differences", None))
     print(json.dumps(state.to_dict(), indent=2, default=str) if args.json else text, end="")
-    # Non-zero when the fleet does not reproduce (an outlier host or missing runs): usable as a CI gate.
-    return 1 if state.outside_hosts or state.missing else 0
+    # Non-zero when the fleet does not reproduce (an outlier host or missing runs) or the comparison is refused
+    # (firmware or driver differ, not acknowledged): usable as a CI gate.
+    return 1 if state.outside_hosts or state.missing or state.refused else 0
