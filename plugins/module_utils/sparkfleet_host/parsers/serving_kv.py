@@ -137,6 +137,14 @@ _LC_N_CTX = re.compile(r"^\s*(?:llama_context|llama_new_context_with_model|llama
 _LC_CONTEXT = re.compile(r"llama_context: constructing llama_context|llama_new_context_with_model: n_ctx\s*=|"
                          r"llama_init_from_model: n_ctx\s*=")
 _LC_BUILD = re.compile(r"\bbuild(?:\s*[:=]\s*|\s+)(\d+)\s*\(([0-9a-f]{6,})\)")
+#: What llama-server prints at its default verbosity (3): the slots and each one's context
+#: (tools/server/server-context.cpp load_model(): "initializing, n_slots = %d, n_ctx_slot = %d, kv_unified = '%s'";
+#: llama.cpp as vendored by llama-cpp-python 0.3.36, tests/fixtures/serving/llama-server-startup.log line 142).
+_LC_SLOTS = re.compile(r"load_model: initializing, n_slots = (\d+), n_ctx_slot = (\d+)(?:, kv_unified = '(\w+)')?")
+#: Why kv_cache_gib is null at llama-server's default verbosity.
+LC_QUIET = ("llama-server prints its KV cache size (llama_kv_cache: size = ...) only at -lv 4 (debug); at its "
+            "default verbosity the capacity in tokens (n_slots x n_ctx_slot) is all it says. llama.cpp sizes its KV "
+            "cache from -c, not from free memory: give server_args [-lv, '4'] to record the size")
 
 
 def _llamacpp(text: str) -> dict:
@@ -187,6 +195,13 @@ def _llamacpp(text: str) -> dict:
         out["kv_cache_gib"] = round(sum(buffers.values()), 6)
         out["source"] = "sum of the 'KV buffer size' lines"
         out["max_tokens"] = n_ctx
+    else:
+        slots = _LC_SLOTS.search(text)
+        if slots:
+            unified = slots.group(3) == "true"  # a unified cache: n_ctx_slot is the whole context, shared
+            out["max_tokens"] = int(slots.group(2)) * (1 if unified else int(slots.group(1)))
+            out["source"] = slots.group(0)
+            out["warnings"].append(LC_QUIET)
     if buffers:
         out["buffers_gib"] = buffers
     if n_ctx is not None:

@@ -143,13 +143,11 @@ def test_llamacpp_2024_kv_self_size():
 
 
 def test_llamacpp_real_server_log():
-    path = own_fixture("serving/llama-server-startup.log")
-    if not path.exists():
-        pytest.skip("tests/fixtures/serving/llama-server-startup.log not saved yet (another helper records it)")
-    out = parse_kv("llama.cpp", path.read_text())
-    assert out["kv_cache_gib"] and out["kv_cache_gib"] > 0
-    assert out["max_tokens"] and out["max_tokens"] > 0
-    assert "KV" in out["source"] or "size =" in out["source"]
+    # llama-server -c 32768 -np 4 -lv 4 on the tiny model: "llama_kv_cache: size = 16.00 MiB ( 8192 cells, 2 layers,
+    # 4/4 seqs)" - one stream per slot, 8192 cells each
+    out = parse_kv("llama.cpp", own_fixture("serving/llama-server-startup.log").read_text())
+    assert out["kv_cache_gib"] == 16 / 1024 and out["max_tokens"] == 4 * 8192
+    assert "size =" in out["source"]
 
 
 # --------------------------------------------------------------------------- TensorRT-LLM
@@ -185,3 +183,13 @@ def test_nothing_found_is_all_none(engine):
 def test_unknown_engine_is_refused_by_name():
     with pytest.raises(ValueError, match="'tgi'"):
         parse_kv("tgi", "")
+
+
+def test_llamacpp_at_its_default_verbosity_gives_the_capacity_in_tokens_and_says_why_no_size():
+    # the real start-up log without its -lv 4 (debug) lines: what llama-server prints by default
+    text = own_fixture("serving/llama-server-startup.log").read_text()
+    quiet = "\n".join(line for line in text.splitlines()
+                      if "llama_kv_cache" not in line and "llama_context" not in line)
+    kv = parse_kv("llama.cpp", quiet)
+    assert kv["kv_cache_gib"] is None and kv["max_tokens"] == 4 * 8192
+    assert "n_slots = 4" in kv["source"] and any("-lv 4" in w for w in kv["warnings"])
