@@ -11,8 +11,11 @@ concurrency generation requests. The marginal cost per request = (CPU at R2 - CP
 R1) leaves out what a client run pays once: interpreter start, imports, reading and tokenizing the book.
 
 Usage:
-    .venv/bin/python benchmarks/serving_client_cost.py [--client PATH] [--concurrency 1 4] [--runs 1 4]
-        [--depth 0 4096] [--pp 512] [--tg 64] [--threads N]
+    .venv/bin/python benchmarks/serving_client_cost.py [--client PATH] [--concurrency 1 4] [--runs 1 10]
+        [--depth 0 4096] [--pp 512] [--tg 64] [--threads 1]
+
+On a shared machine pass --threads 1: ggml's worker threads spin at their barriers, so a multi-threaded server
+preempted by other work burns CPU time waiting and its per-request figure swells with the machine's load.
 
 --client defaults to llama-benchy on PATH (python3 -m venv /tmp/benchy && /tmp/benchy/bin/pip install
 llama-benchy==0.4.0). llama-server comes from tests/fleet/llamacpp.py (built and cached on first use).
@@ -78,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", default=shutil.which("llama-benchy"))
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--runs", type=int, nargs=2, default=[1, 4], metavar=("R1", "R2"))
+    parser.add_argument("--runs", type=int, nargs=2, default=[1, 10], metavar=("R1", "R2"))
     parser.add_argument("--depth", type=int, nargs="+", default=[0, 4096])
     parser.add_argument("--pp", type=int, nargs="+", default=[512])
     parser.add_argument("--tg", type=int, nargs="+", default=[64])
