@@ -105,6 +105,8 @@ def test_a_degraded_host_with_another_vbios_is_refused_until_acknowledged_then_n
             readiness = rec["readiness"]
             assert rec["status"] == "ok", (name, rec["reason"])
             assert readiness["load"]["backend"] == "cupy" and readiness["samples"] > 0, readiness
+            # what the gpu_state role was asked for is recorded with the controls (a lock cannot be read back)
+            assert "locked_clocks" in rec["attestation"]["controls_applied"]["requested"]
             if name == DEGRADED:
                 assert readiness["state"] == "suspect", readiness
                 assert "degraded_band" in [r["cause"] for r in readiness["reasons"]]
