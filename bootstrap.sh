@@ -102,7 +102,7 @@ fi
 
 # ---- test ----------------------------------------------------------------------------------------
 apt_install "${base_pkgs[@]}" docker.io openssh-server openssh-client debootstrap iproute2 iptables \
-  chromium fonts-dejavu-core
+  chromium fonts-dejavu-core cmake g++
 start_docker
 make_venv .venv python3
 
@@ -114,6 +114,9 @@ step "ansible-playbook --syntax-check" bash -c \
   'for pb in bench.yml playbooks/*.yml; do .venv/bin/ansible-playbook --syntax-check "$pb" >/dev/null || exit 1; done'
 step "ansible-lint (production profile, as configured in .ansible-lint)" .venv/bin/ansible-lint -q
 step "ansible-test sanity validate-modules (the checkout, in place)" tests/sanity/run.sh .venv
+# The serving e2e's real engine: llama.cpp's llama-server from the llama-cpp-python sdist, built once and cached
+# in ~/.cache/sparkfleet (about 10 minutes on 2 cores the first time), before the tests so no test waits on it.
+step "llama-server for the serving tests (built once, cached)" .venv/bin/python tests/fleet/llamacpp.py build
 [ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
 ansible_version=$(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)')
 workers=${SPARKFLEET_TEST_WORKERS:-3}

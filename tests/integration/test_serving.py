@@ -1,0 +1,238 @@
+"""Serving end to end (issue 25), with no stand-in for the server or the client: llama.cpp's real llama-server
+(built from source, tests/fleet/llamacpp.py) serves a tiny random-weight GGUF the test makes itself
+(tests/fleet/tinymodel.py), natively (chroot into the image's rootfs) and in Docker, driven by the real load
+generator (llama-benchy 0.4.0) through bench.yml on the localhost inventory: 2 iterations x 2 depths x
+2 concurrency levels. Then the report (read in headless Chromium), and interrupting a serving run (SIGINT to
+ansible-playbook; a killed server) leaves no server process or container behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from llamacpp import BuildError, ensure_llama_server, missing_tools
+from tinymodel import CORPUS, make_tiny_model
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+
+pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+IMAGE_REPO = "sparkfleet-test/llamacpp"
+PROFILE = {"depth": [0, 256], "concurrency": [1, 2], "pp": [64], "tg": [16]}
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Path:
+    if missing_tools():
+        pytest.skip(f"building llama-server needs {', '.join(missing_tools())} (apt-get install cmake g++)")
+    try:
+        return ensure_llama_server()
+    except BuildError as err:
+        pytest.fail(str(err))
+
+
+@pytest.fixture(scope="module")
+def serving_image(test_image, llama_server, tmp_path_factory) -> str:
+    """The test image (Debian bookworm, the TensorRT-LLM-shaped one) with llama-server on its PATH: what an
+    engine image is to a Spark owner. Built offline (the base is local), tagged by the binary's content."""
+    context = tmp_path_factory.mktemp("image")
+    shutil.copy2(llama_server, context / "llama-server")
+    (context / "Dockerfile").write_text(f"FROM {test_image}\nCOPY llama-server /usr/local/bin/llama-server\n")
+    digest = subprocess.run(["sha256sum", str(llama_server)], capture_output=True, text=True, check=True).stdout[:12]
+    ref = f"{IMAGE_REPO}:{test_image.rsplit(':', 1)[-1][:12]}-{digest}"
+    if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode != 0:
+        subprocess.run(["docker", "build", "-q", "-t", ref, str(context)], check=True, capture_output=True,
+                       timeout=600)
+    return ref
+
+
+@pytest.fixture
+def serving_setup(tmp_path, serving_image, repo):
+    """A work dir whose models directory holds the tiny model, a campaign file and the extra vars."""
+    work, results = tmp_path / "work", tmp_path / "results"
+    models = work / "models"
+    model = make_tiny_model(models / "tiny")
+    campaign = {"sparkfleet_campaign": {
+        "name": "serve-e2e", "image": serving_image,
+        "models": [{"name": "tiny", "path": str(model["gguf"]), "tokenizer": str(model["tokenizer"].parent)}],
+        "environments": ["native", "container"],
+        "workloads": [{"name": "chat", "engine": "llama.cpp", "profile": PROFILE, "runs": 2,
+                       "server_args": ["-t", "1"], "ready_timeout_s": 120,
+                       # a random model cannot answer llama-benchy's "capital of France" coherence check
+                       "client_args": ["--skip-coherence"]}],
+        "iterations": 2, "warmup_runs": 0, "order": "interleaved",
+        "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"},
+        "timeout_s": 900}}
+    path = tmp_path / "campaign.yml"
+    path.write_text(yaml.safe_dump(campaign))
+    extra = ["-e", f"@{path}", "-e", f"sparkfleet_work_dir={work}", "-e", f"sparkfleet_results_dir={results}",
+             "-e", "sparkfleet_image_offline=true",
+             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}",
+             "-e", f"sparkfleet_serving_corpus={CORPUS}"]
+    return {"work": work, "results": results, "extra": extra, "campaign": path, "model": model}
+
+
+def servers(work: Path) -> list[tuple[int, str]]:
+    """(pid, root) of the llama-server processes serving this test's model (natively in the chroot under
+    ``work``, or in a container: both show on the host's process list with the model's path)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if not argv[0].endswith(b"llama-server") or str(work).encode() not in b" ".join(argv):
+                continue
+            found.append((int(proc.name), os.readlink(proc / "root")))
+        except OSError:
+            continue
+    return found
+
+
+def leftovers(work: Path, campaign: str = "serve-e2e") -> tuple[list, list[str]]:
+    """llama-server processes of this test and sparkfleet containers of its campaign still there."""
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=sparkfleet.campaign={campaign}"],
+                                capture_output=True, text=True).stdout.split()
+    return servers(work), containers
+
+
+def dump_dom(page: Path, profile: Path) -> str:
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()]
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_setup, ansible_env, repo, tmp_path):
+    s = serving_setup
+    proc = subprocess.run(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "4 runs planned on localhost" in proc.stdout, proc.stdout[-3000:]
+    runs = sorted((s["results"] / "serve-e2e" / "localhost" / "runs").glob("*/record.json"))
+    records = [json.loads(p.read_text()) for p in runs]
+    assert sorted(r["environment"] for r in records) == ["container", "container", "native", "native"]
+    points_wanted = {(d, c) for d in PROFILE["depth"] for c in PROFILE["concurrency"]}
+    for path, rec in zip(runs, records, strict=True):
+        assert validate(rec) == [] and rec["status"] == "ok", (rec["reason"], rec["serving"])
+        serving = rec["serving"]
+        assert serving["engine"] == "llama.cpp" and serving["client"]["name"] == "llama-benchy"
+        assert serving["client"]["version"] == "0.4.0"
+        # the server really ran where the environment says: chroot (no /.dockerenv) or the container's network
+        server = serving["server"]
+        assert server["argv"][0].endswith("llama-server") and server["ready_s"] > 0
+        assert server["stopped"] in ("terminated", "exited")
+        if rec["environment"] == "container":
+            assert server.get("network") == "host"
+        # llama.cpp at its default verbosity: the KV capacity in tokens (slots x per-slot context)
+        assert serving["kv"]["max_tokens"] and serving["kv"]["max_tokens"] > 0
+        got = {(p["depth"], p["concurrency"]) for p in serving["points"]}
+        assert got == points_wanted
+        orders = sorted(p["order"] for p in serving["points"])
+        assert orders == [0, 1, 2, 3]
+        for point in serving["points"]:
+            assert point["status"] == "ok", point
+            m = point["metrics"]
+            # per user and aggregate apart; at concurrency 1 they are one request's figure
+            assert m["tg_tok_s"] > 0 and m["tg_req_tok_s"] > 0 and m["pp_tok_s"] > 0 and m["e2e_ttft_ms"] > 0
+            assert len(point["samples"]["tg_tok_s"]) == 2  # the client's 2 runs, raw
+            raw = json.loads((path.parent / point["raw"]).read_text())
+            assert raw["benchmarks"] and raw["version"] == "0.4.0"
+        log = (path.parent / "server.log").read_text()
+        assert "llama" in log and "n_slots" in log
+        # the client ran on the host against 127.0.0.1, with the corpus sparkfleet served on loopback
+        bench = (path.parent / "bench.log").read_text()
+        assert "127.0.0.1" in bench
+    # the native runs chroot into the image's rootfs: the engine's own libraries, not the host's
+    native = next(r for r in records if r["environment"] == "native")
+    assert native["fingerprint"] is None or native["fingerprint"].get("environment_kind") in (None, "native")
+    assert leftovers(s["work"]) == ([], [])
+
+    report = subprocess.run([sys.executable, "-m", "sparkfleet", "report", str(s["results"] / "serve-e2e")],
+                            cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    out = s["results"] / "serve-e2e" / "report"
+    with (out / "serving_cells.csv").open() as fh:
+        cells = list(csv.DictReader(fh))
+    # every (environment, depth, concurrency) point has its statistics over the 2 iterations
+    seen = {(c["environment"], int(c["depth"]), int(c["concurrency"])) for c in cells}
+    assert seen == {(e, d, c) for e in ("native", "container") for d, c in points_wanted}
+    with (out / "serving_comparisons.csv").open() as fh:
+        comparisons = list(csv.DictReader(fh))
+    assert comparisons and {c["verdict"] for c in comparisons} <= {"same", "different", "undetermined"}
+    if CHROMIUM:
+        dom = dump_dom(out / "index.html", tmp_path / "profile")
+        assert "Serving" in dom and "per user" in dom and "aggregate" in dom
+        assert dom.count("<img") >= 2  # the throughput-vs-concurrency and TTFT-vs-depth figures
+
+
+def _wait_for(predicate, timeout: float, step: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup, ansible_env, repo):
+    """Ctrl-C (SIGINT to ansible-playbook's process group) while a container's server is up: the measurements
+    go on in their background job by design (a dead controller does not stop a campaign), and
+    playbooks/restore.yml - the documented undo - stops it; then a resume in which the native server is killed
+    under the client. No llama-server process and no container outlives either."""
+    s = serving_setup
+    work = s["work"]
+    campaign = yaml.safe_load(s["campaign"].read_text())
+    spec = campaign["sparkfleet_campaign"]
+    spec["environments"], spec["iterations"] = ["container", "native"], 1
+    spec["workloads"][0]["runs"] = 3
+    s["campaign"].write_text(yaml.safe_dump(campaign))
+
+    play = subprocess.Popen(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert _wait_for(lambda: servers(work) and leftovers(work)[1], timeout=600), "no serving container came up"
+        os.killpg(play.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole foreground group
+        play.wait(timeout=300)
+    finally:
+        if play.poll() is None:
+            os.killpg(play.pid, signal.SIGKILL)
+            play.wait()
+    restore = subprocess.run(["ansible-playbook", "playbooks/restore.yml", *s["extra"]], cwd=repo,
+                             env=ansible_env, capture_output=True, text=True, timeout=600)
+    assert restore.returncode == 0, restore.stdout[-4000:]
+    assert _wait_for(lambda: leftovers(work) == ([], []), timeout=60), leftovers(work)
+
+    # the resume: the container run again, then the native one, whose server is killed under the client
+    play = subprocess.Popen(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        native = _wait_for(lambda: next((pid for pid, root in servers(work) if root.startswith(str(work))), None),
+                           timeout=900, step=0.2)
+        assert native, "no native llama-server came up"
+        time.sleep(2)  # into the points
+        os.kill(native, signal.SIGKILL)
+        assert play.wait(timeout=900) == 0
+    finally:
+        if play.poll() is None:
+            os.killpg(play.pid, signal.SIGKILL)
+            play.wait()
+    assert leftovers(work) == ([], [])
+    runs = s["results"] / "serve-e2e" / "localhost" / "runs"
+    records = {json.loads(p.read_text())["environment"]: json.loads(p.read_text()) for p in runs.glob("*/record.json")}
+    assert records["container"]["status"] == "ok", records["container"]["reason"]
+    killed = records["native"]
+    failed = [p for p in killed["serving"]["points"] if p["status"] == "failed"]
+    assert failed and killed["reason"], killed["serving"]["points"]  # what the dead server cost is named
