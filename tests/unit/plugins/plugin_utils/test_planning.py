@@ -327,3 +327,41 @@ def test_a_standalone_plan_has_the_settings_and_no_runs_and_refuses_a_bad_variab
     assert planning.standalone_plan("h1", {}, ["sparks"])["campaign"] == "study"
     with pytest.raises(planning.PlanningError, match="h1: sparkfleet_drop_caches: must be a boolean"):
         planning.standalone_plan("h1", {"sparkfleet_drop_caches": "maybe"})
+
+
+# ------------------------------------------------------- the acknowledgement of host differences (issue 24)
+
+
+def _acknowledging(host, value):
+    """A host's check whose inventory gives sparkfleet_acknowledge_host_differences ``value`` (None: not given)."""
+    variables = {} if value is None else {"sparkfleet_acknowledge_host_differences": value}
+    return planning.check_host(host, RAW, variables)
+
+
+def _campaign_text(tmp_path, name, checks):
+    fleet = planning.plan_fleet(checks, str(tmp_path / name), "/")
+    path, changed = planning.write_campaign_file(fleet, {"ansible": "x"})
+    assert changed
+    return Path(path).read_text()
+
+
+def test_campaign_json_acknowledges_host_differences_only_when_every_host_does(tmp_path):
+    doc = planning.plan_fleet([_acknowledging("h1", True), _acknowledging("h2", "yes")], str(tmp_path), "/") \
+        .document({"ansible": "x"})
+    assert doc["acknowledge_host_differences"] is True
+    # one host's inventory does not speak for the fleet
+    for values in ((True, False), (True, None), (False, False)):
+        checks = [_acknowledging(f"h{i}", v) for i, v in enumerate(values, 1)]
+        assert "acknowledge_host_differences" not in planning.plan_fleet(checks, str(tmp_path), "/") \
+            .document({"ansible": "x"}), values
+
+
+def test_campaign_json_without_the_acknowledgement_is_the_same_bytes_as_before(tmp_path):
+    unset = _campaign_text(tmp_path, "unset", [_acknowledging("h1", None), _acknowledging("h2", None)])
+    refused = _campaign_text(tmp_path, "false", [_acknowledging("h1", False), _acknowledging("h2", True)])
+    assert refused == unset and "acknowledge" not in unset
+    assert set(json.loads(unset)) == {"campaign", "config_hash", "order", "seed", "resolved", "hosts", "controller"}
+    acknowledged = json.loads(_campaign_text(tmp_path, "true", [_acknowledging("h1", True),
+                                                                _acknowledging("h2", True)]))
+    # the flag is the only addition
+    assert acknowledged.pop("acknowledge_host_differences") is True and acknowledged == json.loads(unset)
