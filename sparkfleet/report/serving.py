@@ -313,7 +313,7 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     keys = list(serving.POINT_KEYS)
     metrics = [m for m in serving.SERVING_METRICS if m in set(part["metric"])]
     wide = part.pivot_table(index=keys, columns="metric", values=["median", "ci95_low", "ci95_high", "n"],
-                            aggfunc="first", sort=False).reset_index()
+                            aggfunc="first", sort=False, dropna=False).reset_index()  # keep all-NaN CIs (n < 3)
     order = serving._sorted(pd.DataFrame({k: wide[(k, "")] for k in keys}))
     wide = wide.set_index([(k, "") for k in keys]).loc[list(order.itertuples(index=False, name=None))].reset_index()
     ci_of = part.drop_duplicates(keys).set_index(keys)["ci95_of"]
