@@ -440,6 +440,13 @@ def text_table(check: HostCheck) -> str:
     return "\n".join(lines)
 
 
+def says_something(check: HostCheck) -> bool:
+    """Whether the verdicts tell the terminal anything: not when every host was compared with nothing and shows
+    no cause (a one-host campaign without a reference)."""
+    hosts = check.hosts
+    return bool(check.refused or (hosts["verdict"] != "no peers").any() or (hosts["causes"].astype(str) != "").any())
+
+
 def failing(check: HostCheck) -> bool:
     """For an exit status: refused, or some host not normal."""
     return check.refused or bool(np.any(check.hosts["verdict"] == "not normal"))

@@ -90,7 +90,8 @@ def terminal_summary(analysis: Report, written: list[str]) -> str:
     runs = analysis.runs
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
     lines = ["verdicts:", *verdict_lines(analysis),
-             *(["hosts:", *(f"  {s}" for s in analysis.hosts.hosts["sentence"])] if analysis.hosts else []),
+             *(["hosts:", *(f"  {s}" for s in analysis.hosts.hosts["sentence"])]
+               if analysis.hosts and host_normal.says_something(analysis.hosts) else []),
              f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
              f"{len(analysis.problems)} record(s) skipped",
              analysis.accounting.summary()]
