@@ -329,10 +329,14 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
 
 def _comparison_table(comparisons: pd.DataFrame) -> Any:
     c = shown(comparisons)
+    # an environment comparison holds its engine fixed, an engine comparison its environment; a campaign of one
+    # engine (or one environment) has only one of the two columns
+    blank = pd.Series("", index=c.index)
+    held = c.get("engine", blank).where(c["question"] == ENVIRONMENT, c.get("environment", blank))
     frame = pd.DataFrame({
         "comparison": c["b"].astype(str) + " vs " + c["a"].astype(str),
         "held fixed": [f"{'engine' if q == ENVIRONMENT else 'environment'} {x}" for q, x in zip(
-            c["question"], c["engine"].where(c["question"] == ENVIRONMENT, c["environment"]), strict=True)],
+            c["question"], held, strict=True)],
         "model": c["model"], **{k: c[k].astype(str) for k in serving.PROFILE},
         "metric": c["metric"].map(words),
         "n": c["n_a"].map(fmt) + " / " + c["n_b"].map(fmt),

@@ -267,3 +267,14 @@ def test_a_campaign_of_two_iterations_reports_with_no_interval_shown(tmp_path):
         cells = list(csv.DictReader(fh))
     assert cells and all(c["ci95_low"] in ("", "nan") and c["n"] == "2" for c in cells)
     assert "Serving" in (root / "report" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("engines, environments", [(("llama.cpp",), ("native", "container")),
+                                                   (("vllm", "llama.cpp"), ("native",))])
+def test_a_campaign_with_one_question_reports(tmp_path, engines, environments):
+    # one engine: only environment comparisons; one environment: only engine comparisons
+    root = build_serving_tree(tmp_path / "tree", engines=engines, environments=environments, iterations=3)
+    assert main(["report", str(root)]) == 0
+    with (root / "report" / "serving_comparisons.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and {r["question"] for r in rows} == {"serving-environment" if len(engines) == 1 else "serving-engine"}
