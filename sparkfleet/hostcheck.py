@@ -8,8 +8,8 @@ The hosts write, besides the run records the loader reads:
   the run, ``memory_start``: MemFree/MemAvailable/Cached and ``free_huge_blocks`` at start, ``energy``:
   ``{joules, j_per_output_token, scope}``);
 * per host, ``<host>/attestation.json`` (kernel, driver, CUDA, VBIOS, firmware, image digest:
-  plugins/module_utils/sparkfleet_host/attestation.py) and ``<host>/bandwidth.json`` (``{bytes_per_s, method,
-  ...}``, or ``{bytes_per_s: null, reason}`` where it could not be measured).
+  plugins/module_utils/sparkfleet_host/attestation.py) and ``<host>/bandwidth.json`` (``{bandwidth_bytes_s, method,
+  ...}``, or ``{bandwidth_bytes_s: null, error}`` where it could not be measured).
 
 This module reads them (the loader does not make columns of the sections: each record is read again, and only
 records that carry a section are parsed), works out each decode figure's share of the memory-bandwidth roofline
@@ -105,9 +105,10 @@ def bandwidths(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
         if data is None and not (directory / BANDWIDTH_FILE).exists():
             continue
         data = data if isinstance(data, dict) else {"reason": f"{BANDWIDTH_FILE} is not a JSON object"}
-        value = _number(data.get("bytes_per_s"))
+        # gpu_probe.py bandwidth's own keys, as host_attest writes them: bandwidth_bytes_s, method, error
+        value = _number(data.get("bandwidth_bytes_s"))
         out[host] = {"bytes_per_s": value if value and value > 0 else None, "method": data.get("method"),
-                     "reason": data.get("reason") or (None if value else "no bytes_per_s")}
+                     "reason": data.get("error") or data.get("reason") or (None if value else "no bandwidth_bytes_s")}
     return out
 
 
@@ -251,6 +252,13 @@ def weights_from_card(card: Any) -> Weights | None:
     return None
 
 
+def weights_built(loaded: Any) -> Weights | None:
+    """Without a model card (a preset built from random weights, a model from the engine's own cache): the weight
+    bytes the engine says it built on the device (provenance.loaded.weights_bytes: hf-generate's weight_bytes)."""
+    built = _number(loaded.get("weights_bytes")) if isinstance(loaded, dict) else None
+    return Weights(built, "weights the engine built on the device (its own count)") if built and built > 0 else None
+
+
 def model_weights(root: Path, runs: pd.DataFrame) -> dict[str, Weights]:
     """model -> its weight bytes, from the first of its runs whose record's provenance carries a model card."""
     out: dict[str, Weights] = {}
@@ -260,7 +268,7 @@ def model_weights(root: Path, runs: pd.DataFrame) -> dict[str, Weights]:
         for record_dir in group["record_dir"]:
             record = _record(root, str(record_dir), only_with_sections=False) or {}
             provenance = record.get("provenance") if isinstance(record.get("provenance"), dict) else {}
-            weights = weights_from_card(provenance.get("expected"))
+            weights = weights_from_card(provenance.get("expected")) or weights_built(provenance.get("loaded"))
             if weights:
                 out[str(model)] = weights
                 break

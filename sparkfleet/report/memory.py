@@ -438,7 +438,8 @@ def memory_lines(study: MemoryStudy, alpha: float) -> list[VerdictLine]:
                                      tuple(verdicts), headline))
     noise = study.noise
     if not noise.empty:
-        shown = noise[noise["metric"].isin([*EFFECT_METRICS, "output_tok_s", "gflops", "total_tok_s"])]
+        # decode speed (tpot_ms) beside throughput: an LLM run's throughput carries its prefill's noise too
+        shown = noise[noise["metric"].isin([*EFFECT_METRICS, "output_tok_s", "tpot_ms", "gflops", "total_tok_s"])]
         shown = shown if not shown.empty else noise
         clauses = []
         for r in shown.itertuples():
@@ -451,7 +452,7 @@ def memory_lines(study: MemoryStudy, alpha: float) -> list[VerdictLine]:
                 "environments smaller than the floor is labelled \"under the noise floor\".")
         # The headline names the metrics the question is about (KV cache, then throughput), leaving out those
         # that did not vary at all (an engine whose KV cache is not preallocated reports the same bytes).
-        order = {m: i for i, m in enumerate(("kv_cache_gib", "output_tok_s", "gflops"))}
+        order = {m: i for i, m in enumerate(("kv_cache_gib", "output_tok_s", "tpot_ms", "gflops"))}
         lead = noise[noise["metric"].isin(order) & (noise["floor_pct"] > 0)]
         lead = lead.sort_values("metric", key=lambda c: c.map(order)) if not lead.empty else noise.iloc[:1]
         headline = "Noise floor (A/A): " + "; ".join(

@@ -78,7 +78,7 @@ def build(root: Path, *, degraded: str | None = "spark3", firmware_differs: bool
                       attestation=att)
         bios = "5.36_0ACUM017" if firmware_differs and host == degraded else "5.36_0ACUM018"
         (root / host / "attestation.json").write_text(json.dumps(host_attestation(bios)))
-        (root / host / "bandwidth.json").write_text(json.dumps({"bytes_per_s": BANDWIDTH, "method": "torch-copy"}))
+        (root / host / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": BANDWIDTH, "method": "torch-copy"}))
     return root
 
 
@@ -160,7 +160,7 @@ def test_roofline_percentage_and_the_implausible_flag(tmp_path: Path) -> None:
 
 def test_roofline_says_why_a_cell_has_no_percentage(tmp_path: Path) -> None:
     root = build(tmp_path, degraded=None, firmware_differs=False)
-    (root / "spark2" / "bandwidth.json").write_text(json.dumps({"bytes_per_s": None, "reason": "no CUDA"}))
+    (root / "spark2" / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": None, "error": "no CUDA"}))
     roof = check(root).roofline.set_index(["host", "metric"])
     assert roof.loc[("spark2", "decode_tok_s"), "note"] == "no measured bandwidth (no CUDA)"
     assert roof.loc[("spark1", "decode_tok_s"), "percent"] > 0

@@ -114,14 +114,17 @@ def gpu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_the_committed_gpu_example_states_the_a_a_noise_floor_of_a_real_gpu(tmp_path: Path) -> None:
-    """examples/gpu (H200, bare A/A pair, 3 runs a side): matmul throughput is steady, decode throughput is not,
-    and the committed report says so in its verdict block, as the records say it."""
+    """examples/gpu (H200, bare A/A pair, 3 runs a side): matmul throughput and the decode step (the graph
+    decoder's time per output token) are steady - the decode floor within issue 24's ±5% - while the output
+    throughput, which carries the prefill's noise, is not; the committed report says so in its verdict block, as
+    the records say it."""
     results = tmp_path / "gpu"
     shutil.copytree(GPU_EXAMPLE, results, ignore=shutil.ignore_patterns("report"))
     out = report_json(results)
     (noise,) = [line for line in out["verdicts"] if line["question"] == "noise"]
     floors = {row["metric"]: row for row in out["memory"]["noise_floor"]}
     assert floors["gflops"]["floor_pct"] < 1 < 5 < floors["output_tok_s"]["floor_pct"]
+    assert floors["tpot_ms"]["floor_pct"] <= 5 and "time per output token ±" in noise["text"]
     assert floors["gflops"]["n"] == floors["output_tok_s"]["n"] == 3
     assert noise["headline"].startswith("Noise floor (A/A): output throughput ±")
     committed = (GPU_EXAMPLE / "report" / "summary.md").read_text()

@@ -194,7 +194,7 @@ def _loaded(fields: dict[str, str], result: ParseResult) -> None:
         if text(key):
             result.loaded[name] = text(key)
     for key, name in (("num_hidden_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
-                      ("parameters", "param_count")):
+                      ("parameters", "param_count"), ("weight_bytes", "weights_bytes")):
         number = to_number(text(key))
         if number is not None and number >= 0:
             result.loaded[name] = int(number)
