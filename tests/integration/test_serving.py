@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IMAGE_REPO = "sparkfleet-test/llamacpp"
-PROFILE = {"depth": [0, 256], "concurrency": [1, 2], "pp": [64], "tg": [16]}
+PROFILE = {"depth": [0, 256], "concurrency": [1, 2], "pp": [64], "tg": [48]}
 
 
 @pytest.fixture(scope="module")
@@ -144,11 +144,14 @@ def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_se
         for point in serving["points"]:
             assert point["status"] == "ok", point
             m = point["metrics"]
-            # per user and aggregate apart; at concurrency 1 they are one request's figure
-            assert m["tg_tok_s"] > 0 and m["tg_req_tok_s"] > 0 and m["pp_tok_s"] > 0 and m["e2e_ttft_ms"] > 0
-            assert len(point["samples"]["tg_tok_s"]) == 2  # the client's 2 runs, raw
+            assert m["pp_tok_s"] > 0 and m["pp_req_tok_s"] > 0 and m["e2e_ttft_ms"] > 0
+            # llama-benchy leaves a decode rate out when a request's tokens all arrived in one network read (its
+            # rate needs two arrival times): on a loaded 2-core machine a point may lack it, never hold a wrong one
+            if "tg_tok_s" in m:
+                assert m["tg_tok_s"] > 0 and m["tg_req_tok_s"] > 0 and len(point["samples"]["tg_tok_s"]) <= 2
             raw = json.loads((path.parent / point["raw"]).read_text())
             assert raw["benchmarks"] and raw["version"] == "0.4.0"
+        assert sum("tg_tok_s" in p["metrics"] for p in serving["points"]) >= 2, serving["points"]
         log = (path.parent / "server.log").read_text()
         assert "llama" in log and "n_slots" in log
         # the client ran on the host against 127.0.0.1, with the corpus sparkfleet served on loopback
@@ -170,7 +173,7 @@ def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_se
     assert seen == {(e, d, c) for e in ("native", "container") for d, c in points_wanted}
     with (out / "serving_comparisons.csv").open() as fh:
         comparisons = list(csv.DictReader(fh))
-    assert comparisons and {c["verdict"] for c in comparisons} <= {"same", "different", "undetermined"}
+    assert comparisons and {c["outcome"] for c in comparisons} <= {"same", "different", "undetermined"}
     if CHROMIUM:
         dom = dump_dom(out / "index.html", tmp_path / "profile")
         assert "Serving" in dom and "per user" in dom and "aggregate" in dom
