@@ -54,7 +54,7 @@ CAMPAIGNS: dict[str, dict[str, Any]] = {
 CAMPAIGN_PRESET_NAMES = tuple(CAMPAIGNS)
 
 
-#: The study's ``docker run`` flags: the default of ``sparkfleet_docker_flags`` (the docker_env role).
+#: The study's ``docker run`` flags: the default of ``sparkfleet_docker_flags``.
 STUDY_DOCKER_FLAGS = ["--gpus", "all", "--ipc=host", "--shm-size=60g", "--ulimit", "memlock=-1",
                       "--ulimit", "stack=67108864"]
 #: Named variants of the Docker environment a campaign can compare (``sparkfleet_docker_variants``).
