@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation as host_attestation
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import roofline
 from sparkfleet.load import RECORD_NAME
@@ -259,6 +260,18 @@ def weights_built(loaded: Any) -> Weights | None:
     return Weights(built, "weights the engine built on the device (its own count)") if built and built > 0 else None
 
 
+def weights_in_log(run_dir: Path) -> Weights | None:
+    """The same figure read from the run's own output (bench.log, the raw evidence beside the record), for
+    records written before the engine's weight bytes were kept in provenance.loaded: hf-generate prints
+    ``weight_bytes``."""
+    try:
+        text = (run_dir / "bench.log").read_bytes()
+    except OSError:
+        return None
+    built = _number(parse_log(text).extra.get("weight_bytes"))
+    return Weights(built, "weights the engine built on the device (its output)") if built and built > 0 else None
+
+
 def model_weights(root: Path, runs: pd.DataFrame) -> dict[str, Weights]:
     """model -> its weight bytes, from the first of its runs whose record's provenance carries a model card."""
     out: dict[str, Weights] = {}
@@ -268,7 +281,8 @@ def model_weights(root: Path, runs: pd.DataFrame) -> dict[str, Weights]:
         for record_dir in group["record_dir"]:
             record = _record(root, str(record_dir), only_with_sections=False) or {}
             provenance = record.get("provenance") if isinstance(record.get("provenance"), dict) else {}
-            weights = weights_from_card(provenance.get("expected")) or weights_built(provenance.get("loaded"))
+            weights = (weights_from_card(provenance.get("expected")) or weights_built(provenance.get("loaded"))
+                       or weights_in_log(root / str(record_dir)))
             if weights:
                 out[str(model)] = weights
                 break

@@ -238,3 +238,16 @@ def test_single_host_single_environment_says_there_is_nothing_to_compare(tmp_pat
     results = write_campaign(tmp_path / "c", {("m", "native"): {"output_tok_s": [100.0, 101.0, 99.0]}})
     out = report_json(results)
     assert [line["label"] for line in out["verdicts"]] == ["no comparison"]
+
+
+def test_the_committed_gpu_example_puts_every_decode_cell_against_its_bandwidth_roofline(tmp_path: Path) -> None:
+    """Issue 24: the H200's measured copy bandwidth (bandwidth.json) and the weights the engine built (its
+    bench.log: the preset has no model card) give each decode cell its share of the roofline; none is above 100%
+    (that would be an impossible figure), and the decode step is nowhere near it either."""
+    results = tmp_path / "gpu"
+    shutil.copytree(GPU_EXAMPLE, results, ignore=shutil.ignore_patterns("report"))
+    hosts = report_json(results)["hosts"]
+    rows = [r for r in hosts["roofline"] if r["metric"] == "decode_tok_s"]
+    assert {r["environment"] for r in rows} == {"bare", "bare.aa", "native"}
+    assert all(0 < r["percent"] < 100 and not r["implausible"] for r in rows), rows
+    assert all(r["weight_bytes"] == 2471628800 and r["bandwidth_bytes_s"] > 1e12 for r in rows)
