@@ -6,6 +6,8 @@ record's ``readiness`` and ``attestation`` sections (record.SECTION_KEYS).
 * :func:`readiness_probe` runs the short fixed GPU load (``gpu_probe.py load``, copied with the workload scripts,
   run with the host's python3) while reading the SM clock and power under load through gpu.py's sensor, then
   judges them (readiness.judge) and decides under the campaign's policy (readiness.action).
+* :func:`reapply_lost_controls` puts back, once, the clock lock (and power limit) sparkfleet itself applied when
+  the probe finds the cap lost (a hang or a driver reset dropped it), and probes again: that verdict counts.
 * :func:`run_state_before` / :func:`run_state_after` bracket the measured run: ``nvidia-smi -q -d PERFORMANCE``
   event/throttle counters as deltas, memory at start (MemFree/MemAvailable/Cached, free 2 MiB blocks of
   /proc/buddyinfo), the controls sparkfleet applied (the gpu_state role's files: a ``-lgc`` lock cannot be read
@@ -33,9 +35,11 @@ from .gpu import (
     GpuSensor,
     GpuSensorError,
     find_nvidia_smi,
+    lock_clocks_argv,
     open_sensor,
     parse_int,
     parse_number,
+    power_limit_argv,
     query_gpu,
     subprocess_runner,
 )
@@ -234,6 +238,8 @@ def _section(cfg: Mapping[str, Any], started: float, verdict: Optional[Mapping[s
         "min_fraction": verdict.get("min_fraction"),
         "fraction": None if verdict.get("fraction") is None else round(verdict["fraction"], 4),
         "applied_lock_mhz": verdict.get("applied_lock_mhz"),
+        "reapplied": None,  # reapply_lost_controls: what it put back, and the probe before it
+        "before_reapply": None,
     }
     out.update(extra)
     return out
@@ -366,6 +372,96 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     except ValueError as exc:
         return _unknown(cfg, started, "bad_settings", str(exc), error=str(exc), **extra)
     return _section(cfg, started, verdict, decided, **extra)
+
+
+# --------------------------------------------------------------------------- a lost cap put back
+
+
+#: gpu_state's _POWER_TOLERANCE_W (plugins/modules/gpu_state.py): within it the module left the limit alone.
+POWER_TOLERANCE_W = 0.5
+#: The most of nvidia-smi's answers kept in ``reapplied.output``.
+REAPPLY_OUTPUT_MAX = 2000
+
+
+def applied_power_limit(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[float]:
+    """The power limit (W) sparkfleet's gpu_state role set on ``gpu``, or None: the plan asked for one (the saved
+    file's ``requested``, for this GPU) and the GPU had a different one before (none, as on a GB10: the module
+    skipped it; an equal one: the module left it alone, so sparkfleet applied nothing)."""
+    controls = controls or {}
+    requested = controls.get("requested") if isinstance(controls.get("requested"), dict) else {}
+    watts = requested.get("power_limit")
+    gpus = requested.get("gpus")
+    if watts is None or (gpus is not None and gpu not in [int(g) for g in gpus]):
+        return None
+    prior = (((controls.get("prior") or {}).get("gpus") or {}).get(str(gpu)) or {}).get("power_limit")
+    if prior is None or abs(float(prior) - float(watts)) <= POWER_TOLERANCE_W:
+        return None
+    return float(watts)
+
+
+def controls_to_reapply(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[Dict[str, Any]]:
+    """What sparkfleet applied to ``gpu`` and a lost cap would take back: ``{"gpu", "locked_clocks": {min, max},
+    "power_limit": W | None}``, or None when sparkfleet recorded no lock for it (no saved file: the role never
+    ran here, or undo ran; no lock record: none was asked for, or a reboot emptied /run)."""
+    controls = controls or {}
+    if not controls.get("applied") or applied_lock(controls, gpu) is None:
+        return None
+    lock = controls["locked_clocks"][str(gpu)]
+    return {"gpu": gpu, "locked_clocks": {"min": int(lock["min"]), "max": int(lock["max"])},
+            "power_limit": applied_power_limit(controls, gpu)}
+
+
+def _has_lost_cap(section: Optional[Mapping[str, Any]]) -> bool:
+    return any(r.get("cause") == "lost_cap" for r in (section or {}).get("reasons") or [])
+
+
+def reapply_controls(wanted: Mapping[str, Any], nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
+                     ) -> Dict[str, Any]:
+    """Run the setters for ``wanted`` (:func:`controls_to_reapply`) in gpu_state's order, power limit then lock,
+    with gpu.py's argv builders, stopping at the first failure as the module does. Returns ``{"controls",
+    "commands", "rc", "output"}``: ``rc`` 0 when every setter succeeded, else the failing one's (127: no
+    nvidia-smi)."""
+    out: Dict[str, Any] = {"controls": dict(wanted), "commands": [], "rc": 0, "output": ""}
+    try:
+        smi = find_nvidia_smi(nvidia_smi)
+    except GpuSensorError as exc:
+        out.update(rc=127, output=str(exc))
+        return out
+    gpu, lock = int(wanted["gpu"]), wanted["locked_clocks"]
+    argvs = [power_limit_argv(smi, gpu, float(wanted["power_limit"]))] if wanted.get("power_limit") else []
+    argvs.append(lock_clocks_argv(smi, gpu, int(lock["min"]), int(lock["max"])))
+    texts = []
+    for argv in argvs:
+        rc, stdout, stderr = runner(argv)
+        out["commands"].append(" ".join(argv))
+        texts.append(("%s\n%s" % (stdout, stderr)).strip())
+        if rc != 0:
+            out["rc"] = rc
+            break
+    out["output"] = "\n".join(t for t in texts if t)[-REAPPLY_OUTPUT_MAX:]
+    return out
+
+
+def reapply_lost_controls(section: Optional[Dict[str, Any]], controls: Optional[Mapping[str, Any]],
+                          probe: Callable[[], Dict[str, Any]], *, gpu: int = 0, nvidia_smi: str = "nvidia-smi",
+                          runner: Runner = subprocess_runner) -> Optional[Dict[str, Any]]:
+    """The readiness section after putting a lost cap back (issue 24: controls re-applied once a lost cap is
+    detected). When ``section`` (:func:`readiness_probe`'s, for ``gpu``) has a ``lost_cap`` reason and sparkfleet
+    recorded a lock for that GPU in ``controls`` (:func:`read_applied_controls`), runs exactly what sparkfleet
+    applied (``-pl W`` where it set a power limit, ``-lgc MIN,MAX``) and calls ``probe`` once more: the second
+    section is returned, with ``reapplied`` ({controls, commands, rc, output}) and ``before_reapply`` (the
+    first). A setter that fails: the first section with ``reapplied``, not probed again (its verdict stands).
+    Anything else (no lost cap, nothing sparkfleet applied): ``section`` unchanged, nothing run."""
+    if not _has_lost_cap(section):
+        return section
+    wanted = controls_to_reapply(controls, gpu)
+    if wanted is None:
+        return section
+    reapplied = reapply_controls(wanted, nvidia_smi, runner)
+    if reapplied["rc"] != 0:
+        return dict(section or {}, reapplied=reapplied)
+    first = {k: v for k, v in (section or {}).items() if k not in ("reapplied", "before_reapply")}
+    return dict(probe(), reapplied=reapplied, before_reapply=first)
 
 
 # --------------------------------------------------------------------------- over the run

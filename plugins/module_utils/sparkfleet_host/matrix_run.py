@@ -209,11 +209,15 @@ def execute(run, params: dict, job, cards) -> dict:
     controls = host_state.applied_controls(params["results_root"])
     settings = params.get("readiness") or {}
     if settings.get("probe_s", 1) != 0:  # 0: the probe is off
-        record.readiness = host_state.readiness_probe(
-            settings, controls, params["gpu_present"],
-            script=os.path.join(launcher.workloads_dir, host_state.PROBE_SCRIPT),
-            wrap=lambda argv: launcher.command("probe", argv))  # in the run's environment, with its torch
-        launcher.remove_container()
+        def probe() -> dict:
+            section = host_state.readiness_probe(
+                settings, controls, params["gpu_present"],
+                script=os.path.join(launcher.workloads_dir, host_state.PROBE_SCRIPT),
+                wrap=lambda argv: launcher.command("probe", argv))  # in the run's environment, with its torch
+            launcher.remove_container()
+            return section
+        # A lost cap that sparkfleet set itself is put back once and probed again: the second verdict counts.
+        record.readiness = host_state.reapply_lost_controls(probe(), controls, probe)
     if record.readiness and record.readiness["action"]["action"] == "refuse":
         return finish(record, "failed", "readiness: %s" % readiness_reason(record.readiness), {})
     drop, problem = launcher.prepare_memory(record)

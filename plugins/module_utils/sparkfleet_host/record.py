@@ -326,7 +326,7 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
     "serving": {"engine": _S, "server": _O, "client": _O, "kv": _O, "points": _A, "point_order_seed": _I},
     "readiness": {"state": _S, "reasons": _A, "action": _O, "sm_clock_mhz": _N, "power_w": _N,
                   "expected_clock_mhz": _N, "expected_source": _S, "duration_s": _N, "policy": _S,
-                  "error": _S},
+                  "error": _S, "reapplied": _O, "before_reapply": _O},
     "attestation": {"counters": _O, "controls_applied": _O, "memory_start": _O, "energy": _O, "errors": _A},
 }
 

@@ -204,7 +204,7 @@ def test_the_scope_says_gpu_rail_only_on_a_gb10():
 # --------------------------------------------------------------------------- controls
 
 
-def write_role_files(tmp_path: Path, lock=None) -> str:
+def write_role_files(tmp_path: Path, lock=None, requested=None, prior_power_limit=None) -> str:
     """The gpu_state role's saved file (its 'Save the prior state' task) and its module's lock record."""
     work = tmp_path / "work"
     (work / "state").mkdir(parents=True)
@@ -213,8 +213,11 @@ def write_role_files(tmp_path: Path, lock=None) -> str:
     if lock is not None:
         lock_record.write_text(json.dumps({"locked_clocks": {"0": lock}}, indent=1, sort_keys=True))
     saved = {"host": "spark1", "state_file": str(lock_record),
-             "saved": {"gpus": [{"index": 0, "name": "NVIDIA GB10", "persistence_mode": False, "power_limit": None,
-                                 "locked_clocks": None}], "cpu_governor": "ondemand", "cpu_governors": {}}}
+             "saved": {"gpus": [{"index": 0, "name": "NVIDIA GB10", "persistence_mode": False,
+                                 "power_limit": prior_power_limit, "locked_clocks": None}],
+                       "cpu_governor": "ondemand", "cpu_governors": {}}}
+    if requested is not None:
+        saved["requested"] = requested
     (work / "state" / "gpu_state_saved.json").write_text(json.dumps(saved))
     return str(work / "results")
 
@@ -312,3 +315,130 @@ def test_memory_at_start_reads_meminfo_and_buddyinfo(tmp_path):
     assert token["counters"] is None and any(e.startswith("counters:") for e in token["errors"])
     section = host_state.run_state_after(token, None, nvidia_smi="/nonexistent/nvidia-smi")
     assert section["counters"] is None and section["memory_start"] == memory
+
+
+# --------------------------------------------------------------------------- a lost cap put back
+
+
+def fake_gpu_state() -> dict:
+    """The stand-in's own state (what the 'GPU' holds now), not sparkfleet's record of it."""
+    return json.loads(Path(os.environ["SPARKFLEET_FAKE_GPU_STATE"]).read_text())["gpus"]["0"]
+
+
+class Calls:
+    """A probe or a runner that counts its calls (and returns what it is given)."""
+
+    def __init__(self, result=None) -> None:
+        self.result, self.args = result, []
+
+    def __call__(self, *args):
+        self.args.append(args)
+        return self.result
+
+
+def lost_cap_section(tmp_path) -> dict:
+    """A first probe's section naming a lost cap: the clock under load (2405) above a 2000 MHz lock."""
+    section = probe(tmp_path, FakeSensor(2405.0), controls={"locked_clocks": {"0": {"min": 2000, "max": 2000}}})
+    assert [r["cause"] for r in section["reasons"]] == ["lost_cap"]
+    return section
+
+
+def test_a_lost_cap_is_relocked_to_the_recorded_range_and_the_second_probe_counts(fake_smi, tmp_path):
+    fake_smi.touch()  # under load from here on: the stand-in reports its load clock, clamped by any lock
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 1800, "max": 2000}))
+
+    def again():
+        return probe(tmp_path, gpu.NvidiaSmiSensor(), controls=controls)
+
+    first = again()  # the GPU lost the lock (a hang, a driver reset): its load clock, 2405 MHz
+    assert first["state"] == "suspect" and "lost_cap" in {r["cause"] for r in first["reasons"]}
+    assert first["sm_clock_mhz"] == 2405.0
+    section = host_state.reapply_lost_controls(first, controls, again)
+    assert fake_gpu_state()["locked_clocks"] == [1800, 2000]  # exactly the range sparkfleet recorded
+    assert section["reapplied"]["rc"] == 0
+    assert section["reapplied"]["controls"] == {"gpu": 0, "locked_clocks": {"min": 1800, "max": 2000},
+                                                "power_limit": None}  # a GB10 has no power limit to put back
+    assert section["state"] == "healthy" and section["sm_clock_mhz"] == 2000.0  # the re-probe, under the lock
+    assert section["action"]["action"] == "run"
+    assert section["before_reapply"]["state"] == "suspect" and section["before_reapply"]["sm_clock_mhz"] == 2405.0
+    record = host_util("record")
+    assert record._section_problems("readiness", tuple(section), tuple(map(type, section.values()))) == ()
+
+
+def test_a_clock_still_below_the_relocked_range_stays_suspect_after_the_second_probe(fake_smi, tmp_path,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("SPARKFLEET_FAKE_GPU_DEGRADED", "1")  # 850 MHz under load whatever the lock allows
+    fake_smi.touch()
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 600, "max": 2000}))
+
+    def again():
+        return probe(tmp_path, gpu.NvidiaSmiSensor(), controls=controls)
+
+    section = host_state.reapply_lost_controls(again(), controls, again)
+    assert fake_gpu_state()["locked_clocks"] == [600, 2000] and section["reapplied"]["rc"] == 0
+    assert section["before_reapply"] is not None  # probed twice
+    assert section["state"] == "suspect" and section["sm_clock_mhz"] == 850.0
+    assert "lost_cap" in {r["cause"] for r in section["reasons"]}
+
+
+def test_a_power_limit_sparkfleet_set_is_put_back_before_the_lock(fake_smi, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARKFLEET_FAKE_GPU_MODEL", "h100")  # 700 W limit, settable
+    requested = {"gpus": None, "locked_clocks": {"min": 1500, "max": 1500}, "power_limit": 450.0}
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 1500, "max": 1500},
+                                                            requested=requested, prior_power_limit=700.0))
+    reprobe = Calls({"state": "healthy", "reasons": []})
+    section = host_state.reapply_lost_controls(lost_cap_section(tmp_path), controls, reprobe)
+    assert fake_gpu_state()["power_limit"] == 450.0 and fake_gpu_state()["locked_clocks"] == [1500, 1500]
+    assert [c.split()[3] for c in section["reapplied"]["commands"]] == ["-pl", "-lgc"]  # gpu_state's order
+    assert len(reprobe.args) == 1 and section["state"] == "healthy"
+
+
+@pytest.mark.parametrize("requested, prior, gpus_note", [
+    ({"power_limit": None}, 700.0, "no power limit asked for"),
+    ({"power_limit": 700.0}, 700.0, "asked for the limit the GPU already had: the module set nothing"),
+    ({"power_limit": 450.0}, None, "no power limit on this GPU (a GB10): the module skipped it"),
+    ({"power_limit": 450.0, "gpus": [1]}, 700.0, "asked for another GPU only"),
+])
+def test_a_power_limit_sparkfleet_did_not_set_is_left_alone(tmp_path, requested, prior, gpus_note):
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000},
+                                                            requested=requested, prior_power_limit=prior))
+    assert host_state.applied_power_limit(controls) is None, gpus_note
+    assert host_state.controls_to_reapply(controls)["power_limit"] is None
+
+
+def test_without_a_lock_sparkfleet_recorded_nothing_is_run_and_the_verdict_stays(tmp_path):
+    section = lost_cap_section(tmp_path)
+    runner, reprobe = Calls((0, "", "")), Calls({"state": "healthy", "reasons": []})
+    rebooted = host_state.applied_controls(write_role_files(tmp_path, lock=None))  # /run emptied: no record
+    not_ours = {"applied": False, "locked_clocks": {"0": {"min": 2000, "max": 2000}}}  # no saved file: not set by us
+    for controls in (rebooted, not_ours, None):
+        out = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
+        assert out == section
+    assert runner.args == [] and reprobe.args == []
+
+
+def test_a_healthy_or_otherwise_suspect_section_is_never_reapplied(tmp_path):
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
+    runner, reprobe = Calls((0, "", "")), Calls({"state": "healthy", "reasons": []})
+    for sensor in (FakeSensor(2000.0), FakeSensor(2405.0)):  # held; above, but no lock given to the judge
+        section = probe(tmp_path, sensor)
+        assert host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable,
+                                                runner=runner) == section
+    degraded = probe(tmp_path, FakeSensor(850.0))
+    assert host_state.reapply_lost_controls(degraded, controls, reprobe, nvidia_smi=sys.executable,
+                                            runner=runner) == degraded
+    assert runner.args == [] and reprobe.args == []
+
+
+def test_a_failed_reapply_is_recorded_and_the_first_verdict_stands(tmp_path):
+    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
+    section = lost_cap_section(tmp_path)
+    runner = Calls((4, "", "Insufficient Permissions"))
+    reprobe = Calls({"state": "healthy", "reasons": []})
+    out = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
+    assert [argv[0][-2:] for argv in runner.args] == [["-lgc", "2000,2000"]]
+    assert reprobe.args == []  # not probed again
+    assert out["reapplied"]["rc"] == 4 and out["reapplied"]["output"]
+    assert out["state"] == "suspect" and out["reasons"] == section["reasons"] and out["before_reapply"] is None
+    missing = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi="/nonexistent/nvidia-smi")
+    assert missing["reapplied"]["rc"] != 0 and missing["state"] == "suspect" and reprobe.args == []
