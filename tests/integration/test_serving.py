@@ -190,7 +190,7 @@ def _wait_for(predicate, timeout: float, step: float = 0.5):
     return None
 
 
-def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup, ansible_env, repo):
+def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup, ansible_env, repo, tmp_path):
     """Ctrl-C (SIGINT to ansible-playbook's process group) while a container's server is up: the measurements
     go on in their background job by design (a dead controller does not stop a campaign), and
     playbooks/restore.yml - the documented undo - stops it; then a resume in which the native server is killed
@@ -203,8 +203,9 @@ def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup,
     spec["workloads"][0]["runs"] = 3
     s["campaign"].write_text(yaml.safe_dump(campaign))
 
+    first = (tmp_path / "interrupted.log").open("w")
     play = subprocess.Popen(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=first, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         assert _wait_for(lambda: servers(work) and leftovers(work)[1], timeout=600), "no serving container came up"
         os.killpg(play.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole foreground group
@@ -219,15 +220,16 @@ def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup,
     assert _wait_for(lambda: leftovers(work) == ([], []), timeout=60), leftovers(work)
 
     # the resume: the container run again, then the native one, whose server is killed under the client
+    resumed = tmp_path / "resumed.log"
     play = subprocess.Popen(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=resumed.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         native = _wait_for(lambda: next((pid for pid, root in servers(work) if root.startswith(str(work))), None),
                            timeout=900, step=0.2)
         assert native, "no native llama-server came up"
         time.sleep(2)  # into the points
         os.kill(native, signal.SIGKILL)
-        assert play.wait(timeout=900) == 0
+        assert play.wait(timeout=900) == 0, resumed.read_text()[-6000:]
     finally:
         if play.poll() is None:
             os.killpg(play.pid, signal.SIGKILL)

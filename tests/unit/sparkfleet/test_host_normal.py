@@ -78,7 +78,8 @@ def build(root: Path, *, degraded: str | None = "spark3", firmware_differs: bool
                       attestation=att)
         bios = "5.36_0ACUM017" if firmware_differs and host == degraded else "5.36_0ACUM018"
         (root / host / "attestation.json").write_text(json.dumps(host_attestation(bios)))
-        (root / host / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": BANDWIDTH, "method": "torch-copy"}))
+        (root / host / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": BANDWIDTH,
+                                                                 "method": "torch-copy"}))
     return root
 
 
