@@ -83,7 +83,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
         fields.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
                              settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
         raise CampaignError(problems + [f"campaign.max_runs: {estimate.too_many(raw, cap)}"], source)
-    nested = {"models", "environments", "workloads", "cooldown", "image_build"}
+    nested = {"models", "environments", "workloads", "cooldown", "image_build", "engines"}
     # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
     fields.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
                          settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
@@ -97,8 +97,10 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     # A/A twins and the memory-state factors (sparkfleet.memstudy): more environments and workloads, nothing else
     twins = memstudy.twin_environments(data.get("environments"), _checked(data, "aa"), problems)
     out["environments"] = memstudy.mark_aa(_environments(twins, problems))
-    factors = _checked(data, "factors")
-    out["workloads"] = memstudy.cross_factors(_workloads(data.get("workloads"), problems, factors), factors, problems)
+    engines = _engines(data.get("engines"), problems)
+    factors = _engine_levels(_checked(data, "factors"), engines, problems)
+    loads = memstudy.cross_factors(_workloads(data.get("workloads"), problems, factors, engines), factors, problems)
+    out["workloads"] = [_with_spec(w, engines) for w in loads]  # a crossed level's spec too
     problems += _serving_models(out["models"], out["workloads"])
     if "timeout_s" not in data and any(_serving(w) for w in out["workloads"]):
         # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
@@ -107,6 +109,8 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
         if data.get(key) not in (None, False):
             out[key] = data[key]
+    if engines:
+        out["engines"] = engines
     out["cooldown"] = _cooldown(data.get("cooldown", {}), problems)
     out["image_build"] = _image_build(data.get("image_build"), problems)
     if isinstance(out.get("image"), str) and out["image"].startswith(settings.OVERLAY_IMAGE_PREFIX) and any(
@@ -236,13 +240,68 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
 
 
 def _serving(workload: dict[str, Any]) -> bool:
-    return workload.get("engine") in settings.SERVING_ENGINES
+    return settings.is_serving(workload)
 
 
-def _workloads(value: Any, problems: list[str], factors: Any = None) -> list[dict]:
-    """The workloads with their presets' fields. A serving workload (a serving engine, or no engine, a profile
-    and ``factors.engine`` to cross it with) gets the serving fields' defaults; fields the other kind would
-    silently ignore are refused."""
+def _engines(value: Any, problems: list[str]) -> dict[str, dict]:
+    """The campaign's own serving engines (``engines``: name -> spec, settings.ENGINE_SPEC_FIELDS), each spec
+    with its defaults. A name follows the campaign's name rules and never shadows a built-in engine."""
+    if not isinstance(value, dict):  # None, or a wrong type reported with the campaign's fields
+        return {}
+    builtin = {settings.name_key(e): e for e in settings.ENGINES}
+    out = {}
+    for name, spec in value.items():
+        where = f"campaign.engines.{name}"
+        if not isinstance(name, str) or not name.strip() or "\n" in name or "\x00" in name or len(name) > 200:
+            problems.append(f"campaign.engines: {name!r} is not an engine name (a non-empty string of at most 200 "
+                            "characters, no newline)")
+            continue
+        if problem := settings.name_problem(name):
+            problems.append(f"{where}: {problem}")
+            continue
+        if settings.name_key(name) in builtin:
+            problems.append(f"{where}: {name!r} would shadow the built-in engine {builtin[settings.name_key(name)]!r}:"
+                            " give it another name")
+            continue
+        if not isinstance(spec, dict):
+            problems.append(f"{where}: must be a mapping {{command, ready_path, port, served_model_name_default, "
+                            f"kv_log}}, got {fields.type_name(spec)}")
+            continue
+        before = len(problems)
+        fields.check_mapping(spec, settings.ENGINE_SPEC_FIELDS, where, problems)
+        if len(problems) == before:
+            out[name] = {**fields.defaults(settings.ENGINE_SPEC_FIELDS), **spec}
+    problems += settings.confusable_names([(f"campaign.engines.{n}", n) for n in value if isinstance(n, str)])
+    return out
+
+
+def _engine_levels(factors: Any, engines: dict[str, dict], problems: list[str]) -> Any:
+    """``factors`` when its engine levels are serving engines (built-in or the campaign's), else None (refused)."""
+    levels = factors.get("engine") if isinstance(factors, dict) else None
+    known = (*settings.SERVING_ENGINES, *engines)
+    bad = [level for level in levels or [] if level not in known]
+    if bad:
+        problems.append(f"campaign.factors: engine: every level must be a serving engine ({', '.join(known)}), "
+                        f"got {bad[0]!r}")
+        return None
+    return factors
+
+
+def _with_spec(workload: dict[str, Any], engines: dict[str, dict]) -> dict[str, Any]:
+    """The workload carrying its engine's spec when that is one of the campaign's engines (the host needs no
+    campaign: serving.engine_spec reads it), and no spec otherwise."""
+    spec = engines.get(workload.get("engine"))
+    if spec is None:
+        return {k: v for k, v in workload.items() if k != "engine_spec"}
+    return {**workload, "engine_spec": copy.deepcopy(spec)}
+
+
+def _workloads(value: Any, problems: list[str], factors: Any = None,
+               engines: dict[str, dict] | None = None) -> list[dict]:
+    """The workloads with their presets' fields. A serving workload (a serving engine, one of the campaign's
+    ``engines``, or no engine, a profile and ``factors.engine`` to cross it with) gets the serving fields'
+    defaults; fields the other kind would silently ignore are refused."""
+    engines = engines or {}
     engine_factor = isinstance(factors, dict) and "engine" in factors
     out = []
     for i, item in enumerate(_list_of(value, "campaign.workloads", problems)):
@@ -282,11 +341,12 @@ def _workloads(value: Any, problems: list[str], factors: Any = None) -> list[dic
             hint = (f" (the preset {preset_name!r} names none)" if preset_name else "") + (
                 "; a serving workload can take its engines from campaign.factors.engine" if "profile" in resolved
                 else "")
-            problems.append(f"{where}.engine: required, one of {', '.join(settings.ENGINES)}{hint}")
+            problems.append(f"{where}.engine: required, one of {', '.join((*settings.ENGINES, *engines))}{hint}")
             continue
-        if not crossed and engine not in settings.ENGINES:
-            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join(settings.ENGINES)}")
+        if not crossed and engine not in settings.ENGINES and engine not in engines:
+            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join((*settings.ENGINES, *engines))}")
             continue
+        resolved = _with_spec(resolved, engines)
         if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
         problems += _kind_problems(resolved, preset, preset_name, where, crossed or _serving(resolved))
@@ -345,7 +405,10 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
 
 def engine_model(model: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
     """The model as a run of ``workload`` launches it: a llama.cpp run serves the model's ``gguf`` as its path
-    (the tokenizer defaulting to the model's own path); every other run the model as it is."""
+    (the tokenizer defaulting to the model's own path), and so does a run of a campaign's own engine when the
+    model has no path (its ``{model}``); every other run the model as it is."""
+    if "engine_spec" in workload and model.get("gguf") and not model.get("path"):
+        return {**model, "path": model["gguf"]}
     if workload.get("engine") != "llama.cpp" or not model.get("gguf"):
         return model
     tokenizer = model.get("tokenizer") or model.get("path")

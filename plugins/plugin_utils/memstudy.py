@@ -117,7 +117,7 @@ def mark_aa(environments: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 #: Which workloads a factor crosses (settings.FACTORS says it in words) and how a level names the crossed one.
 _APPLIES = {
-    "engine": lambda w: w.get("engine") is None or w.get("engine") in settings.SERVING_ENGINES,
+    "engine": lambda w: w.get("engine") is None or settings.is_serving(w),  # a campaign's own engine too
     "kv_fraction": lambda w: w.get("engine") == "trtllm",
     "drop_caches": lambda w: True,
 }

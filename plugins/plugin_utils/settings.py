@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness, serving
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
     DAY_S,
     REQUIRED,
@@ -132,6 +132,13 @@ def confusable_names(names: Sequence[tuple[str, str]]) -> list[str]:
 #: Engine servers measured by a load generator through a profile of points (docs: notes/serving-contract.md).
 SERVING_ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm-serve")
 ENGINES = ("trtllm", "matmul", "hf-generate", *SERVING_ENGINES)
+
+
+def is_serving(workload: Mapping[str, Any]) -> bool:
+    """Whether a resolved workload is a serving run: a built-in serving engine, or one of the campaign's own
+    engines (campaign field ``engines``), whose spec the workload carries as ``engine_spec``."""
+    return workload.get("engine") in SERVING_ENGINES or isinstance(workload.get("engine_spec"), dict)
+
 #: Load generators a serving workload can use: llama-benchy (eugr/llama-benchy).
 SERVING_CLIENTS = ("llama-benchy",)
 ORDERS = ("interleaved", "randomized", "sequential")
@@ -215,7 +222,7 @@ def results_dir_problem(value: str) -> str | None:
 #: Factors a campaign can cross into its workloads (campaign field ``factors``), in the order they name the
 #: crossed workloads (``<workload>.<engine>.kv<F>.<drop|keep>``): factor -> the workloads it crosses. Each level
 #: is a value of the workload field of the same name (its range is defined there, once); ``engine``'s levels are
-#: serving engines.
+#: serving engines (built-in or the campaign's own: campaign.py checks them, knowing the campaign's engines).
 FACTORS = {
     "engine": "serving workloads",
     "kv_fraction": "trtllm workloads",
@@ -225,7 +232,8 @@ FACTORS = {
 
 def _factors(value: Any) -> str | None:
     """``factors``: {engine: [...], kv_fraction: [...], drop_caches: [...]}, levels unique, each one a value of
-    the workload field of that name."""
+    the workload field of that name. Whether an engine level is a serving engine depends on the campaign's own
+    ``engines``: campaign.py checks it."""
     unknown = [k for k in value if k not in FACTORS]
     if unknown:
         return "unknown factor %r (known: %s)" % (unknown[0], ", ".join(FACTORS))
@@ -236,8 +244,6 @@ def _factors(value: Any) -> str | None:
             return "%s: a level is listed twice" % name
         for level in levels:
             problem = "must not be null" if level is None else field_problem(WORKLOAD_BY_NAME[name], level)
-            if problem is None and name == "engine" and level not in SERVING_ENGINES:
-                problem = "must be a serving engine (%s), got %r" % (", ".join(SERVING_ENGINES), level)
             if problem:
                 return "%s: every level %s" % (name, problem)
     return None
@@ -248,6 +254,27 @@ def _aa(value: Any) -> str | None:
         return None
     return "must be true, false or a list of environment names, got %s %r" % (type_name(value), value)
 
+
+def _ready_path(value: str) -> str | None:
+    return None if value.startswith("/") and "\n" not in value else "%r must be a URL path starting with '/'" % value
+
+
+#: A campaign's own serving engine (campaign field ``engines``: name -> spec; Ollama, LMDeploy, a custom build).
+#: Resolved with its defaults, the spec travels to the hosts in each of its workloads as ``engine_spec``
+#: (sparkfleet_host/serving.py builds its server argv from it, as from a built-in engine's row).
+ENGINE_SPEC_FIELDS = (
+    Field("command", "list", REQUIRED, "The server's argv; placeholders %s ({host} is always %s; "
+          "{model}: the model's path, or its gguf when it has only that)."
+          % (", ".join("{%s}" % p for p in serving.PLACEHOLDERS), serving.LOOPBACK),
+          elements="str", check=serving.command_problem),
+    Field("ready_path", "str", serving.CUSTOM_READY_PATH, "The path whose HTTP GET answers 200 once the model is "
+          "loaded.", check=_ready_path),
+    Field("port", "int", serving.CUSTOM_PORT, "The server's default port (a workload's port wins).", "", 1, 65535),
+    Field("served_model_name_default", "str", None, "The model name the server answers to when the workload "
+          "gives none (null: the campaign's model name).", nullable=True),
+    Field("kv_log", "str", None, "The built-in engine whose KV log lines it prints (a vLLM fork: vllm); null: "
+          "no KV figure, recorded as such.", choices=SERVING_ENGINES, nullable=True),
+)
 
 CAMPAIGN_FIELDS = (
     Field("name", "str", REQUIRED, "Campaign name: letters, digits, '.', '_' and '-' (the results directory)."),
@@ -272,6 +299,9 @@ CAMPAIGN_FIELDS = (
           nullable=True),
     Field("preset", "str", None, "Catalogue campaign whose keys the campaign's own override (memory-study).",
           choices=CAMPAIGN_PRESET_NAMES, nullable=True, resolved=False),
+    Field("engines", "dict", None, "The campaign's own serving engines: name -> {command, ready_path, port, "
+          "served_model_name_default, kv_log} (ENGINE_SPEC_FIELDS), usable as a workload's engine and as "
+          "factors.engine levels.", nullable=True, resolved=False),
     Field("factors", "dict", None, "Factors crossed into the workloads: engine (serving workloads: "
           "<workload>.<engine>), kv_fraction (trtllm workloads), drop_caches (every workload; docs/MEMORY.md).",
           nullable=True, check=_factors, resolved=False),
@@ -302,7 +332,7 @@ WORKLOAD_FIELDS = (
     Field("name", "str", REQUIRED, "Workload name (identity of its runs)."),
     Field("preset", "str", None, "Preset it starts from: study, T1..T6, matmul."),
     Field("engine", "str", None, "trtllm, matmul, hf-generate, or a serving engine: llama.cpp, vllm, sglang, "
-          "trtllm-serve."),
+          "trtllm-serve, or one of the campaign's engines."),
     Field("mode", "str", "throughput", "trtllm-bench mode: throughput or latency."),
     Field("batch", "int", None, "Largest batch size.", "requests", 1, 4096),
     Field("concurrency", "int", None, "Concurrent requests.", "requests", 1, 65536),

@@ -4,7 +4,8 @@
 A serving run (docs: the serving contract, issue 25) is one engine server lifetime in the run's environment,
 driven by a load generator on the host (serving_client) through every point of the workload's profile. This
 file knows the engines: :data:`ENGINES` (argv, default port, readiness path; one table, extended by adding a
-row), :func:`profile_points` (the profile crossed, named, in the run's seeded shuffled order), and
+row; a campaign's own engines travel in the workload as ``engine_spec``, :func:`engine_spec` reads either),
+:func:`profile_points` (the profile crossed, named, in the run's seeded shuffled order), and
 :class:`ServerProcess`, which starts the server argv (already wrapped for its environment by run_launch's
 Launcher) in its own process group, waits until it answers on 127.0.0.1, and always stops it.
 """
@@ -16,10 +17,12 @@ import hashlib
 import os
 import random
 import signal
+import string
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from typing import Optional
 
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
@@ -88,17 +91,99 @@ def _trtllm_serve_argv(workload: dict, model: dict, port: int, served: str, extr
 #: engine -> how its server starts and says it is ready. ``ready_path``: an HTTP GET answering 200 once the
 #: model is loaded (llama-server's /health answers 503 while loading: tools/server/README.md; vLLM, SGLang and
 #: trtllm-serve serve /health once the engine is up: trtllm docs/source/commands/trtllm-serve.rst).
+#: ``kv_log``: the KV parser (parsers/serving_kv.py) that reads its server.log; ``served_default``: the name the
+#: server answers to when the workload gives none (None: the campaign's model name).
 ENGINES = {
-    "llama.cpp": {"argv": _llamacpp_argv, "port": 8080, "ready_path": "/health"},
-    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health"},
-    "sglang": {"argv": _sglang_argv, "port": 30000, "ready_path": "/health"},
-    "trtllm-serve": {"argv": _trtllm_serve_argv, "port": 8000, "ready_path": "/health"},
+    "llama.cpp": {"argv": _llamacpp_argv, "port": 8080, "ready_path": "/health", "kv_log": "llama.cpp",
+                  "served_default": None},
+    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health", "kv_log": "vllm", "served_default": None},
+    "sglang": {"argv": _sglang_argv, "port": 30000, "ready_path": "/health", "kv_log": "sglang",
+               "served_default": None},
+    "trtllm-serve": {"argv": _trtllm_serve_argv, "port": 8000, "ready_path": "/health", "kv_log": "trtllm-serve",
+                     "served_default": None},
 }
+
+# A campaign's own engine (campaign field ``engines``: Ollama, LMDeploy, a custom build) arrives resolved inside
+# each of its workloads as ``engine_spec``: {command, ready_path, port, served_model_name_default, kv_log}.
+#: The placeholders its command may hold (str.format fields; a literal brace is written {{ or }}).
+PLACEHOLDERS = ("model", "port", "host", "served_model_name")
+#: A custom engine's readiness path and port when its spec names none (the OpenAI API's model list).
+CUSTOM_READY_PATH = "/v1/models"
+CUSTOM_PORT = 8000
+
+
+def command_problem(command) -> Optional[str]:
+    """Why a custom engine's ``command`` cannot be expanded (None when it can): not a non-empty list of strings,
+    a stray brace, a placeholder with a conversion or format spec, or unknown placeholders (all named)."""
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        return "must be a non-empty list of strings (the server's argv), got %r" % (command,)
+    unknown = []
+    for arg in command:
+        try:
+            parsed = list(string.Formatter().parse(arg))
+        except ValueError as exc:
+            return "%r: %s (write a literal brace as {{ or }})" % (arg, exc)
+        for _, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            if name not in PLACEHOLDERS:
+                unknown.append("{%s}" % name)
+            elif spec or conversion:
+                return "%r: {%s} takes no conversion or format spec" % (arg, name)
+    if unknown:
+        return "unknown placeholder%s %s (known: %s)" % ("s" if len(set(unknown)) > 1 else "",
+                                                         ", ".join(sorted(set(unknown), key=unknown.index)),
+                                                         ", ".join("{%s}" % p for p in PLACEHOLDERS))
+    return None
+
+
+def _custom_row(engine: str, spec: dict) -> dict:
+    """The ENGINES row of a campaign's own engine, from its resolved spec. Raises ServingError naming the key."""
+    problem = command_problem(spec.get("command"))
+    problem = problem and "command " + problem
+    ready_path = spec.get("ready_path") or CUSTOM_READY_PATH
+    kv_log = spec.get("kv_log")
+    if problem is None and not (isinstance(ready_path, str) and ready_path.startswith("/")):
+        problem = "ready_path %r must start with '/'" % (ready_path,)
+    if problem is None and kv_log is not None and kv_log not in ENGINES:
+        problem = "kv_log %r is not one of %s" % (kv_log, ", ".join(ENGINES))
+    if problem:
+        raise ServingError("engine %s: %s" % (engine, problem))
+    command = list(spec["command"])
+
+    def argv(workload: dict, model: dict, port_: int, served: str, extra: list) -> list:
+        values = {"model": _model_source(model), "port": port_, "host": LOOPBACK, "served_model_name": served}
+        return [arg.format(**values) for arg in command] + extra
+
+    port_ = spec.get("port")
+    return {"argv": argv, "port": CUSTOM_PORT if port_ is None else port_, "ready_path": ready_path,
+            "kv_log": kv_log, "served_default": spec.get("served_model_name_default")}
+
+
+def engine_spec(workload: dict) -> dict:
+    """The launch spec of the workload's engine, one shape for both kinds: its ENGINES row, or the row of the
+    campaign's own engine its ``engine_spec`` describes. Raises ServingError for neither."""
+    engine = (workload or {}).get("engine")
+    if engine in ENGINES:
+        return ENGINES[engine]
+    custom = (workload or {}).get("engine_spec")
+    if not isinstance(custom, dict):
+        raise ServingError("engine %r is not a serving engine (one of %s, or one of the campaign's engines)"
+                           % (engine, ", ".join(ENGINES)))
+    return _custom_row(str(engine), custom)
 
 
 def is_serving(workload: dict) -> bool:
-    """Whether the workload is a serving run (its engine is a server in ENGINES)."""
-    return str((workload or {}).get("engine", "")) in ENGINES
+    """Whether the workload is a serving run: its engine is a server in ENGINES, or a campaign's own engine
+    (its ``engine_spec`` travels with it)."""
+    workload = workload or {}
+    return str(workload.get("engine", "")) in ENGINES or isinstance(workload.get("engine_spec"), dict)
+
+
+def kv_log(workload: dict) -> Optional[str]:
+    """The KV parser (parsers/serving_kv.py engine name) that reads the workload's server.log; None: the
+    engine's log has no format sparkfleet reads (no KV figure)."""
+    return engine_spec(workload)["kv_log"]
 
 
 def _model_source(model: dict) -> str:
@@ -106,20 +191,21 @@ def _model_source(model: dict) -> str:
 
 
 def served_name(workload: dict, model: dict) -> str:
-    """The model name the client sends: the workload's served_model_name, else the campaign's model name.
+    """The model name the client sends: the workload's served_model_name, else the engine's default (a
+    campaign engine's served_model_name_default), else the campaign's model name.
     trtllm-serve cannot be told one: it answers as the model directory's basename
     (NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_server.py: ``self.model = model_dir.name``)."""
     engine = workload.get("engine")
     if engine == "trtllm-serve":
         source = _model_source(model)
         return os.path.basename(source.rstrip("/")) if os.path.isdir(source) else source
-    return str(workload.get("served_model_name") or model["name"])
+    return str(workload.get("served_model_name") or engine_spec(workload)["served_default"] or model["name"])
 
 
 def port(workload: dict) -> int:
     """The server's port: the workload's, else the engine's default."""
     value = workload.get("port")
-    value = ENGINES[workload["engine"]]["port"] if value is None else value
+    value = engine_spec(workload)["port"] if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ServingError("workload %s: port %r is not a TCP port" % (workload.get("name"), value))
     return value
@@ -127,17 +213,15 @@ def port(workload: dict) -> int:
 
 def server_argv(workload: dict, model: dict) -> list:
     """The engine server's argv (before its environment's wrapping), the workload's server_args last."""
-    engine = workload["engine"]
-    if engine not in ENGINES:
-        raise ServingError("engine %r is not a serving engine (one of %s)" % (engine, ", ".join(ENGINES)))
+    engine, spec = workload["engine"], engine_spec(workload)
     if engine == "llama.cpp" and not str(model.get("path") or "").endswith(".gguf"):
         raise ServingError("model %s: llama.cpp serves a .gguf file, path is %r" % (model["name"], model.get("path")))
     extra = [str(a) for a in (workload.get("server_args") or [])]
-    return ENGINES[engine]["argv"](workload, model, port(workload), served_name(workload, model), extra)
+    return spec["argv"](workload, model, port(workload), served_name(workload, model), extra)
 
 
 def ready_url(workload: dict) -> str:
-    return "http://%s:%d%s" % (LOOPBACK, port(workload), ENGINES[workload["engine"]]["ready_path"])
+    return "http://%s:%d%s" % (LOOPBACK, port(workload), engine_spec(workload)["ready_path"])
 
 
 def base_url(workload: dict) -> str:
