@@ -83,7 +83,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
         fields.check_mapping({k: v for k, v in data.items() if not isinstance(v, (list, dict))},
                              settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)
         raise CampaignError(problems + [f"campaign.max_runs: {estimate.too_many(raw, cap)}"], source)
-    nested = {"models", "environments", "workloads", "cooldown", "image_build", "engines"}
+    nested = {"models", "environments", "workloads", "cooldown", "image_build"}
     # Types, ranges and unknown keys from the field table; the nested fields are checked entry by entry below.
     fields.check_mapping({k: v for k, v in data.items() if k not in nested or not isinstance(v, (list, dict))},
                          settings.CAMPAIGN_FIELDS, "campaign", problems, required=False)

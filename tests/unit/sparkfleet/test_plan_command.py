@@ -170,3 +170,24 @@ def test_a_serving_model_without_a_tokenizer_is_refused_before_planning(campaign
                                                                                   "engine": "vllm"}])
     assert main(["plan", path]) == 2
     assert "campaign.models[0].tokenizer: required" in capsys.readouterr().err
+
+
+@pytest.mark.xfail(strict=True, reason="runexec.engine_steps must pass the workload (its engine_spec) to "
+                                       "serving.is_serving; remove this mark with that fix")
+def test_a_campaigns_own_engine_shows_its_expanded_server_command(campaign, capsys):
+    ollama = {"command": ["ollama-serve", "--model", "{model}", "--listen", "{host}:{port}", "--name",
+                          "{served_model_name}"], "port": 11434}
+    path = campaign(models=[{"name": "llama", "path": MODEL_PATH}], workloads=[{"name": "q", "preset": "serve-quick"}],
+                    engines={"ollama": ollama}, factors={"engine": ["vllm", "ollama"]})
+    code, out = plan_json(capsys, path)
+    assert code == 0 and set(out["serving"]) == {"q.vllm", "q.ollama"}
+    expanded = ["ollama-serve", "--model", MODEL_PATH, "--listen", "127.0.0.1:11434", "--name", "llama"]
+    native = next(r for r in out["runs"] if r["kind"] == "native" and ".q.ollama." in r["run_id"])
+    server, client = native["steps"]
+    assert server["argv"][-len(expanded):] == expanded and "error" not in native
+    assert client["argv"][client["argv"].index("--base-url") + 1] == "http://127.0.0.1:11434/v1"
+    docker = steps(out, "container", "q.ollama", "server")["argv"]
+    assert docker[:2] == ["docker", "run"] and docker[docker.index("--network") + 1] == "host"
+    assert docker[-len(expanded):] == expanded
+    assert main(["plan", path]) == 0
+    assert "server: " in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -341,7 +342,7 @@ def _executable(path: Path, text: str) -> str:
     return str(path)
 
 
-def _serving_run(tmp_path, monkeypatch, fail_server=False):
+def _serving_run(tmp_path, monkeypatch, fail_server=False, **workload_over):
     from _ansible_modules import STANDINS, load_module, run_module
 
     record = host_util("record")
@@ -355,7 +356,7 @@ def _serving_run(tmp_path, monkeypatch, fail_server=False):
     (tmp_path / "tokenizer.json").write_text("{}")
     model = {"name": "tiny", "path": str(tmp_path / "tiny.gguf"), "tokenizer": str(tmp_path / "tokenizer.json")}
     workload = {"name": "serve", "engine": "llama.cpp", "profile": PROFILE, "runs": 2, "port": _free_port(),
-                "ready_timeout_s": 60}
+                "ready_timeout_s": 60, **workload_over}
     rid = record.run_id("c1", "h1", "tiny", "bare", "serve", 1)
     env = {"PATH": path, "FAKE_SERVER_PIDS": str(tmp_path / "server.pids")}
     if fail_server:
@@ -409,3 +410,76 @@ def test_a_server_that_never_comes_up_fails_the_run_naming_its_log(tmp_path, mon
     assert rec["reason"].startswith("server exited with code 1 before it was ready: error: unable to load model")
     assert rec["serving"]["points"] == [] and rec["serving"]["server"]["stopped"] == "exited"
     assert rec["exit_code"] == 1
+
+
+# ------------------------------------------------------------------- a campaign's own engine (engine_spec)
+
+CUSTOM = {"command": ["my-server", "--weights", "{model}", "--bind", "{host}:{port}", "--name={served_model_name}"],
+          "ready_path": "/v1/models", "port": 9000, "served_model_name_default": None, "kv_log": None}
+
+
+def _custom(spec=None, **kw):
+    return _wl("my-engine", engine_spec=dict(CUSTOM, **(spec or {})), **kw)
+
+
+def test_a_custom_engines_argv_is_its_command_expanded_then_the_server_args():
+    workload = _custom(server_args=["--threads", "4"])
+    assert serving.is_serving(workload) and not serving.is_serving(_wl("my-engine"))
+    assert serving.server_argv(workload, HF) == ["my-server", "--weights", "/models/qwen", "--bind", "127.0.0.1:9000",
+                                                 "--name=qwen", "--threads", "4"]
+    assert serving.ready_url(workload) == "http://127.0.0.1:9000/v1/models"
+    assert serving.port(_custom(port=9100)) == 9100 and serving.kv_log(workload) is None
+
+
+def test_a_custom_engines_defaults_and_served_name():
+    spec = {"command": ["srv", "{{literal}}", "{model}"], "served_model_name_default": "default-name",
+            "kv_log": "vllm"}
+    workload = _wl("my-engine", engine_spec=spec)  # a hand-written plan: the defaults apply on the host too
+    assert serving.server_argv(workload, {"name": "m", "hf_id": "org/m"}) == ["srv", "{literal}", "org/m"]
+    assert serving.ready_url(workload) == "http://127.0.0.1:8000/v1/models"
+    assert serving.served_name(workload, HF) == "default-name" and serving.kv_log(workload) == "vllm"
+    assert serving.served_name({**workload, "served_model_name": "mine"}, HF) == "mine"
+    assert serving.kv_log(_wl("sglang")) == "sglang"
+
+
+@pytest.mark.parametrize("workload, message", [
+    (_custom({"command": ["srv", "{gpu}"]}), "engine my-engine: command unknown placeholder {gpu} (known: {model}"),
+    (_custom({"command": "srv {model}"}), "engine my-engine: command must be a non-empty list of strings"),
+    (_custom({"kv_log": "ollama"}), "engine my-engine: kv_log 'ollama' is not one of llama.cpp, vllm"),
+    (_custom({"ready_path": "v1/models"}), "engine my-engine: ready_path 'v1/models' must start with '/'"),
+    (_wl("my-engine"), "engine 'my-engine' is not a serving engine"),
+])
+def test_a_bad_custom_spec_is_refused_on_the_host_too(workload, message):
+    with pytest.raises(serving.ServingError, match="^" + re.escape(message)):
+        serving.server_argv(workload, HF)
+
+
+def test_a_custom_engines_server_is_started_waited_for_and_stopped(tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    pidfile = str(tmp_path / "pids")
+    port = _free_port()
+    workload = _custom({"command": [sys.executable, str(script), "{port}", "0.2", pidfile, "serve"],
+                        "ready_path": "/health", "port": port})
+    argv = serving.server_argv(workload, HF)
+    assert argv == [sys.executable, str(script), str(port), "0.2", pidfile, "serve"]
+    with serving.ServerProcess(argv, str(tmp_path / "server.log"), serving.ready_url(workload)) as server:
+        assert server.wait_ready(60) >= 0
+        pids = _pids(pidfile)
+        assert all(_alive(p) for p in pids)
+    assert server.stopped == "terminated" and not any(_alive(p) for p in _pids(pidfile))
+    assert f"listening on 127.0.0.1:{port}" in (tmp_path / "server.log").read_text()
+
+
+def test_a_serving_run_of_a_custom_engine_records_its_name_and_expanded_argv(tmp_path, monkeypatch):
+    spec = {"command": ["llama-server", "--model", "{model}", "--host", "{host}", "--port", "{port}", "--alias",
+                        "{served_model_name}"], "ready_path": "/v1/models", "port": 8000,
+            "served_model_name_default": None, "kv_log": None}
+    rec, run_dir = _serving_run(tmp_path, monkeypatch, engine="my-llama", engine_spec=spec)
+    section = rec["serving"]
+    assert rec["status"] == "ok" and section["engine"] == "my-llama" and rec["engine"] == "my-llama"
+    port = section["server"]["port"]
+    assert section["server"]["argv"] == ["llama-server", "--model", str(tmp_path / "tiny.gguf"), "--host",
+                                         "127.0.0.1", "--port", str(port), "--alias", "tiny"]
+    assert len(section["points"]) == 4 and section["server"]["stopped"] == "terminated"
+

@@ -275,3 +275,95 @@ def test_the_plan_carries_the_serving_readiness_and_reproducibility_settings(tmp
     assert knobs["reproducibility"]["acknowledge_host_differences"] is True
     alone = planning.standalone_plan("h1", variables)
     assert alone["serving"] == knobs["serving"] and alone["needs_serving"] is False
+
+
+# --------------------------------------------------------------------------- a campaign's own engines
+
+OLLAMA = {"command": ["ollama-serve", "--model", "{model}", "--listen", "{host}:{port}", "--name",
+                      "{served_model_name}"], "port": 11434, "kv_log": None}
+QUICK = {"name": "q", "preset": "serve-quick"}
+
+
+def test_a_campaigns_own_engine_resolves_with_its_defaults_and_travels_in_its_workloads():
+    c = campaign({**QUICK, "engine": "ollama"}, engines={"ollama": {"command": ["ollama-serve", "{model}"]}})
+    spec = {"command": ["ollama-serve", "{model}"], "ready_path": "/v1/models", "port": 8000,
+            "served_model_name_default": None, "kv_log": None}
+    assert c["engines"] == {"ollama": spec}
+    w = c["workloads"][0]
+    assert w["engine"] == "ollama" and w["engine_spec"] == spec
+    assert w["runs"] == 2 and w["client"] == "llama-benchy"  # a serving workload: the serving defaults
+    assert "serving_timeout_s" in c  # its own timeout, like a built-in engine's serving run
+    assert plan(c, "h")[0].workload["engine_spec"] == spec
+
+
+def test_campaigns_without_engines_keep_their_config_hash():
+    assert "engines" not in campaign({**QUICK, "engine": "vllm"})
+    assert "engine_spec" not in campaign({**QUICK, "engine": "vllm"})["workloads"][0]
+    assert campaign({**QUICK, "engine": "vllm"})["config_hash"] == campaign({**QUICK, "engine": "vllm"},
+                                                                            engines=None)["config_hash"]
+
+
+def test_the_engine_factor_crosses_a_campaigns_own_engine_with_the_built_ins():
+    c = campaign(QUICK, "T1", engines={"ollama": OLLAMA}, factors={"engine": ["vllm", "ollama"]})
+    assert [w["name"] for w in c["workloads"]] == ["q.vllm", "q.ollama", "T1"]
+    vllm, ollama, t1 = c["workloads"]
+    assert "engine_spec" not in vllm and "engine_spec" not in t1
+    assert ollama["engine"] == "ollama" and ollama["engine_spec"]["port"] == 11434 and ollama["base"] == "q"
+    assert ollama["factors"] == ["engine"] and ollama["runs"] == vllm["runs"] == 2
+    runs = plan(c, "h")
+    assert len(runs) == 3 and {r.workload["name"] for r in runs} == {"q.vllm", "q.ollama", "T1"}
+
+
+def test_a_workload_naming_a_custom_engine_and_the_factor_is_told_to_use_one():
+    found = problems({**QUICK, "engine": "ollama"}, engines={"ollama": OLLAMA}, factors={"engine": ["vllm"]})
+    assert "campaign.workloads[0].engine: set here and in campaign.factors; use one" in found
+
+
+def test_a_gguf_only_model_gives_a_custom_engine_its_gguf():
+    model = {"name": "g", "gguf": "/m/g.gguf", "tokenizer": "/m/tokenizer.json"}
+    c = campaign({**QUICK, "engine": "ollama"}, engines={"ollama": OLLAMA}, models=[model])
+    assert plan(c, "h")[0].model["path"] == "/m/g.gguf"
+
+
+@pytest.mark.parametrize(("engines", "message"), [
+    ({"ollama": {"port": 11434}}, "campaign.engines.ollama.command: required"),
+    ({"ollama": {"command": []}}, "campaign.engines.ollama.command: must be a non-empty list of strings"),
+    ({"ollama": {"command": ["srv", 8000]}}, "campaign.engines.ollama.command: every entry must be a string"),
+    ({"ollama": {"command": ["srv", "--model={model_path}", "{gpu}", "{port}"]}},
+     "campaign.engines.ollama.command: unknown placeholders {model_path}, {gpu} (known: {model}, {port}, {host}, "
+     "{served_model_name})"),
+    ({"ollama": {"command": ["srv", "{port:05d}"]}}, "campaign.engines.ollama.command: '{port:05d}': {port} takes "
+                                                     "no conversion or format spec"),
+    ({"ollama": {"command": ["srv", "{port"]}}, "campaign.engines.ollama.command: '{port': expected '}'"),
+    ({"vllm": {"command": ["my-vllm", "{model}"]}}, "campaign.engines.vllm: 'vllm' would shadow the built-in engine "
+                                                    "'vllm': give it another name"),
+    ({"VLLM": {"command": ["my-vllm"]}}, "campaign.engines.VLLM: 'VLLM' would shadow the built-in engine 'vllm'"),
+    ({"trtllm": {"command": ["x"]}}, "campaign.engines.trtllm: 'trtllm' would shadow the built-in engine"),
+    ({"ollama ": {"command": ["x"]}}, "campaign.engines.ollama : 'ollama ' has a leading or trailing space"),
+    ({"ollama": {**OLLAMA, "port": 70000}}, "campaign.engines.ollama.port: "),
+    ({"ollama": {**OLLAMA, "port": "8000"}}, "campaign.engines.ollama.port: "),
+    ({"ollama": {**OLLAMA, "kv_log": "ollama"}}, "campaign.engines.ollama.kv_log: 'ollama' is not one of llama.cpp, "
+                                                 "vllm, sglang, trtllm-serve"),
+    ({"ollama": {**OLLAMA, "ready_path": "health"}}, "campaign.engines.ollama.ready_path: 'health' must be a URL "
+                                                     "path starting with '/'"),
+    ({"ollama": {**OLLAMA, "image": "x"}}, "campaign.engines.ollama.image: unknown key"),
+    ({"ollama": ["ollama", "serve"]}, "campaign.engines.ollama: must be a mapping"),
+    (["ollama"], "campaign.engines: must be a mapping"),
+])
+def test_a_bad_engine_spec_is_refused_naming_its_field(engines, message):
+    found = problems({**QUICK, "engine": "vllm"}, engines=engines)
+    assert any(p.startswith(message) for p in found), (message, found)
+
+
+def test_a_port_out_of_range_names_its_range():
+    found = problems({**QUICK, "engine": "ollama"}, engines={"ollama": {**OLLAMA, "port": 0}})
+    assert any(p.startswith("campaign.engines.ollama.port:") and "65535" in p for p in found), found
+
+
+def test_an_engine_nobody_defined_is_refused_naming_the_campaigns_engines():
+    found = problems({**QUICK, "engine": "lmdeploy"}, engines={"ollama": OLLAMA})
+    assert any(p.startswith("campaign.workloads[0].engine: 'lmdeploy' is not one of ") and p.endswith(", ollama")
+               for p in found), found
+    found = problems(QUICK, engines={"ollama": OLLAMA}, factors={"engine": ["lmdeploy"]})
+    assert ("campaign.factors: engine: every level must be a serving engine (llama.cpp, vllm, sglang, trtllm-serve, "
+            "ollama), got 'lmdeploy'") in found
