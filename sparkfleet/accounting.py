@@ -30,7 +30,6 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving import ENGINES as SERVING_ENGINES
 
 RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
@@ -131,10 +130,12 @@ def _read_plan(path: Path) -> tuple[dict[str, list[str]] | None, str | None]:
 
 
 def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, str]],
-            no_record: Iterable[str], plans: Iterable[str], staging: Iterable[str]) -> Accounting:
+            no_record: Iterable[str], plans: Iterable[str], staging: Iterable[str],
+            serving_ids: set[str] | None = None) -> Accounting:
     """The accounting of one loaded tree. ``runs``: the loaded (deduplicated) runs; ``problem_paths``:
     (record path, reason) of every record skipped; ``no_record``: candidate record paths that did not exist;
-    ``plans``: campaign.json paths found; ``staging``: staging directories found (and not read)."""
+    ``plans``: campaign.json paths found; ``staging``: staging directories found (and not read);
+    ``serving_ids``: the runs whose record has a serving section (their figures are their points')."""
     root = Path(root)
     acc = Accounting(records=len(runs), leftovers=sorted(Path(p) for p in staging))
     loaded_ids = set(runs["run_id"].astype(str)) if len(runs) else set()
@@ -200,7 +201,7 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
     if len(runs):
         metrics = [c for c in contract.METRICS if c in runs.columns]
         # a serving run's figures are its points' (the serving table), not the run's flat metrics
-        serving = runs["engine"].isin(tuple(SERVING_ENGINES)) if "engine" in runs.columns else False
+        serving = runs["run_id"].isin(serving_ids) if serving_ids else False
         bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1) & ~serving]
         acc.no_metrics = [MissingRun("no-metrics", root / str(d), "status ok but the record holds no metric",
                                      str(r), str(h), str(c))

@@ -440,10 +440,10 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
     runs = runs_frame([]) if not frames else frames[0] if len(frames) == 1 else _concat(frames)
     problems = [problem for _, chunk_problems, _, _ in parts for problem in chunk_problems]
     runs, duplicates = _drop_duplicate_runs(runs, root)
+    serving = _serving_points([points for _, _, _, points in parts], runs)
     accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c, _ in parts for a in c],
-                         plans, staging)
-    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting,
-                      serving=_serving_points([points for _, _, _, points in parts], runs))
+                         plans, staging, serving_ids=set(serving["run_id"].astype(str)) if len(serving) else set())
+    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting, serving=serving)
 
 
 def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str], ...]) -> list[str]:

@@ -80,7 +80,7 @@ def count_runs(campaign: dict[str, Any]) -> int:
 
 
 def _serving(workload: dict[str, Any]) -> bool:
-    return workload.get("engine") in settings.SERVING_ENGINES
+    return settings.is_serving(workload)
 
 
 def serving_points(workload: dict[str, Any]) -> int:

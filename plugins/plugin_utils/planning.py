@@ -411,7 +411,7 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             root = knobs["paths"]["results_root"]
             knobs["campaign"] = campaign["name"]
             knobs["paths"]["results_dir"] = os.path.join(root, campaign["name"], check.host)
-        serving = any(w.get("engine") in settings.SERVING_ENGINES for w in campaign["workloads"])
+        serving = any(settings.is_serving(w) for w in campaign["workloads"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
                                      summary, knobs, serving)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

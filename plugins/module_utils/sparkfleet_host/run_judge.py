@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from . import modelcard
+from . import modelcard, serving
 from .parsers import parse_log
 from .runexec import model_matches
 
@@ -132,7 +132,11 @@ def judge_serving(record, outcome: dict, run_dir: str):
     section's ``kv``. ok when every point is ok; ok with a reason naming the failed points when some are;
     failed when none is or the server never became ready (timeout when the run's time ran out first)."""
     section = record.serving or {}
-    kv = serving_kv(section.get("engine", ""), os.path.join(run_dir, "server.log"))
+    # a campaign's own engine names the built-in log format it shares (kv_log), or none
+    parser = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
+    kv = serving_kv(parser, os.path.join(run_dir, "server.log")) if parser else {
+        "kv_cache_gib": None, "source": None,
+        "reason": "engine %s declares no KV log format (kv_log: null)" % section.get("engine")}
     section["kv"] = kv
     metrics = {}
     for name in ("kv_cache_gib", "peak_memory_gib"):  # engine-wide figures; a memory metric names its source

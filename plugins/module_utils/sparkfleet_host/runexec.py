@@ -69,7 +69,7 @@ def engine_steps(engine: str, workload: dict, model: dict, run_dir: str, workloa
                 "--output-len", str(workload.get("output_len", 128)),
                 "--iterations", str(workload.get("iterations", 10)), "--warmup", str(workload.get("warmup", 2))]
         return [("bench", argv + extra, None)]
-    if serving.is_serving({"engine": engine}):  # the server only: its client runs on the host (run_launch.serve)
+    if serving.is_serving({**workload, "engine": engine}):  # the server; its client runs on the host (Launcher.serve)
         try:
             return [("server", serving.server_argv(workload, model), None)]
         except serving.ServingError as exc:

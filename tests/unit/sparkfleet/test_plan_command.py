@@ -172,8 +172,6 @@ def test_a_serving_model_without_a_tokenizer_is_refused_before_planning(campaign
     assert "campaign.models[0].tokenizer: required" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="runexec.engine_steps must pass the workload (its engine_spec) to "
-                                       "serving.is_serving; remove this mark with that fix")
 def test_a_campaigns_own_engine_shows_its_expanded_server_command(campaign, capsys):
     ollama = {"command": ["ollama-serve", "--model", "{model}", "--listen", "{host}:{port}", "--name",
                           "{served_model_name}"], "port": 11434}
