@@ -22,9 +22,11 @@ Two decoders (``--decoder``):
   the tokens stay on the device until the generation ends. The GPU, not the Python loop, sets the pace
   (``launch_bound: no``). On CUDA the step goes through ``torch.compile`` first (``--compile auto``:
   Inductor's fused kernels, fewer and larger launches inside the graph; measured on an H100 with the
-  llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled); where compiling fails the eager step is
-  captured instead, and said so. Without CUDA, or where the capture fails (named in
-  ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
+  llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled), with Inductor's coordinate-descent
+  tuning of its generated kernels (``--compile-tuning``, gpt-fast's setting; measured on an H200 with the
+  llama-1b preset, 1.50 ms a token untuned, 1.25 ms tuned, at a setup of 25 s and 63 s on a cold cache);
+  where compiling fails the eager step is captured instead, and said so. Without CUDA, or where the capture
+  fails (named in ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
   (``decode_path: eager-static``). Compiling, capturing and checking take seconds to a minute per process
   (``decoder_setup_s``), before and outside the measured iterations.
 * ``generate``: transformers' own ``generate`` (what many users run; dynamic cache); TTFT is a separate
@@ -37,12 +39,14 @@ lines of matmul.py.
     python3 hf_generate.py --model NAME_OR_PATH [--batch 1] [--input-len 128] [--output-len 128]
                            [--warmup 2] [--iterations 10] [--dtype auto] [--device auto]
                            [--decoder graph|generate] [--min-decode-tokens N] [--compile auto|on|off]
+                           [--compile-tuning coordinate-descent|none]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import json
 import math
@@ -58,6 +62,9 @@ END = "=== end sparkfleet hf-generate ==="
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
 DECODERS = ("graph", "generate")
+#: How Inductor tunes the kernels it generates for the compiled step: coordinate-descent (gpt-fast's setting:
+#: each kernel's launch parameters searched once, cached with Inductor's cache) or none (its defaults).
+COMPILE_TUNINGS = ("coordinate-descent", "none")
 #: Decode tokens (batch x (output_len - 1)) each measured iteration covers at least, on CUDA, by default: a
 #: T1 generation (32 new tokens) alone is a few tens of milliseconds of graph replays.
 MIN_DECODE_TOKENS_CUDA = 512
@@ -434,13 +441,13 @@ class GraphDecoder:
             self.path, self.launch_bound = "eager-static", "yes"
             self.reason = "no CUDA device: a plain eager loop over the static cache"
             if args.compile == "on":
-                self.step_fn, self.compiled = torch.compile(self._step, dynamic=False), True
+                self.step_fn, self.compiled = compile_step(torch, self._step, args.compile_tuning), True
         else:
             self.path, self.launch_bound, self.reason = "cuda-graph", "no", "decode step replayed from a CUDA graph"
             compile_failed = None
             if args.compile != "off" and hasattr(torch, "compile"):
                 # Inductor's fused kernels inside the graph; compiled in the warm-up before the capture.
-                self.step_fn, self.compiled = torch.compile(self._step, dynamic=False), True
+                self.step_fn, self.compiled = compile_step(torch, self._step, args.compile_tuning), True
                 compile_failed = self.capture()
                 if compile_failed is not None:
                     self.step_fn, self.compiled = self._step, False
@@ -553,6 +560,18 @@ class GraphDecoder:
 
     def cache(self) -> Any:
         return self.static
+
+
+def compile_step(torch: Any, step: Any, tuning: str) -> Any:
+    """The step through ``torch.compile`` (static shapes), Inductor's kernel tuning set first: Inductor reads
+    its config when it compiles, at the step's first call (the capture's warm-up)."""
+    try:
+        inductor = importlib.import_module("torch._inductor.config")
+    except ImportError:  # a torch without Inductor: torch.compile says so itself
+        inductor = None
+    if hasattr(inductor, "coordinate_descent_tuning"):  # absent before torch 2.1
+        inductor.coordinate_descent_tuning = tuning == "coordinate-descent"
+    return torch.compile(step, dynamic=False)
 
 
 def generations_per_iteration(args: argparse.Namespace, device: Any) -> int:
@@ -683,6 +702,7 @@ def run(args: argparse.Namespace) -> list[str]:
         f"launch_bound: {decoder.launch_bound}",
         f"kv_cache_kind: {decoder.kv_cache_kind}",
         f"compiled: {'yes' if getattr(decoder, 'compiled', False) else 'no'}",
+        f"compile_tuning: {args.compile_tuning if getattr(decoder, 'compiled', False) else 'n/a'}",
         f"decoder_setup_s: {getattr(decoder, 'setup_s', 0.0):.3f}",
         f"decode_check: {decoder.check}",
         f"generations_per_iteration: {per_iteration}",
@@ -733,6 +753,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="graph decoder: torch.compile the decode step before its capture (fused kernels; "
                              "compiled in the warm-up, not measured). auto (default): on CUDA, falling back "
                              "to the eager step if compiling fails; on: also without CUDA; off: never")
+    parser.add_argument("--compile-tuning", choices=COMPILE_TUNINGS, default=COMPILE_TUNINGS[0],
+                        help="how Inductor tunes the compiled step's kernels: coordinate-descent (default; "
+                             "gpt-fast's setting, a longer first compile, faster decoding) or none")
     args = parser.parse_args(argv)
     if min(args.batch, args.input_len, args.output_len, args.iterations) < 1 or args.warmup < 0:
         parser.error("--batch, --input-len, --output-len and --iterations must be at least 1, --warmup at least 0")

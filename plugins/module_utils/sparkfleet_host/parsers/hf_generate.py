@@ -32,6 +32,7 @@ Layout (one ``key: value`` per line between the markers; metric keys are the rec
     launch_bound: no | yes | n/a      (yes: each token's kernels launched from a Python step)
     kv_cache_kind: static | dynamic
     compiled: no | yes                (the decode step through torch.compile before its capture)
+    compile_tuning: coordinate-descent | none | n/a   (Inductor's kernel tuning; newer outputs)
     decoder_setup_s: 12.5             (compile + capture + check, before the iterations; not measured)
     decode_check: ok (...) | differs (...) | n/a   (graph replay vs the eager loop, first tokens)
     generations_per_iteration: K      (an iteration's line is the mean of K generations)
@@ -114,6 +115,7 @@ _TEXT_FIELDS = (
     "decode_path_reason",
     "kv_cache_kind",
     "decode_check",
+    "compile_tuning",
 )
 
 _FIELD = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*:\s*(.*?)\s*$")

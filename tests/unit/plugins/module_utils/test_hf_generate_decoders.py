@@ -94,6 +94,12 @@ def test_h100_graph_capture():
     assert result.probe["env_probe"] == "native"
 
 
+def test_the_compile_tuning_line_is_read_and_older_outputs_have_none():
+    assert "compile_tuning" not in parse_log(GRAPH).extra  # captured before the line existed
+    tuned = GRAPH.replace("compiled: yes\n", "compiled: yes\ncompile_tuning: coordinate-descent\n")
+    assert parse_log(tuned).extra["compile_tuning"] == "coordinate-descent"
+
+
 def test_h100_generate_capture():
     result = parse_log(GENERATE)
     assert result.missing == [] and result.warnings == []
@@ -171,9 +177,29 @@ def test_decoder_options_and_defaults():
     args = WORKLOAD.parse_args(["--model", "x", "--decoder", "generate", "--min-decode-tokens", "0",
                                 "--compile", "off"])
     assert (args.decoder, args.compile, args.min_decode_tokens) == ("generate", "off", 0)
+    assert args.compile_tuning == "coordinate-descent"
+    assert WORKLOAD.parse_args(["--model", "x", "--compile-tuning", "none"]).compile_tuning == "none"
 
 
-@pytest.mark.parametrize("argv", [["--decoder", "eager"], ["--min-decode-tokens", "-1"], ["--compile", "yes"]])
+@pytest.mark.parametrize("tuning, expected", [("coordinate-descent", True), ("none", False)])
+def test_the_compiled_step_gets_inductors_tuning_set_before_it_compiles(tuning, expected, monkeypatch):
+    inductor = SimpleNamespace(coordinate_descent_tuning=not expected)  # the opposite of what is asked
+    monkeypatch.setitem(sys.modules, "torch._inductor.config", inductor)
+    seen = {}
+
+    def fake_compile(fn, **kwargs):
+        seen.update(kwargs, tuning_when_compiled=inductor.coordinate_descent_tuning)
+        return fn
+
+    def step():
+        return None
+
+    assert WORKLOAD.compile_step(SimpleNamespace(compile=fake_compile), step, tuning) is step
+    assert seen == {"dynamic": False, "tuning_when_compiled": expected}
+
+
+@pytest.mark.parametrize("argv", [["--decoder", "eager"], ["--min-decode-tokens", "-1"], ["--compile", "yes"],
+                                  ["--compile-tuning", "max-autotune"]])
 def test_bad_decoder_options_are_refused(argv, tmp_path):
     proc = subprocess.run([PYTHON, str(SCRIPT), "--model", "llama-tiny", *argv], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
