@@ -154,3 +154,36 @@ def test_undo_in_always_after_a_failure(fleet, ansible_env, repo, tmp_path):
         assert gpu["persistence"] is True and gpu["locked_clocks"] is None  # back to before
         assert _governors(host) == {"ondemand"}
         assert not Path(host.work_dir, "state", "gpu_state_saved.json").exists()
+
+
+def test_a_reboot_between_two_runs_gets_the_controls_applied_again(fleet, ansible_env, repo, tmp_path):
+    """A resumed campaign after a reboot: the lock, persistence and governor are gone, and so is the module's /run
+    record of its lock. The role (which every bench.yml runs) applies them again and records the new lock;
+    the state saved before the first apply stays the one an undo goes back to."""
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({**HOST_VARS, **WANT, "sparkfleet_drop_caches": False}))
+    base = ["ansible-playbook", "-i", fleet.inventory, "-e", f"@{extra}", "playbooks/gpu_state.yml"]
+    for host in fleet.hosts:
+        _smi(host, "-pm", "0")
+    first = _ansible(base, ansible_env, repo)
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    for host in fleet.hosts:  # the reboot: the driver's and the kernel's defaults back, /run emptied
+        _smi(host, "-rgc")
+        _smi(host, "-pm", "0")
+        for governor in Path(host.dir, "sys-cpu").glob("cpu*/cpufreq/scaling_governor"):
+            governor.write_text("ondemand\n")
+        Path(host.work_dir, "run", "gpu-state.json").unlink()
+        assert _gpu(host)["locked_clocks"] is None
+
+    second = _ansible(base, ansible_env, repo)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert all(r["changed"] > 0 for r in play_recap(second.stdout).values()), second.stdout
+    for host in fleet.hosts:
+        gpu = _gpu(host)
+        assert gpu["persistence"] is True and gpu["locked_clocks"] == [1500, 1500]
+        assert _governors(host) == {"performance"}
+        record = json.loads(Path(host.work_dir, "run", "gpu-state.json").read_text())["locked_clocks"]
+        assert [(r["min"], r["max"]) for r in record.values()] == [(1500, 1500)]  # what the attestation reads
+        saved = json.loads(Path(host.work_dir, "state", "gpu_state_saved.json").read_text())["saved"]
+        assert saved["gpus"][0]["persistence_mode"] is False and saved["cpu_governor"] == "ondemand"
