@@ -201,7 +201,7 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
     if len(runs):
         metrics = [c for c in contract.METRICS if c in runs.columns]
         # a serving run's figures are its points' (the serving table), not the run's flat metrics
-        serving = runs["run_id"].isin(serving_ids) if serving_ids else False
+        serving = runs["run_id"].astype(str).isin(serving_ids or set())
         bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1) & ~serving]
         acc.no_metrics = [MissingRun("no-metrics", root / str(d), "status ok but the record holds no metric",
                                      str(r), str(h), str(c))

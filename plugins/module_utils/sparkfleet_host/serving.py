@@ -28,6 +28,9 @@ from typing import Optional
 LOOPBACK = "127.0.0.1"
 #: How long a stopped server gets between SIGTERM and SIGKILL (engines free GPU memory on the way out).
 STOP_GRACE_S = 30.0
+#: After the group's SIGKILL: how long to wait for its members to have exited (a killed process keeps its memory
+#: until the kernel has torn it down; the next run must not start beside it).
+GROUP_GONE_S = 10.0
 #: Readiness polling: period and the limit of one HTTP probe.
 POLL_S = 0.5
 PROBE_TIMEOUT_S = 2.0
@@ -418,8 +421,9 @@ class ServerProcess:
                 self._signal_group(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=30)
-        # Whatever the leader did, its group's other members (engine workers) go too.
+        # Whatever the leader did, its group's other members (engine workers) go too, and are waited for.
         self._signal_group(signal.SIGKILL)
+        wait_group_gone(self.proc.pid, GROUP_GONE_S)
         if self.container:
             self._docker("rm", "-f")
         self.stopped, self.exit_code = how, self.proc.returncode
@@ -433,6 +437,33 @@ class ServerProcess:
         docker, name = self.container
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([docker] + list(verb) + [name], capture_output=True, timeout=120)
+
+
+def group_members(pgid: int, proc_root: str = "/proc") -> list:
+    """The pids of process group ``pgid`` that have not exited (zombies left out: they hold no memory)."""
+    members = []
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "stat")) as fh:
+                stat = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> list:
+    """Wait (bounded) until group ``pgid`` has no live member; returns those still there at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        members = group_members(pgid)
+        if not members or time.monotonic() >= deadline:
+            return members
+        time.sleep(0.05)
 
 
 class Spawned:

@@ -220,6 +220,20 @@ def test_the_server_is_waited_for_then_stopped_with_its_whole_group(tmp_path):
     assert "listening on 127.0.0.1" in (tmp_path / "server.log").read_text()
 
 
+def test_a_groups_live_members_are_read_from_proc_zombies_left_out(tmp_path):
+    def stat(pid, comm, state, pgrp):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) {state} 1 {pgrp} {pgrp} 0 -1 4194560 0 0\n")
+
+    stat(10, "llama-server", "S", 10)
+    stat(11, "worker ) R 1 10", "D", 10)  # a comm that looks like fields: the last ")" ends it
+    stat(12, "exited", "Z", 10)
+    stat(13, "other", "R", 99)
+    (tmp_path / "self").mkdir()
+    assert sorted(serving.group_members(10, proc_root=str(tmp_path))) == [10, 11]
+    assert serving.group_members(98, proc_root=str(tmp_path)) == []
+
+
 def test_the_ready_wait_is_bounded(tmp_path):
     server, pidfile = _server(tmp_path, delay=3600)  # answers 503 "Loading model" for an hour
     began = time.monotonic()
