@@ -48,6 +48,8 @@ from .gpu import (
 PROBE_SCRIPT = "gpu_probe.py"
 #: Printed by gpu_probe.py when its load loop begins (its LOAD_STARTED).
 LOAD_STARTED = "sparkfleet-gpu-probe: load started"
+#: ... and when it ends (LOAD_ENDED): readings from then on are the teardown's idle clocks, not the load's.
+LOAD_ENDED = "sparkfleet-gpu-probe: load ended"
 #: gpu_probe.py's exit code when neither torch with CUDA nor cupy is importable.
 RC_NO_BACKEND = 3
 
@@ -166,12 +168,14 @@ def applied_lock(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optiona
 
 
 class _ProbeProcess:
-    """``python3 gpu_probe.py load --seconds S``, its stdout read on a thread: when the load began, its last line."""
+    """``python3 gpu_probe.py load --seconds S``, its stdout read on a thread: when the load began and ended,
+    its last line."""
 
     def __init__(self, argv: List[str]) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 (argv)
                                      stderr=subprocess.PIPE, text=True, env=dict(os.environ, LC_ALL="C"))
         self.started_at: Optional[float] = None
+        self.ended_at: Optional[float] = None
         self.lines: List[str] = []
         self.stderr = ""
         self._out = threading.Thread(target=self._read_stdout, daemon=True)
@@ -184,6 +188,8 @@ class _ProbeProcess:
         for line in self.proc.stdout:
             if line.strip() == LOAD_STARTED and self.started_at is None:
                 self.started_at = time.monotonic()
+            elif line.strip() == LOAD_ENDED and self.ended_at is None:
+                self.ended_at = time.monotonic()
             elif line.strip():
                 self.lines.append(line.strip())
 
@@ -193,6 +199,10 @@ class _ProbeProcess:
 
     def running(self) -> bool:
         return self.proc.poll() is None
+
+    def loaded(self) -> bool:
+        """Between the load's start and its end (an older probe that never says it ended: until it exits)."""
+        return self.started_at is not None and self.ended_at is None
 
     def finish(self, kill: bool = False) -> Optional[int]:
         if kill and self.proc.poll() is None:
@@ -329,13 +339,15 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
             if now > deadline:
                 killed = True
                 break
-            if proc.started_at is not None and now >= proc.started_at + RAMP_FRACTION * probe_s:
+            if proc.loaded() and now >= proc.started_at + RAMP_FRACTION * probe_s:
                 try:
                     clock, power = _sample(sensor, gpu)
                 except Exception as exc:  # GpuSensorError, NVMLError: recorded, the probe goes on
                     if str(exc) not in errors:
                         errors.append(str(exc))
                 else:
+                    if not proc.loaded():  # the load ended while it was read: an idle reading, left out
+                        continue
                     if clock is not None:
                         clocks.append(clock)
                     if power is not None:

@@ -30,6 +30,8 @@ import time
 RC_NO_BACKEND = 3
 #: Printed (flushed) when the load loop begins: torch's import and CUDA's start take seconds at idle clocks.
 LOAD_STARTED = "sparkfleet-gpu-probe: load started"
+#: Printed (flushed) when it ends, before the library and the process tear down at idle clocks.
+LOAD_ENDED = "sparkfleet-gpu-probe: load ended"
 BACKENDS = ("auto", "torch", "cupy")
 
 
@@ -106,6 +108,7 @@ def run_load(backend, seconds, size):
         backend.sync()
         products += 8
     elapsed = time.perf_counter() - started
+    print(LOAD_ENDED, flush=True)  # the caller keeps no reading taken after this
     return {"products": products, "seconds": round(elapsed, 4), "size": size,
             "tflops": round(2.0 * size ** 3 * products / elapsed / 1e12, 3)}
 

@@ -71,6 +71,40 @@ def test_a_healthy_host_runs_with_its_clock_and_power_under_load(tmp_path):
     assert section["duration_s"] >= 0.6
 
 
+class MarkerSensor(FakeSensor):
+    """The load's clock while the load script's marker file exists, the idle clock otherwise."""
+
+    def __init__(self, marker: Path) -> None:
+        super().__init__(None)
+        self.marker = marker
+
+    def read(self, indices=None):
+        self.sm = 2405.0 if self.marker.exists() else 208.0
+        return super().read(indices)
+
+
+def test_readings_after_the_load_ended_are_left_out_however_long_the_teardown(tmp_path):
+    # gpu_probe.py's order: started, the load, "ended", then the library and the process tear down at idle
+    # clocks (a CUDA context takes a while to go); the teardown here is twice as long as the load
+    marker = tmp_path / "loaded"
+    script = tmp_path / "probe_with_teardown.py"
+    script.write_text("\n".join([
+        "import json, pathlib, sys, time",
+        f"marker = pathlib.Path({str(marker)!r})",
+        "marker.touch()",
+        f"print({host_state.LOAD_STARTED!r}, flush=True)",
+        "time.sleep(float(sys.argv[sys.argv.index('--seconds') + 1]))",
+        f"print({host_state.LOAD_ENDED!r}, flush=True)",
+        "marker.unlink()",
+        "time.sleep(1.2)",
+        "print(json.dumps({'mode': 'load', 'backend': 'fake', 'error': None}))",
+    ]) + "\n")
+    sensor = MarkerSensor(marker)
+    section = probe(tmp_path, sensor, script=str(script))
+    assert section["state"] == "healthy" and section["sm_clock_mhz"] == 2405.0, section
+    assert sensor.reads >= section["samples"] >= 1
+
+
 def test_a_clock_in_the_degraded_band_is_marked_suspect_and_refused_under_refuse(tmp_path):
     marked = probe(tmp_path, FakeSensor(850.0))
     assert marked["state"] == "suspect"
