@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hf_generate.py's graph decoder with and without Inductor's coordinate-descent tuning, one process each, in
-# that order, on one GPU (BENCHMARKS.md, "hf-generate decode against the roofline"). The first process also
-# warms nothing for the second: the tuning changes Inductor's cache key, so both compile from a cold cache.
+# that order, on one GPU (BENCHMARKS.md, "hf-generate decode against the roofline"). The first process warms
+# nothing for the second (the tuning is part of Inductor's cache key); whether each finds a warm cache depends on
+# what ran on the machine before (Inductor's default cache, /tmp/torchinductor_$USER).
 #
 #   bash benchmarks/decode_tuning.sh            # on a CUDA host with torch and transformers (the device tool)
 set -uo pipefail

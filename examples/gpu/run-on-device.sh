@@ -189,8 +189,10 @@ CAMP=$CTRL/$NAME
 if ! compgen -G "$CAMP/*/runs/*/record.json" >/dev/null && [[ -d $WORK/results/$NAME ]]; then
   echo "no collected results: using the host's own tree"
   mkdir -p "$CAMP" && cp -a "$WORK/results/$NAME/." "$CAMP/"
-  sparkfleet report "$CAMP" || true
 fi
+# Always from the records now there: bench.yml writes no report, and one left by an earlier call that resumed
+# here would describe fewer runs.
+sparkfleet report "$CAMP" || true
 "$VENV/bin/python" "$HERE/helpers.py" summary "$CAMP" | tee "$DEST/compare.md"
 for f in summary.md index.html; do
   [[ -f $CAMP/report/$f ]] && cp "$CAMP/report/$f" "$DEST/$f"

@@ -22,9 +22,12 @@ Two decoders (``--decoder``):
   the tokens stay on the device until the generation ends. The GPU, not the Python loop, sets the pace
   (``launch_bound: no``). On CUDA the step goes through ``torch.compile`` first (``--compile auto``:
   Inductor's fused kernels, fewer and larger launches inside the graph; measured on an H100 with the
-  llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled), with Inductor's coordinate-descent
-  tuning of its generated kernels (``--compile-tuning``, gpt-fast's setting; measured on an H200 with the
-  llama-1b preset, 1.50 ms a token untuned, 1.25 ms tuned, at a setup of 25 s and 63 s on a cold cache);
+  llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled). Inductor's coordinate-descent kernel
+  tuning (gpt-fast's setting) is an option, not the default (``--compile-tuning``): on an H200 with the llama-1b
+  preset it decodes faster (1.12-1.30 ms a token against 1.50 untuned) but torch 2.11's Inductor tunes again
+  in every process despite its cache, each process to a different state, so the time per token differs from
+  process to process by several percent (untuned: 0.2 %), more than the environment effects sparkfleet is
+  asked to find (benchmarks/decode_repeat.sh);
   where compiling fails the eager step is captured instead, and said so. Without CUDA, or where the capture
   fails (named in ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
   (``decode_path: eager-static``). Compiling, capturing and checking take seconds to a minute per process
@@ -62,9 +65,10 @@ END = "=== end sparkfleet hf-generate ==="
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
 DECODERS = ("graph", "generate")
-#: How Inductor tunes the kernels it generates for the compiled step: coordinate-descent (gpt-fast's setting:
-#: each kernel's launch parameters searched once, cached with Inductor's cache) or none (its defaults).
-COMPILE_TUNINGS = ("coordinate-descent", "none")
+#: How Inductor tunes the kernels it generates for the compiled step: none (its default launch parameters: the
+#: same kernels in every process) or coordinate-descent (gpt-fast's setting: each kernel's launch parameters
+#: searched by timing them; faster, but searched again in every process, with a different outcome each time).
+COMPILE_TUNINGS = ("none", "coordinate-descent")
 #: Decode tokens (batch x (output_len - 1)) each measured iteration covers at least, on CUDA, by default: a
 #: T1 generation (32 new tokens) alone is a few tens of milliseconds of graph replays.
 MIN_DECODE_TOKENS_CUDA = 512
@@ -754,8 +758,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "compiled in the warm-up, not measured). auto (default): on CUDA, falling back "
                              "to the eager step if compiling fails; on: also without CUDA; off: never")
     parser.add_argument("--compile-tuning", choices=COMPILE_TUNINGS, default=COMPILE_TUNINGS[0],
-                        help="how Inductor tunes the compiled step's kernels: coordinate-descent (default; "
-                             "gpt-fast's setting, a longer first compile, faster decoding) or none")
+                        help="how Inductor tunes the compiled step's kernels: none (default; the same kernels "
+                             "in every process) or coordinate-descent (gpt-fast's setting: faster decoding, a "
+                             "longer compile, and kernels tuned anew in every process, so runs differ more)")
     args = parser.parse_args(argv)
     if min(args.batch, args.input_len, args.output_len, args.iterations) < 1 or args.warmup < 0:
         parser.error("--batch, --input-len, --output-len and --iterations must be at least 1, --warmup at least 0")

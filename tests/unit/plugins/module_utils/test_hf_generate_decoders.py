@@ -177,8 +177,9 @@ def test_decoder_options_and_defaults():
     args = WORKLOAD.parse_args(["--model", "x", "--decoder", "generate", "--min-decode-tokens", "0",
                                 "--compile", "off"])
     assert (args.decoder, args.compile, args.min_decode_tokens) == ("generate", "off", 0)
-    assert args.compile_tuning == "coordinate-descent"
-    assert WORKLOAD.parse_args(["--model", "x", "--compile-tuning", "none"]).compile_tuning == "none"
+    assert args.compile_tuning == "none"  # reproducible from process to process (BENCHMARKS.md)
+    tuned = WORKLOAD.parse_args(["--model", "x", "--compile-tuning", "coordinate-descent"])
+    assert tuned.compile_tuning == "coordinate-descent"
 
 
 @pytest.mark.parametrize("tuning, expected", [("coordinate-descent", True), ("none", False)])
