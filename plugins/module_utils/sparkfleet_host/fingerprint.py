@@ -30,6 +30,7 @@ import subprocess
 import threading
 import time
 
+from . import procstat
 from .chroot import parse_mountinfo
 
 #: Library name prefixes (before ``.so``) that a fingerprint lists.
@@ -62,30 +63,13 @@ def _read(path, mode="r"):
         return None
 
 
-def parse_stat(text):
-    """(comm, ppid, rss_pages) from a /proc/PID/stat line (comm may hold spaces and parentheses)."""
-    head, _, rest = text.rpartition(")")
-    comm = head.partition("(")[2]
-    fields = rest.split()
-    return comm, int(fields[1]), int(fields[21]) if len(fields) > 21 else 0
-
-
 def process_table(proc="/proc"):
     """pid -> (comm, ppid, rss_pages) of every process."""
     out = {}
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        text = _read(os.path.join(proc, name, "stat"))
-        if text:
-            try:
-                out[int(name)] = parse_stat(text)
-            except (ValueError, IndexError):
-                continue
+    for pid in procstat.pids(proc):
+        stat = procstat.read(pid, proc)
+        if stat is not None:
+            out[pid] = (stat.comm, stat.ppid, stat.rss_pages)
     return out
 
 
@@ -292,7 +276,7 @@ def sample(root_pid, proc="/proc"):
     mapped, root_view, exe = _process_facts(pid, proc)
     mount_roots = parse_mount_roots(_read(os.path.join(base, "mountinfo")))
     environ = parse_environ(_read(os.path.join(base, "environ"), "rb"))
-    comm = (process_table_entry(pid, proc) or ("",))[0]
+    comm = getattr(procstat.read(pid, proc), "comm", "")
     py = python_version(exe, mapped)
     root_link = os.path.join(base, "root")
     sites = site_dirs(mapped, root_view, py)
@@ -309,14 +293,6 @@ def sample(root_pid, proc="/proc"):
         "python": py,
         "packages": packages,
     }
-
-
-def process_table_entry(pid, proc="/proc"):
-    text = _read(os.path.join(proc, str(pid), "stat"))
-    try:
-        return parse_stat(text) if text else None
-    except (ValueError, IndexError):
-        return None
 
 
 def richness(fp):

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 
+from . import procstat
 from .textfile import write_atomic
 
 JOBS_SUBDIR = os.path.join(".sparkfleet", "jobs")
@@ -30,13 +31,8 @@ def jobs_dir(results_root: str) -> str:
 def _start_ticks(pid: int):
     """The pid's start time in clock ticks since boot (tells a reused pid from the job's); None once it is
     gone or a zombie (it has exited; only its parent has yet to reap it)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] == "Z" else int(fields[19])
+    stat = procstat.read(pid)
+    return stat.start_ticks if procstat.live(stat) else None
 
 
 def _write(path: str, entry: dict) -> None:

@@ -24,6 +24,8 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
+from . import procstat
+
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
 #: How long a stopped server gets between SIGTERM and SIGKILL (engines free GPU memory on the way out).
@@ -442,17 +444,10 @@ class ServerProcess:
 def group_members(pgid: int, proc_root: str = "/proc") -> list:
     """The pids of process group ``pgid`` that have not exited (zombies left out: they hold no memory)."""
     members = []
-    for entry in os.listdir(proc_root):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc_root, entry, "stat")) as fh:
-                stat = fh.read()
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry))
+    for pid in procstat.pids(proc_root):
+        stat = procstat.read(pid, proc_root)
+        if procstat.live(stat) and stat.pgrp == pgid:
+            members.append(pid)
     return members
 
 

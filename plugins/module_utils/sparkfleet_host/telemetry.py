@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple, Union
 
+from . import procstat
 from .gpu import (
     QUERY_FIELDS,
     GpuReading,
@@ -109,12 +110,7 @@ def cgroup_memory_file(path: str) -> str:
 
 def proc_cpu_seconds(pid: int) -> Optional[float]:
     """utime + stime of process ``pid`` from /proc/<pid>/stat (None once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    return procstat.cpu_seconds(procstat.read(pid))
 
 
 # --------------------------------------------------------------------------- the persistent nvidia-smi child

@@ -96,8 +96,7 @@ def test_environ_and_versions(tmp_path):
     assert fp.python_version("/usr/bin/python3.12", []) == "3.12"
 
 
-def test_descendants_and_stat_with_odd_comm():
-    assert fp.parse_stat("42 (a (b) c) S 7 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 100 25 0")[:2] == ("a (b) c", 7)
+def test_descendants():
     table = {1: ("init", 0, 1), 10: ("bash", 1, 1), 11: ("python3", 10, 9), 12: ("sleep", 11, 1), 20: ("x", 1, 1)}
     assert fp.descendants(10, table) == [(10, 0), (11, 1), (12, 2)]
     assert fp.descendants(99, table) == []

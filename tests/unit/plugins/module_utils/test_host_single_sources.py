@@ -1,9 +1,10 @@
 """The host code's single sources: one atomic writer (textfile.write_atomic), one /proc/meminfo parser
-(meminfo), one NVML / nvidia-smi adapter (gpu). Each is used by every host-side caller; these tests pin the
-shared behaviour, and that no second copy creeps back in."""
+(meminfo), one /proc/PID/stat reader (procstat), one NVML / nvidia-smi adapter (gpu). Each is used by every
+host-side caller; these tests pin the shared behaviour, and that no second copy creeps back in."""
 
 from __future__ import annotations
 
+import re
 import stat
 import types
 from pathlib import Path
@@ -115,3 +116,11 @@ def test_parse_readings_reads_one_loop_line():
     (reading,) = gpu.parse_readings(line)
     assert (reading.index, reading.temperature_c, reading.memory_used_mib, reading.throttle_reasons) == (
         0, 41.0, None, ["gpu_idle"])
+
+
+def test_only_procstat_reads_proc_pid_stat():
+    """The fingerprint's process table, a job's start time, a server's group and a child's CPU time all read the
+    line through procstat (four parsers of it had grown, each with its own idea of where comm ends)."""
+    opens_stat = re.compile(r"""["']stat["']\s*\)|/stat["']""")
+    readers = sorted(p.name for p in HOST_CODE if opens_stat.search(p.read_text()))
+    assert readers == ["procstat.py"]
