@@ -112,8 +112,12 @@ def judge(record, outcome: dict, parsed, model: dict, workload: dict, timeout_s,
 # ------------------------------------------------------------------------------------ serving
 
 
-def serving_kv(engine: str, log_path: str) -> dict:
-    """The engine's own KV sizing from its server log (parsers.serving_kv.parse_kv), or {"error": why not}."""
+def serving_kv(log_format, log_path: str, engine: str = "") -> dict:
+    """The engine's own KV sizing from its server log (parsers.serving_kv.parse_kv, read in the built-in engine's
+    ``log_format``), or {"error": why not}: no format declared (a campaign engine's ``kv_log: null``), no parser,
+    an unreadable log."""
+    if not log_format:
+        return {"error": "engine %s declares no KV log format (kv_log: null)" % engine}
     try:
         from .parsers import serving_kv as kv_parser  # another piece: a run without it still judges its points
     except ImportError as exc:
@@ -121,7 +125,7 @@ def serving_kv(engine: str, log_path: str) -> dict:
     try:
         with open(log_path, "rb") as fh:
             text = fh.read().decode("utf-8", "replace")
-        kv = kv_parser.parse_kv(engine, text)
+        kv = kv_parser.parse_kv(log_format, text)
     except Exception as exc:  # a parser bug must not lose the run's points
         return {"error": "%s: %s" % (type(exc).__name__, exc)}
     return dict(kv) if isinstance(kv, dict) else {"error": "parse_kv returned %r" % (kv,)}
@@ -133,11 +137,8 @@ def judge_serving(record, outcome: dict, run_dir: str):
     failed when none is or the server never became ready (timeout when the run's time ran out first)."""
     section = record.serving or {}
     # a campaign's own engine names the built-in log format it shares (kv_log), or none
-    parser = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
-    kv = serving_kv(parser, os.path.join(run_dir, "server.log")) if parser else {
-        "kv_cache_gib": None, "source": None,
-        "reason": "engine %s declares no KV log format (kv_log: null)" % section.get("engine")}
-    section["kv"] = kv
+    log_format = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
+    kv = section["kv"] = serving_kv(log_format, os.path.join(run_dir, "server.log"), section.get("engine"))
     metrics = {}
     for name in ("kv_cache_gib", "peak_memory_gib"):  # engine-wide figures; a memory metric names its source
         value = kv.get(name)

@@ -497,7 +497,7 @@ def test_a_serving_run_of_a_custom_engine_records_its_name_and_expanded_argv(tmp
                                          "127.0.0.1", "--port", str(port), "--alias", "tiny"]
     assert len(section["points"]) == 4 and section["server"]["stopped"] == "terminated"
     # kv_log: null - no KV figure, and the record says why rather than guessing a log format
-    assert section["kv"]["kv_cache_gib"] is None and "kv_log: null" in section["kv"]["reason"]
+    assert section["kv"] == {"error": "engine my-llama declares no KV log format (kv_log: null)"}
     (tmp_path / "again").mkdir()
     rec, _ = _serving_run(tmp_path / "again", monkeypatch, engine="my-llama",
                           engine_spec={**spec, "kv_log": "llama.cpp"})
