@@ -7,9 +7,12 @@
 #
 #   N=5 bash benchmarks/decode_repeat.sh        # on a CUDA host with torch and transformers (the device tool)
 #   TUNINGS=coordinate-descent TORCHINDUCTOR_COMPILE_THREADS=1 N=3 bash benchmarks/decode_repeat.sh
+#   INDUCTOR_DEBUG=1 ...   # also keeps each process's debug log of Inductor's autotuning (its cache reads and
+#                          # saves, the coordinate-descent steps) in $WORK/<tuning>-<i>.log and counts its lines
 set -uo pipefail
 N=${N:-5}
 WORK=${WORK:-$(mktemp -d /var/tmp/decode-repeat.XXXX)}
+mkdir -p "$WORK" || exit 1
 cd "$(dirname "$0")/../roles/matrix/files"
 echo "TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-unset}"
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
@@ -17,8 +20,16 @@ shape=(--model llama-1b --input-len 128 --output-len 32 --warmup 1 --iterations 
 for tuning in ${TUNINGS:-coordinate-descent none}; do
   export TORCHINDUCTOR_CACHE_DIR=$WORK/inductor-$tuning
   for i in $(seq 1 "$N"); do
-    mark=$WORK/mark && touch "$mark"
+    mark=$WORK/mark && touch "$mark" && sleep 1  # a file the process writes is then newer, whatever the clock tick
+    if [[ ${INDUCTOR_DEBUG:-0} == 1 ]]; then
+      export TORCH_LOGS=+torch._inductor.runtime.triton_heuristics,+torch._inductor.runtime.autotune_cache
+    fi
     out=$(timeout 200 python3 hf_generate.py "${shape[@]}" --compile-tuning "$tuning" 2>&1)
+    if [[ ${INDUCTOR_DEBUG:-0} == 1 ]]; then
+      printf '%s\n' "$out" > "$WORK/$tuning-$i.log"
+      echo "debug log $WORK/$tuning-$i.log: $(grep -ci 'coordesc' "$WORK/$tuning-$i.log") lines name coordesc," \
+        "$(grep -ci 'save' "$WORK/$tuning-$i.log") name a save"
+    fi
     pick() { sed -n "s/^$1: //p" <<<"$out" | head -1; }
     configs=$(find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' 2>/dev/null | sort)
     written=$(find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' -newer "$mark" 2>/dev/null | wc -l)
