@@ -322,7 +322,34 @@ def _workload_params(runs: pd.DataFrame) -> pd.Series:
 
 ROOFLINE_COLUMNS = ["host", "model", "environment", "workload", "metric", "batch", "n", "mean_tok_s", "max_tok_s",
                     "roofline_tok_s", "percent", "max_percent", "implausible", "weight_bytes", "weight_source",
-                    "bandwidth_bytes_s", "bandwidth_method", "note"]
+                    "bandwidth_bytes_s", "bandwidth_method", "decoder", "note"]
+
+
+def _fact(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def decoder_words(decode_path: Any, launch_bound: Any, compile_tuning: Any) -> str:
+    """How an engine said it decoded (its record's extra.engine), in words; "" where it said nothing."""
+    decode_path, launch_bound, compile_tuning = map(_fact, (decode_path, launch_bound, compile_tuning))
+    if decode_path is None and launch_bound is None:
+        return ""
+    words = [str(decode_path or "decoder")]
+    if launch_bound in (True, "yes", "true", "True"):
+        words.append("launch-bound: measures the host's Python and launches, not the GPU")
+    if compile_tuning == "coordinate-descent":
+        words.append("kernels tuned anew in each run's process (coordinate-descent): runs differ by several percent")
+    return ", ".join(words)
+
+
+def run_decoders(runs: pd.DataFrame) -> dict[str, str]:
+    """run_id -> decoder_words of the runs whose records carry the engine's facts."""
+    columns = ["engine_decode_path", "engine_launch_bound", "engine_compile_tuning"]
+    if runs.empty or not any(c in runs for c in columns):
+        return {}
+    facts = [runs[c] if c in runs else pd.Series(None, index=runs.index, dtype=object) for c in columns]
+    return {run: words for run, *values in zip(runs["run_id"], *facts, strict=True)
+            if (words := decoder_words(*values))}
 
 
 def decode_figures(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
@@ -352,6 +379,7 @@ def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str
     percentage is a lower bound and a figure above 100% is impossible without speculative decoding).
     ``implausible`` when any run's figure is above its roofline. ``note`` says why a cell has no percentage."""
     figures = decode_figures(runs, states)
+    decoders = run_decoders(runs)
     rows = []
     for (host, model, env, workload, metric), cell in figures.groupby(
             ["host", "model", "environment", "workload", "metric"], sort=True):
@@ -363,7 +391,8 @@ def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str
                "mean_tok_s": float(cell["value"].mean()), "max_tok_s": float(cell["value"].max()),
                "roofline_tok_s": None, "percent": None, "max_percent": None, "implausible": False,
                "weight_bytes": w.bytes if w else None, "weight_source": w.source if w else None,
-               "bandwidth_bytes_s": bw.get("bytes_per_s"), "bandwidth_method": bw.get("method"), "note": ""}
+               "bandwidth_bytes_s": bw.get("bytes_per_s"), "bandwidth_method": bw.get("method"),
+               "decoder": " / ".join(sorted({decoders[r] for r in cell["run_id"] if r in decoders})), "note": ""}
         if not bw.get("bytes_per_s"):
             row["note"] = "no measured bandwidth" + (f" ({bw['reason']})" if bw.get("reason") else "")
         elif w is None:

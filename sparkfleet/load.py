@@ -270,6 +270,7 @@ def flatten_record(data: dict[str, Any], record_dir: str) -> dict[str, Any]:
     provenance = get("provenance")
     if isinstance(provenance, dict):
         row.update(zip(PROVENANCE_COLUMNS, (provenance.get("status"), provenance.get("reason")), strict=True))
+    row.update(engine_fact_columns(data) or {})
     rejected = contract.rejected_metrics(data)
     if rejected:
         row[REJECTED_COLUMN] = "; ".join(rejected)
@@ -291,6 +292,18 @@ _REJECTED_KEY = " rejected"
 #: The record's provenance verdict as columns (the model cards it compared stay in record.json).
 PROVENANCE_COLUMNS = ("provenance_status", "provenance_reason")
 _PROVENANCE_KEY = " provenance"
+#: How the engine said it measured (the record's extra.engine, written since 2026-11-27): column <- fact.
+ENGINE_FACT_COLUMNS = {"engine_decoder": "decoder", "engine_decode_path": "decode_path",
+                       "engine_launch_bound": "launch_bound", "engine_compile_tuning": "compile_tuning"}
+_ENGINE_FACTS_KEY = " engine facts"
+
+
+def engine_fact_columns(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The record's extra.engine facts the report reads, as columns; None for a record without them."""
+    facts = (data.get("extra") or {}).get("engine") if isinstance(data.get("extra"), dict) else None
+    if not isinstance(facts, dict):
+        return None
+    return {column: _scalar(facts.get(fact)) for column, fact in ENGINE_FACT_COLUMNS.items()}
 #: Below this many records one process is quicker than starting workers.
 PARALLEL_MIN_RECORDS = 4000
 
@@ -327,6 +340,9 @@ class _Columns:
         flat = memory_columns(data)
         if flat:  # filed like a nested object whose columns carry no prefix
             self._file((_MEMORY_KEY, tuple(flat)), row, flat.values())
+        facts = engine_fact_columns(data)
+        if facts:
+            self._file((_ENGINE_FACTS_KEY, tuple(facts)), row, facts.values())
         rejected = contract.rejected_metrics(data)
         if rejected:  # the metrics the producer or the loader left out, and why (one text column)
             self._file((_REJECTED_KEY, (REJECTED_COLUMN,)), row, ("; ".join(rejected),))

@@ -387,7 +387,7 @@ def section(check: HostCheck | None) -> Section | None:
     blocks.append(Bullets(list(check.hosts["sentence"]), "hosts"))
     roof = check.roofline
     if len(roof):
-        blocks.append(table(pd.DataFrame({
+        columns = {
             "host": roof["host"], "model": roof["model"], "environment": roof["environment"],
             "workload": roof["workload"], "figure": roof["metric"].map(_words), "batch": roof["batch"].map(fmt),
             "n": roof["n"].map(fmt), "mean tok/s": roof["mean_tok_s"].map(fmt),
@@ -398,8 +398,11 @@ def section(check: HostCheck | None) -> Section | None:
                                           strict=True)],
             "weights": [f"{w / 1e9:.2f} GB ({s})" if w == w and w else "–"
                         for w, s in zip(roof["weight_bytes"].astype(float), roof["weight_source"], strict=True)],
-        }), "Decode against the memory-bandwidth roofline (batch x bandwidth / weight bytes; weights only, so the "
-            "percentage is a lower bound)"))
+        }
+        if roof["decoder"].fillna("").astype(bool).any():  # how the engine said it decoded, where it said
+            columns["decoder (as the engine said)"] = roof["decoder"].fillna("").replace("", "–")
+        blocks.append(table(pd.DataFrame(columns), "Decode against the memory-bandwidth roofline (batch x bandwidth / "
+                            "weight bytes; weights only, so the percentage is a lower bound)"))
     energy = check.energy
     if len(energy):
         blocks.append(table(pd.DataFrame({

@@ -8,6 +8,7 @@ the run's status, reason and figures. Nothing here writes a file.
 
 from __future__ import annotations
 
+import math
 import os
 
 from . import modelcard, serving
@@ -75,6 +76,26 @@ def provenance(model: dict, workload: dict, parsed, cards) -> dict:
     return verdict
 
 
+#: The most of the log's own facts (parsed.extra) a record keeps, and the longest text among them.
+ENGINE_FACTS_MAX, ENGINE_FACT_CHARS = 64, 300
+
+
+def engine_facts(extra) -> dict:
+    """The scalar facts the engine's log stated beside its figures (hf-generate: decoder, decode_path,
+    launch_bound, compile_tuning, decoder_setup_s, ...), for the record's ``extra.engine``: how a figure was
+    produced stays with it. Lists and objects are left out (the per-iteration values are the samples)."""
+    facts = {}
+    for key in sorted(extra or {})[:ENGINE_FACTS_MAX]:
+        value = extra[key]
+        if isinstance(value, str):
+            facts[key] = value[:ENGINE_FACT_CHARS]
+        elif isinstance(value, float):
+            facts[key] = value if math.isfinite(value) else None  # JSON has no NaN or infinity
+        elif value is None or isinstance(value, (bool, int)):
+            facts[key] = value
+    return facts
+
+
 def judge(record, outcome: dict, parsed, model: dict, workload: dict, timeout_s, run_dir: str, cards):
     """(status, reason, metrics) of a run whose commands ended with ``outcome`` (run_process's dict, with
     ``step`` the step that stopped it, or ``error``). Fills ``record``'s parsed fields and provenance."""
@@ -86,6 +107,9 @@ def judge(record, outcome: dict, parsed, model: dict, workload: dict, timeout_s,
         record.versions["engine"] = parsed.engine
         record.versions["engine_version"] = parsed.engine_version
         record.provenance = provenance(model, workload, parsed, cards)
+        facts = engine_facts(parsed.extra)
+        if facts:
+            record.extra = {**(record.extra or {}), "engine": facts}
     if outcome.get("error"):
         return "failed", outcome["error"], metrics
     step = outcome.get("step", "bench")

@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from sparkfleet.cli import main
-from sparkfleet.load import load_runs
+from sparkfleet.load import flatten_record, load_runs
 from sparkfleet.report import host_normal
 from sparkfleet.report.host_normal import check_hosts
 
@@ -25,7 +25,7 @@ BANDWIDTH = 273 * GB
 
 
 def write_run(root: Path, host: str, iteration: int, tok_s: float, *, readiness: dict | None = None,
-              attestation: dict | None = None, card: bool = True) -> None:
+              attestation: dict | None = None, card: bool = True, engine_facts: dict | None = None) -> None:
     tpot = 1000.0 / tok_s  # batch 1: decode rate = 1000 / tpot
     fields = {"status": "ok", "engine": "hf-generate", "warmup": False, "order_index": iteration,
               "workload_params": {"engine": "hf-generate", "batch": 1, "input_len": 128, "output_len": 256},
@@ -38,6 +38,8 @@ def write_run(root: Path, host: str, iteration: int, tok_s: float, *, readiness:
         fields["readiness"] = readiness
     if attestation is not None:
         fields["attestation"] = attestation
+    if engine_facts is not None:
+        fields["extra"] = {"engine": engine_facts}
     rec = contract.new_record("fleet", host, "llama", "native", "T1", iteration, **fields)
     data, problems = contract.sealed(rec)
     assert not problems, problems
@@ -165,6 +167,30 @@ def test_roofline_says_why_a_cell_has_no_percentage(tmp_path: Path) -> None:
     roof = check(root).roofline.set_index(["host", "metric"])
     assert roof.loc[("spark2", "decode_tok_s"), "note"] == "no measured bandwidth (no CUDA)"
     assert roof.loc[("spark1", "decode_tok_s"), "percent"] > 0
+
+
+def test_roofline_says_how_the_engine_decoded_where_its_records_say(tmp_path: Path, capsys) -> None:
+    """hf-generate's facts in each record's extra.engine: the roofline table names the decoder, a launch-bound
+    one and per-process kernel tuning in words; records without the facts (older ones) leave the cell empty."""
+    root = tmp_path / "fleet"
+    facts = {"spark1": {"decode_path": "cuda-graph", "launch_bound": False, "compile_tuning": "coordinate-descent"},
+             "spark2": {"decode_path": "generate", "launch_bound": True, "compile_tuning": "n/a"},
+             "spark3": None}
+    for host, engine in facts.items():
+        for i in range(1, 4):
+            write_run(root, host, i, 100.0, engine_facts=engine)
+        (root / host / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": BANDWIDTH, "method": "copy"}))
+    runs = load_runs(root).runs
+    launch_bound = runs.groupby("host")["engine_launch_bound"].first().to_dict()
+    assert launch_bound["spark1"] is False and launch_bound["spark2"] is True and launch_bound["spark3"] is None
+    one = json.loads(next((root / "spark2" / "runs").glob("*/record.json")).read_text())
+    assert flatten_record(one, "x")["engine_decode_path"] == "generate"  # the row a reader pictures, the same
+    decode = check(root).roofline.query("metric == 'decode_tok_s'").set_index("host")["decoder"].to_dict()
+    assert decode["spark1"].startswith("cuda-graph, kernels tuned anew in each run's process (coordinate-descent)")
+    assert decode["spark2"].startswith("generate, launch-bound: measures the host's Python")
+    assert decode["spark3"] == ""
+    summary, _ = _report(root, tmp_path / "out", capsys)
+    assert "decoder (as the engine said)" in summary and "launch-bound" in summary
 
 
 def test_energy_per_output_token_with_its_scope(tmp_path: Path) -> None:

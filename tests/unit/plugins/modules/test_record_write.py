@@ -62,6 +62,21 @@ def test_matmul_records_keep_every_iteration_timing(tmp_path, python_and_standin
         timings = rec["samples"]["matmul_s"]
         assert len(timings) == 4 and all(t > 0 for t in timings)
         assert rec["metrics"]["matmul_s_mean"] == pytest.approx(sum(timings) / 4, rel=0.01)
+        # what the workload said of how it measured stays with the figures; the timings list is the samples
+        facts = rec["extra"]["engine"]
+        assert facts["size"] == 64 and facts["status"] == "ok" and "iteration_s" not in facts
+
+
+def test_engine_facts_keep_scalars_bounded_and_json_safe():
+    run_judge = host_util("run_judge")
+    facts = run_judge.engine_facts({"decode_path": "cuda-graph", "launch_bound": False, "decoder_setup_s": 13.1,
+                                    "compile_tuning": "none", "iteration_ttft_ms": [1.0, 2.0], "odd": {"a": 1},
+                                    "nan": float("nan"), "inf": float("inf"), "long": "x" * 1000, "none": None})
+    assert facts == {"compile_tuning": "none", "decode_path": "cuda-graph", "decoder_setup_s": 13.1,
+                     "inf": None, "launch_bound": False, "long": "x" * run_judge.ENGINE_FACT_CHARS, "nan": None,
+                     "none": None}
+    assert len(run_judge.engine_facts({f"k{i:03d}": i for i in range(500)})) == run_judge.ENGINE_FACTS_MAX
+    assert run_judge.engine_facts(None) == {}
 
 
 def test_trtllm_records_are_current_and_valid(tmp_path, monkeypatch):
