@@ -335,7 +335,7 @@ def decoder_words(decode_path: Any, launch_bound: Any, compile_tuning: Any) -> s
     if decode_path is None and launch_bound is None:
         return ""
     words = [str(decode_path or "decoder")]
-    if launch_bound in (True, "yes", "true", "True"):
+    if launch_bound is not None and bool(launch_bound):  # the parser's bool, whatever the column's dtype
         words.append("launch-bound: measures the host's Python and launches, not the GPU")
     if compile_tuning == "coordinate-descent":
         words.append("kernels tuned anew in each run's process (coordinate-descent): runs differ by several percent")

@@ -296,16 +296,17 @@ _PROVENANCE_KEY = " provenance"
 ENGINE_FACT_COLUMNS = {"engine_decoder": "decoder", "engine_decode_path": "decode_path",
                        "engine_launch_bound": "launch_bound", "engine_compile_tuning": "compile_tuning"}
 _ENGINE_FACTS_KEY = " engine facts"
+#: Below this many records one process is quicker than starting workers.
+PARALLEL_MIN_RECORDS = 4000
 
 
 def engine_fact_columns(data: dict[str, Any]) -> dict[str, Any] | None:
     """The record's extra.engine facts the report reads, as columns; None for a record without them."""
-    facts = (data.get("extra") or {}).get("engine") if isinstance(data.get("extra"), dict) else None
+    extra = data.get("extra")
+    facts = extra.get("engine") if isinstance(extra, dict) else None
     if not isinstance(facts, dict):
         return None
     return {column: _scalar(facts.get(fact)) for column, fact in ENGINE_FACT_COLUMNS.items()}
-#: Below this many records one process is quicker than starting workers.
-PARALLEL_MIN_RECORDS = 4000
 
 
 class _Columns:
