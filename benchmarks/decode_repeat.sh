@@ -3,7 +3,8 @@
 # per setting (the first process compiles and tunes, the others find the cache): is the time per token the
 # same from process to process, and is the tuned state (Inductor's *.best_config files) the same? After each
 # process: tpot_ms, decode_tok_s, decoder_setup_s, the number of best_config files, a hash of their contents
-# and how many of them the process wrote (BENCHMARKS.md, "hf-generate decode against the roofline").
+# and how many of them the process wrote (as this script finds them, and as hf_generate.py's compile_tuned_now
+# counts them) (BENCHMARKS.md, "hf-generate decode against the roofline").
 #
 #   N=5 bash benchmarks/decode_repeat.sh        # on a CUDA host with torch and transformers (the device tool)
 #   TUNINGS=coordinate-descent TORCHINDUCTOR_COMPILE_THREADS=1 N=3 bash benchmarks/decode_repeat.sh
@@ -35,7 +36,8 @@ for tuning in ${TUNINGS:-coordinate-descent none}; do
     written=$(find "$TORCHINDUCTOR_CACHE_DIR" -name '*.best_config' -newer "$mark" 2>/dev/null | wc -l)
     state=$(for f in $configs; do cat "$f" | sed 's/"time_taken_ms": [0-9.e-]*//'; echo; done | sha1sum | cut -c1-12)
     echo "tuning=$tuning process=$i status=$(pick status) tpot_ms=$(pick tpot_ms) decode_tok_s=$(pick decode_tok_s)" \
-      "setup_s=$(pick decoder_setup_s) best_configs=$(wc -w <<<"$configs") written=$written state=$state" \
+      "setup_s=$(pick decoder_setup_s) best_configs=$(wc -w <<<"$configs") written=$written" \
+      "tuned_now=$(pick compile_tuned_now) state=$state" \
       "check=$(pick decode_check | cut -c1-2)"
     [[ $(pick status) == ok ]] || grep -E 'rror' <<<"$out" | tail -3
   done

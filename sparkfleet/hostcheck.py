@@ -329,22 +329,30 @@ def _fact(value: Any) -> Any:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def decoder_words(decode_path: Any, launch_bound: Any, compile_tuning: Any) -> str:
-    """How an engine said it decoded (its record's extra.engine), in words; "" where it said nothing."""
-    decode_path, launch_bound, compile_tuning = map(_fact, (decode_path, launch_bound, compile_tuning))
+def decoder_words(decode_path: Any, launch_bound: Any, compile_tuning: Any, tuned_now: Any = None) -> str:
+    """How an engine said it decoded (its record's extra.engine), in words; "" where it said nothing.
+    ``tuned_now``: the kernels the run's process tuned itself (hf-generate's compile_tuned_now)."""
+    decode_path, launch_bound, compile_tuning, tuned_now = map(
+        _fact, (decode_path, launch_bound, compile_tuning, tuned_now))
     if decode_path is None and launch_bound is None:
         return ""
     words = [str(decode_path or "decoder")]
     if launch_bound is not None and bool(launch_bound):  # the parser's bool, whatever the column's dtype
         words.append("launch-bound: measures the host's Python and launches, not the GPU")
     if compile_tuning == "coordinate-descent":
-        words.append("kernels tuned anew in each run's process (coordinate-descent): runs differ by several percent")
+        if tuned_now is None:  # records from before the count: torch 2.11 tuned in every process then
+            words.append("coordinate-descent kernels, where tuned not recorded (tuned anew in each process, "
+                         "runs differ by several percent, unless read from a cache)")
+        elif int(tuned_now) > 0:
+            words.append("coordinate-descent kernels tuned in this run's process")
+        else:
+            words.append("coordinate-descent kernels from the host's tuning cache")
     return ", ".join(words)
 
 
 def run_decoders(runs: pd.DataFrame) -> dict[str, str]:
     """run_id -> decoder_words of the runs whose records carry the engine's facts."""
-    columns = ["engine_decode_path", "engine_launch_bound", "engine_compile_tuning"]
+    columns = ["engine_decode_path", "engine_launch_bound", "engine_compile_tuning", "engine_compile_tuned_now"]
     if runs.empty or not any(c in runs for c in columns):
         return {}
     facts = [runs[c] if c in runs else pd.Series(None, index=runs.index, dtype=object) for c in columns]

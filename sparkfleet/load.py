@@ -294,7 +294,8 @@ PROVENANCE_COLUMNS = ("provenance_status", "provenance_reason")
 _PROVENANCE_KEY = " provenance"
 #: How the engine said it measured (the record's extra.engine, written since 2026-11-27): column <- fact.
 ENGINE_FACT_COLUMNS = {"engine_decoder": "decoder", "engine_decode_path": "decode_path",
-                       "engine_launch_bound": "launch_bound", "engine_compile_tuning": "compile_tuning"}
+                       "engine_launch_bound": "launch_bound", "engine_compile_tuning": "compile_tuning",
+                       "engine_compile_tuned_now": "compile_tuned_now"}
 _ENGINE_FACTS_KEY = " engine facts"
 #: Below this many records one process is quicker than starting workers.
 PARALLEL_MIN_RECORDS = 4000

@@ -130,7 +130,8 @@ def _commands(campaign, host, trtllm, runs, rootfs_tmp):
     for run in runs:
         run_dir = f"{paths['results_dir']}/runs/{run.run_id}"
         kind = run.environment.get("kind", "native")
-        env = run_launch.run_env(host["workload"]["env"], run.workload, run.environment, trtllm)
+        env = run_launch.run_env(host["workload"]["env"], run.workload, run.environment, trtllm,
+                                 results_root=results_root)
         try:
             steps = runexec.engine_steps(run.workload.get("engine", "trtllm"), run.workload, run.model, run_dir,
                                          f"{results_root}/{runexec.WORKLOADS_SUBDIR}", trtllm=trtllm,

@@ -24,6 +24,7 @@ from .chroot import ChrootError, load_image_config, read_native_state
 from .gpu import GpuSensorError, open_sensor
 from .ledger import utc
 from .runexec import (
+    COMPILE_CACHE_SUBDIR,
     WORKLOADS_SUBDIR,
     RunSetupError,
     container_cgroup_memory_file,
@@ -71,12 +72,15 @@ def wait_cooldown(params: dict) -> dict:
     }
 
 
-def run_env(base: dict, workload: dict, environment: dict, trtllm: dict) -> dict:
+def run_env(base: dict, workload: dict, environment: dict, trtllm: dict, results_root=None) -> dict:
     """A run's environment variables: ``base`` (the inventory's), the workload's, the probe, trtllm's offline
-    defaults. The one definition: ``sparkfleet plan`` shows what this returns."""
+    defaults, hf-generate's Inductor cache under ``results_root``. The one definition: ``sparkfleet plan``
+    shows what this returns."""
     env = {str(k): str(v) for k, v in (base or {}).items()}
     env.update({str(k): str(v) for k, v in (workload.get("env") or {}).items()})
     env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (environment.get("kind"), environment["name"]))
+    if workload.get("engine") == "hf-generate" and results_root:
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(results_root, COMPILE_CACHE_SUBDIR))
     if workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
         for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
             env.setdefault(key, value)
@@ -135,7 +139,8 @@ class Launcher:
         return self.p["trtllm"] or {}
 
     def env(self) -> dict:
-        return run_env(self.p["env"], self.run.workload, self.run.environment, self.trtllm())
+        return run_env(self.p["env"], self.run.workload, self.run.environment, self.trtllm(),
+                       results_root=self.p["results_root"])
 
     def command(self, step: str, argv: list) -> list:
         run_dir, environment = self.run.run_dir, self.run.environment

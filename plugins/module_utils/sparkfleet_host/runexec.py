@@ -22,6 +22,10 @@ from .memstate import cgroup_dir_of_pid
 #: Where the standalone workload scripts are installed, relative to the results root (visible at the
 #: same path natively, in the chroot and in the container).
 WORKLOADS_SUBDIR = ".sparkfleet/workloads"
+#: hf-generate's Inductor cache (TORCHINDUCTOR_CACHE_DIR), relative to the results root: one per host, the same
+#: in every environment, so a kernel tuned in one run is read back by all the others (native and container
+#: alike) instead of each environment tuning its own, with its own outcome.
+COMPILE_CACHE_SUBDIR = ".sparkfleet/inductor-cache"
 #: Words of a flag or variable name that mark its value as a secret. A name is split into words at '_', '-',
 #: '.' and lower-to-upper case changes: HF_TOKEN, --hf-token, hfToken, OPENAI_API_KEY are secrets;
 #: TOKENIZERS_PARALLELISM and --max_num_tokens are not (a word must BE the secret word, or end with it:

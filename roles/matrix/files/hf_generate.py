@@ -24,10 +24,12 @@ Two decoders (``--decoder``):
   Inductor's fused kernels, fewer and larger launches inside the graph; measured on an H100 with the
   llama-1b preset, 2.7 ms a token eager-captured, 1.7 ms compiled). Inductor's coordinate-descent kernel
   tuning (gpt-fast's setting) is an option, not the default (``--compile-tuning``): on an H200 with the llama-1b
-  preset it decodes faster (1.12-1.30 ms a token against 1.50 untuned) but torch 2.11's Inductor tunes again
-  in every process despite its cache, each process to a different state, so the time per token differs from
-  process to process by several percent (untuned: 0.2 %), more than the environment effects sparkfleet is
-  asked to find (benchmarks/decode_repeat.sh);
+  preset it decodes faster (1.12-1.30 ms a token against 1.50 untuned). Its outcome differs from one tuning to
+  the next by several percent, so it is tuned once and read back from Inductor's cache after that (sparkfleet
+  points ``TORCHINDUCTOR_CACHE_DIR`` at one directory per host that every environment sees);
+  ``compile_tuned_now`` counts the kernels this process tuned (0: all from the cache). torch 2.9-2.11 tune
+  again in every process whatever the cache (see ``compile_step``), which this script works around
+  (benchmarks/decode_repeat.sh);
   where compiling fails the eager step is captured instead, and said so. Without CUDA, or where the capture
   fails (named in ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
   (``decode_path: eager-static``). Compiling, capturing and checking take seconds to a minute per process
@@ -67,7 +69,7 @@ DEVICES = ("auto", "cuda", "cpu")
 DECODERS = ("graph", "generate")
 #: How Inductor tunes the kernels it generates for the compiled step: none (its default launch parameters: the
 #: same kernels in every process) or coordinate-descent (gpt-fast's setting: each kernel's launch parameters
-#: searched by timing them; faster, but searched again in every process, with a different outcome each time).
+#: searched by timing them, once per Inductor cache; faster, each search with its own outcome).
 COMPILE_TUNINGS = ("none", "coordinate-descent")
 #: Decode tokens (batch x (output_len - 1)) each measured iteration covers at least, on CUDA, by default: a
 #: T1 generation (32 new tokens) alone is a few tens of milliseconds of graph replays.
@@ -436,7 +438,7 @@ class GraphDecoder:
         self.step_fn = self._step
         self.compiled = False
         self.graph: Any = None
-        started = time.perf_counter()
+        started, started_wall = time.perf_counter(), time.time()
         self.check = "n/a"
         if self.output_len < 2:
             self.path, self.launch_bound = "prefill-only", "n/a"
@@ -462,6 +464,7 @@ class GraphDecoder:
             elif compile_failed is not None:
                 self.reason += f" (eager step: the compiled one failed: {compile_failed})"
         self.setup_s = time.perf_counter() - started
+        self.tuned_now = tuning_entries_written(inductor_cache_dir(), started_wall) if self.compiled else None
 
     def forward(self, ids: Any, pos: Any, cpos: Any) -> Any:
         kwargs = dict(input_ids=ids, position_ids=pos, past_key_values=self.static, use_cache=True, **self.keep)
@@ -575,7 +578,38 @@ def compile_step(torch: Any, step: Any, tuning: str) -> Any:
         inductor = None
     if hasattr(inductor, "coordinate_descent_tuning"):  # absent before torch 2.1
         inductor.coordinate_descent_tuning = tuning == "coordinate-descent"
+    if tuning == "coordinate-descent" and hasattr(inductor, "use_static_cuda_launcher"):
+        # torch 2.9-2.11 load statically launched kernels from the FX graph cache through
+        # CachingAutotuner.recheck_autotune_cache, which drops the cached coordinate-descent result of a kernel
+        # compiled with one config: such kernels are tuned again in every process, each to its own outcome
+        # (pytorch/pytorch issue 172819). Without the static launcher a cache hit builds each kernel from its
+        # source (cached_autotune), which takes the cached result: one tuned state per cache.
+        inductor.use_static_cuda_launcher = False
     return torch.compile(step, dynamic=False)
+
+
+def inductor_cache_dir() -> str | None:
+    """Inductor's cache directory (TORCHINDUCTOR_CACHE_DIR, else its default), or None where torch hides it."""
+    for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
+        try:
+            return str(importlib.import_module(name).cache_dir())
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def tuning_entries_written(cache_dir: str | None, since: float) -> int | None:
+    """Inductor's tuning results (``*.best_config``, one per tuned kernel) written at or after ``since`` (a
+    time.time()): the kernels this process tuned rather than read from the cache. None without a cache."""
+    if not cache_dir or not os.path.isdir(cache_dir):
+        return None
+    written = 0
+    for root, _dirs, files in os.walk(cache_dir):
+        for name in files:
+            if name.endswith(".best_config"):
+                with contextlib.suppress(OSError):
+                    written += os.stat(os.path.join(root, name)).st_mtime >= since
+    return written
 
 
 def generations_per_iteration(args: argparse.Namespace, device: Any) -> int:
@@ -675,6 +709,9 @@ def run(args: argparse.Namespace) -> list[str]:
     decode_tok_s = (f"{args.batch * (args.output_len - 1) / (decode_ms / 1000.0):.6f}"
                     if args.output_len > 1 and decode_ms > 0 else "n/a")
 
+    def na(value: Any) -> str:
+        return "n/a" if value is None else str(value)
+
     def gib(value: int | None) -> str:
         return "n/a" if value is None else f"{value / GIB:.6f}"
 
@@ -707,6 +744,7 @@ def run(args: argparse.Namespace) -> list[str]:
         f"kv_cache_kind: {decoder.kv_cache_kind}",
         f"compiled: {'yes' if getattr(decoder, 'compiled', False) else 'no'}",
         f"compile_tuning: {args.compile_tuning if getattr(decoder, 'compiled', False) else 'n/a'}",
+        f"compile_tuned_now: {na(getattr(decoder, 'tuned_now', None))}",
         f"decoder_setup_s: {getattr(decoder, 'setup_s', 0.0):.3f}",
         f"decode_check: {decoder.check}",
         f"generations_per_iteration: {per_iteration}",
@@ -759,8 +797,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "to the eager step if compiling fails; on: also without CUDA; off: never")
     parser.add_argument("--compile-tuning", choices=COMPILE_TUNINGS, default=COMPILE_TUNINGS[0],
                         help="how Inductor tunes the compiled step's kernels: none (default; the same kernels "
-                             "in every process) or coordinate-descent (gpt-fast's setting: faster decoding, a "
-                             "longer compile, and kernels tuned anew in every process, so runs differ more)")
+                             "in every process) or coordinate-descent (gpt-fast's setting: faster decoding; "
+                             "tuned once per Inductor cache, a longer compile that time)")
     args = parser.parse_args(argv)
     if min(args.batch, args.input_len, args.output_len, args.iterations) < 1 or args.warmup < 0:
         parser.error("--batch, --input-len, --output-len and --iterations must be at least 1, --warmup at least 0")

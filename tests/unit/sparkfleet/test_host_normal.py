@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from sparkfleet.cli import main
+from sparkfleet.hostcheck import decoder_words
 from sparkfleet.load import flatten_record, load_runs
 from sparkfleet.report import host_normal
 from sparkfleet.report.host_normal import check_hosts
@@ -187,7 +188,7 @@ def test_roofline_says_how_the_engine_decoded_where_its_records_say(tmp_path: Pa
     one = json.loads(next((root / "spark2" / "runs").glob("*/record.json")).read_text())
     assert flatten_record(one, "x")["engine_decode_path"] == "generate"  # the row a reader pictures, the same
     decode = check(root).roofline.query("metric == 'decode_tok_s'").set_index("host")["decoder"].to_dict()
-    assert decode["spark1"].startswith("cuda-graph, kernels tuned anew in each run's process (coordinate-descent)")
+    assert decode["spark1"].startswith("cuda-graph, coordinate-descent kernels, where tuned not recorded")
     assert decode["spark2"].startswith("generate, launch-bound: measures the host's Python")
     assert decode["spark3"] == ""
     summary, _ = _report(root, tmp_path / "out", capsys)
@@ -196,6 +197,22 @@ def test_roofline_says_how_the_engine_decoded_where_its_records_say(tmp_path: Pa
     shutil.rmtree(root / "spark3")
     decode = check(root).roofline.query("metric == 'decode_tok_s'").set_index("host")["decoder"].to_dict()
     assert "launch-bound" in decode["spark2"] and "launch-bound" not in decode["spark1"]
+
+
+def test_the_decoder_column_says_whether_a_run_tuned_its_kernels_or_read_the_hosts_cache(tmp_path: Path) -> None:
+    """hf-generate's compile_tuned_now: the first run on a host tunes, the others read its cache; the cell
+    names both, and a record without the count says it is not recorded."""
+    root = tmp_path / "fleet"
+    tuned = {"decode_path": "cuda-graph", "launch_bound": False, "compile_tuning": "coordinate-descent"}
+    for i, count in ((1, 26), (2, 0), (3, 0)):
+        write_run(root, "spark1", i, 100.0, engine_facts={**tuned, "compile_tuned_now": count})
+    (root / "spark1" / "bandwidth.json").write_text(json.dumps({"bandwidth_bytes_s": BANDWIDTH, "method": "copy"}))
+    runs = load_runs(root).runs
+    assert sorted(runs["engine_compile_tuned_now"]) == [0, 0, 26]
+    cell = check(root).roofline.query("metric == 'decode_tok_s'")["decoder"].item()
+    assert cell == ("cuda-graph, coordinate-descent kernels from the host's tuning cache / "
+                    "cuda-graph, coordinate-descent kernels tuned in this run's process")
+    assert decoder_words("cuda-graph", False, "none", 3) == "cuda-graph"  # untuned: nothing to say
 
 
 def test_energy_per_output_token_with_its_scope(tmp_path: Path) -> None:

@@ -113,6 +113,24 @@ def test_the_environment_shown_is_the_one_the_host_launcher_builds(campaign, cap
         assert shown == expected
 
 
+def test_hf_generate_runs_share_one_inductor_cache_per_host_unless_the_workload_names_one(campaign, capsys):
+    """Every environment of a host reads the same kernel tuning: its Inductor cache under the results root,
+    which the chroot and the container see at the same path; other engines get no such variable."""
+    hf = [{"name": "t1", "preset": "T1", "engine": "hf-generate"},
+          {"name": "own", "preset": "T1", "engine": "hf-generate", "env": {"TORCHINDUCTOR_CACHE_DIR": "/srv/x"}},
+          {"name": "t4", "preset": "T4"}]
+    code, out = plan_json(capsys, campaign(workloads=hf), "--trtllm-version", "1.3.0rc13",
+                          "-e", "sparkfleet_work_dir=/srv/sf")
+    assert code == 0
+
+    def cache_dirs(workload):
+        argvs = [steps(out, kind, workload, "bench")["argv"] for kind in ("native", "container")]
+        return {a.split("=", 1)[1] for argv in argvs for a in argv if a.startswith("TORCHINDUCTOR_CACHE_DIR=")}
+
+    assert cache_dirs("t1") == {"/srv/sf/results/.sparkfleet/inductor-cache"}
+    assert cache_dirs("own") == {"/srv/x"} and cache_dirs("t4") == set()
+
+
 def test_the_paths_are_the_ones_the_hosts_plan_carries(campaign, capsys):
     """A work dir given: results, models (its default {{ sparkfleet_work_dir }}/models) and rootfs under it."""
     code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.3.0rc13", "-e", "sparkfleet_work_dir=/srv/sf/")

@@ -33,6 +33,7 @@ Layout (one ``key: value`` per line between the markers; metric keys are the rec
     kv_cache_kind: static | dynamic
     compiled: no | yes                (the decode step through torch.compile before its capture)
     compile_tuning: coordinate-descent | none | n/a   (Inductor's kernel tuning; newer outputs)
+    compile_tuned_now: N | n/a        (kernels Inductor tuned in this process, 0: all from its cache; newer)
     decoder_setup_s: 12.5             (compile + capture + check, before the iterations; not measured)
     decode_check: ok (...) | differs (...) | n/a   (graph replay vs the eager loop, first tokens)
     generations_per_iteration: K      (an iteration's line is the mean of K generations)
@@ -92,6 +93,7 @@ _INT_FIELDS = (
     "weight_bytes",
     "generations_per_iteration",
     "measured_decode_tokens_per_iteration",
+    "compile_tuned_now",
 )
 _FLOAT_FIELDS = ("peak_memory_allocated_gib", "peak_memory_reserved_gib", "decode_tok_s", "decoder_setup_s")
 #: yes/no lines, read as booleans (n/a or anything else: left out)

@@ -98,6 +98,11 @@ def test_the_compile_tuning_line_is_read_and_older_outputs_have_none():
     assert "compile_tuning" not in parse_log(GRAPH).extra  # captured before the line existed
     tuned = GRAPH.replace("compiled: yes\n", "compiled: yes\ncompile_tuning: coordinate-descent\n")
     assert parse_log(tuned).extra["compile_tuning"] == "coordinate-descent"
+    assert "compile_tuned_now" not in parse_log(tuned).extra
+    counted = tuned.replace("decoder_setup_s:", "compile_tuned_now: 26\ndecoder_setup_s:")
+    assert parse_log(counted).extra["compile_tuned_now"] == 26
+    unknown = tuned.replace("decoder_setup_s:", "compile_tuned_now: n/a\ndecoder_setup_s:")
+    assert "compile_tuned_now" not in parse_log(unknown).extra
 
 
 def test_h100_generate_capture():
@@ -184,19 +189,50 @@ def test_decoder_options_and_defaults():
 
 @pytest.mark.parametrize("tuning, expected", [("coordinate-descent", True), ("none", False)])
 def test_the_compiled_step_gets_inductors_tuning_set_before_it_compiles(tuning, expected, monkeypatch):
-    inductor = SimpleNamespace(coordinate_descent_tuning=not expected)  # the opposite of what is asked
+    """Tuned: the static launcher off too (its cache reload drops the tuned result: tuned again per process);
+    untuned: Inductor's own default left as it is."""
+    inductor = SimpleNamespace(coordinate_descent_tuning=not expected, use_static_cuda_launcher="default")
     monkeypatch.setitem(sys.modules, "torch._inductor.config", inductor)
     seen = {}
 
     def fake_compile(fn, **kwargs):
-        seen.update(kwargs, tuning_when_compiled=inductor.coordinate_descent_tuning)
+        seen.update(kwargs, tuning_when_compiled=inductor.coordinate_descent_tuning,
+                    static_launcher_when_compiled=inductor.use_static_cuda_launcher)
         return fn
 
     def step():
         return None
 
     assert WORKLOAD.compile_step(SimpleNamespace(compile=fake_compile), step, tuning) is step
-    assert seen == {"dynamic": False, "tuning_when_compiled": expected}
+    assert seen == {"dynamic": False, "tuning_when_compiled": expected,
+                    "static_launcher_when_compiled": False if expected else "default"}
+    older = SimpleNamespace(coordinate_descent_tuning=False)  # a torch before the static launcher
+    monkeypatch.setitem(sys.modules, "torch._inductor.config", older)
+    WORKLOAD.compile_step(SimpleNamespace(compile=lambda fn, **_: fn), step, tuning)
+    assert vars(older) == {"coordinate_descent_tuning": expected}
+
+
+def test_the_tuning_this_process_wrote_is_counted_from_inductors_cache(tmp_path, monkeypatch):
+    """compile_tuned_now: the *.best_config entries written since the decoder's setup began, wherever in the
+    cache's tree; older entries, other files and a missing cache are not counted."""
+    for name, age_s in (("a/k1.best_config", 0), ("b/c/k2.best_config", 0), ("a/k3.best_config", 3600),
+                        ("a/k1.py", 0)):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        stamp = 1_000_000.0 - age_s
+        os.utime(path, (stamp, stamp))
+    assert WORKLOAD.tuning_entries_written(str(tmp_path), since=1_000_000.0 - 60) == 2
+    assert WORKLOAD.tuning_entries_written(str(tmp_path), since=1_000_000.0 + 1) == 0
+    assert WORKLOAD.tuning_entries_written(str(tmp_path / "absent"), since=0) is None
+    assert WORKLOAD.tuning_entries_written(None, since=0) is None
+    # where Inductor keeps it: the newer module's cache_dir(), else the older one's, else unknown
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.cache_dir_utils", None)
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.runtime_utils",
+                        SimpleNamespace(cache_dir=lambda: str(tmp_path)))
+    assert WORKLOAD.inductor_cache_dir() == str(tmp_path)
+    monkeypatch.setitem(sys.modules, "torch._inductor.runtime.runtime_utils", SimpleNamespace())
+    assert WORKLOAD.inductor_cache_dir() is None
 
 
 @pytest.mark.parametrize("argv", [["--decoder", "eager"], ["--min-decode-tokens", "-1"], ["--compile", "yes"],
