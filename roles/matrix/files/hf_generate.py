@@ -585,6 +585,12 @@ def compile_step(torch: Any, step: Any, tuning: str) -> Any:
         # (pytorch/pytorch issue 172819). Without the static launcher a cache hit builds each kernel from its
         # source (cached_autotune), which takes the cached result: one tuned state per cache.
         inductor.use_static_cuda_launcher = False
+    if tuning == "coordinate-descent" and hasattr(inductor, "dynamic_scale_rblock"):
+        # Its occupancy heuristic adds a halved-R0_BLOCK variant of a reduction's config, tuned one included,
+        # and every process then times the two and overwrites the tuned entry with the winner (measured on an
+        # H200, torch 2.11: one kernel alternating between two states from process to process). The tuning
+        # searches the block sizes itself.
+        inductor.dynamic_scale_rblock = False
     return torch.compile(step, dynamic=False)
 
 
