@@ -114,17 +114,17 @@ def gpu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_the_committed_gpu_example_states_the_a_a_noise_floor_of_a_real_gpu(tmp_path: Path) -> None:
-    """examples/gpu (H200, bare A/A pair, 3 runs a side, hf-generate with Inductor's coordinate-descent tuning):
-    matmul throughput is steady; the decode step runs at 40-55% of the bandwidth roofline in every cell, and its
-    A/A floor is above 5% because the tuning differs from process to process (BENCHMARKS.md); the committed report
-    says so in its verdict block, as the records say it."""
+    """examples/gpu (H200, bare A/A pair, 3 runs a side, hf-generate with Inductor's coordinate-descent tuning,
+    tuned once and read back from the host's cache): matmul throughput is steady; the decode step runs at 40-55%
+    of the bandwidth roofline in every cell, its A/A floor within issue 24's ±5%; the roofline table names the
+    decoder and which runs tuned; the committed report says so, as the records say it."""
     results = tmp_path / "gpu"
     shutil.copytree(GPU_EXAMPLE, results, ignore=shutil.ignore_patterns("report"))
     out = report_json(results)
     (noise,) = [line for line in out["verdicts"] if line["question"] == "noise"]
     floors = {row["metric"]: row for row in out["memory"]["noise_floor"]}
     assert floors["gflops"]["floor_pct"] < 1 < 5 < floors["output_tok_s"]["floor_pct"]
-    assert 5 < floors["tpot_ms"]["floor_pct"] < 10 and "time per output token ±" in noise["text"]
+    assert floors["tpot_ms"]["floor_pct"] <= 5 and "time per output token ±" in noise["text"]
     assert floors["gflops"]["n"] == floors["output_tok_s"]["n"] == 3
     assert noise["headline"].startswith("Noise floor (A/A): output throughput ±")
     committed = (GPU_EXAMPLE / "report" / "summary.md").read_text()
@@ -132,6 +132,9 @@ def test_the_committed_gpu_example_states_the_a_a_noise_floor_of_a_real_gpu(tmp_
     decode = {row["environment"]: row for row in out["hosts"]["roofline"] if row["metric"] == "decode_tok_s"}
     assert set(decode) == {"bare", "bare.aa", "native"}
     assert all(40 <= row["percent"] <= 55 and not row["implausible"] for row in decode.values())
+    # bare's first run tuned the kernels; its A/A twin read them from the host's cache in every run
+    assert "tuned in this run's process" in decode["bare"]["decoder"]
+    assert decode["bare.aa"]["decoder"] == "cuda-graph, coordinate-descent kernels from the host's tuning cache"
     matmul = [line for line in out["verdicts"] if line["headline"].startswith("llama-1b / matmul: bare and native")]
     assert matmul and matmul[0]["label"] == "same" and "under the noise floor" in matmul[0]["text"]
     # the A/A twin bare.aa is compared with bare only (the noise floor), not again with native
