@@ -28,8 +28,8 @@ Two decoders (``--decoder``):
   the next by several percent, so it is tuned once and read back from Inductor's cache after that (sparkfleet
   points ``TORCHINDUCTOR_CACHE_DIR`` at one directory per host that every environment sees);
   ``compile_tuned_now`` counts the kernels this process tuned (0: all from the cache). torch 2.9-2.11 tune
-  again in every process whatever the cache (see ``compile_step``), which this script works around
-  (benchmarks/decode_repeat.sh);
+  again in every process whatever the cache, for three reasons ``compile_step`` works around
+  (benchmarks/decode_repeat.sh, benchmarks/decode_cache_reuse.sh);
   where compiling fails the eager step is captured instead, and said so. Without CUDA, or where the capture
   fails (named in ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
   (``decode_path: eager-static``). Compiling, capturing and checking take seconds to a minute per process
@@ -591,6 +591,12 @@ def compile_step(torch: Any, step: Any, tuning: str) -> Any:
         # H200, torch 2.11: one kernel alternating between two states from process to process). The tuning
         # searches the block sizes itself.
         inductor.dynamic_scale_rblock = False
+    if tuning == "coordinate-descent" and hasattr(inductor, "compile_threads"):
+        # A compile worker sends its kernels back pickled, and triton.Config.__setstate__ restores only
+        # Triton's own fields: the cached result's found_by_coordesc is lost on the way and the kernel is tuned
+        # again (on an H200, torch 2.11: all 26 kernels, whenever the FX graph cache missed, e.g. in another
+        # environment). Compiled in this process, the flag stays; the compile takes longer.
+        inductor.compile_threads = 1
     return torch.compile(step, dynamic=False)
 
 

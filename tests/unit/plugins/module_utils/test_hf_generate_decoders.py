@@ -190,17 +190,18 @@ def test_decoder_options_and_defaults():
 @pytest.mark.parametrize("tuning, expected", [("coordinate-descent", True), ("none", False)])
 def test_the_compiled_step_gets_inductors_tuning_set_before_it_compiles(tuning, expected, monkeypatch):
     """Tuned: the static launcher off too (its cache reload drops the tuned result: tuned again per process),
-    and the R0_BLOCK halving (its variant beats the tuned entry in one process, loses in the next); untuned:
-    Inductor's own defaults left as they are."""
+    the R0_BLOCK halving (its variant beats the tuned entry in one process, loses in the next), and the compile
+    workers (their pickled configs lose the tuned flag); untuned: Inductor's own defaults left as they are."""
     inductor = SimpleNamespace(coordinate_descent_tuning=not expected, use_static_cuda_launcher="default",
-                               dynamic_scale_rblock="default")
+                               dynamic_scale_rblock="default", compile_threads="default")
     monkeypatch.setitem(sys.modules, "torch._inductor.config", inductor)
     seen = {}
 
     def fake_compile(fn, **kwargs):
         seen.update(kwargs, tuning_when_compiled=inductor.coordinate_descent_tuning,
                     static_launcher_when_compiled=inductor.use_static_cuda_launcher,
-                    scale_rblock_when_compiled=inductor.dynamic_scale_rblock)
+                    scale_rblock_when_compiled=inductor.dynamic_scale_rblock,
+                    threads_when_compiled=inductor.compile_threads)
         return fn
 
     def step():
@@ -209,7 +210,7 @@ def test_the_compiled_step_gets_inductors_tuning_set_before_it_compiles(tuning, 
     assert WORKLOAD.compile_step(SimpleNamespace(compile=fake_compile), step, tuning) is step
     left = False if expected else "default"
     assert seen == {"dynamic": False, "tuning_when_compiled": expected, "static_launcher_when_compiled": left,
-                    "scale_rblock_when_compiled": left}
+                    "scale_rblock_when_compiled": left, "threads_when_compiled": 1 if expected else "default"}
     older = SimpleNamespace(coordinate_descent_tuning=False)  # a torch before the static launcher
     monkeypatch.setitem(sys.modules, "torch._inductor.config", older)
     WORKLOAD.compile_step(SimpleNamespace(compile=lambda fn, **_: fn), step, tuning)
