@@ -28,7 +28,7 @@ Two decoders (``--decoder``):
   the next by several percent, so it is tuned once and read back from Inductor's cache after that (sparkfleet
   points ``TORCHINDUCTOR_CACHE_DIR`` at one directory per host that every environment sees);
   ``compile_tuned_now`` counts the kernels this process tuned (0: all from the cache). torch 2.9-2.11 tune
-  again in every process whatever the cache, for three reasons ``compile_step`` works around
+  again in every process whatever the cache, for three reasons ``KEEP_TUNED_KERNELS`` works around
   (benchmarks/decode_repeat.sh, benchmarks/decode_cache_reuse.sh);
   where compiling fails the eager step is captured instead, and said so. Without CUDA, or where the capture
   fails (named in ``decode_path_reason``), the same step runs as a plain eager loop over the static cache
@@ -71,6 +71,18 @@ DECODERS = ("graph", "generate")
 #: same kernels in every process) or coordinate-descent (gpt-fast's setting: each kernel's launch parameters
 #: searched by timing them, once per Inductor cache; faster, each search with its own outcome).
 COMPILE_TUNINGS = ("none", "coordinate-descent")
+#: Inductor settings under which a coordinate-descent result, once in the cache, is what every later process runs
+#: (torch 2.9-2.11 tuned again in every process otherwise; measured on an H200, BENCHMARKS.md):
+#: - use_static_cuda_launcher: its FX-graph-cache reload (CachingAutotuner.recheck_autotune_cache) drops the
+#:   cached result of a kernel compiled with one config (pytorch/pytorch issue 172819); without it a cache hit
+#:   builds each kernel from its source (cached_autotune), which takes the cached result;
+#: - dynamic_scale_rblock: its occupancy heuristic adds a halved-R0_BLOCK variant of a tuned reduction config,
+#:   and each process times the two and overwrites the entry with the winner (the tuning searches block sizes
+#:   itself);
+#: - compile_threads: a compile worker sends its kernels back pickled, and triton.Config.__setstate__ restores
+#:   only Triton's own fields, so the cached result's found_by_coordesc is lost and every fresh compile (an FX
+#:   cache miss, e.g. a first run in another environment) tunes all kernels again; in this process the flag stays.
+KEEP_TUNED_KERNELS = (("use_static_cuda_launcher", False), ("dynamic_scale_rblock", False), ("compile_threads", 1))
 #: Decode tokens (batch x (output_len - 1)) each measured iteration covers at least, on CUDA, by default: a
 #: T1 generation (32 new tokens) alone is a few tens of milliseconds of graph replays.
 MIN_DECODE_TOKENS_CUDA = 512
@@ -578,25 +590,10 @@ def compile_step(torch: Any, step: Any, tuning: str) -> Any:
         inductor = None
     if hasattr(inductor, "coordinate_descent_tuning"):  # absent before torch 2.1
         inductor.coordinate_descent_tuning = tuning == "coordinate-descent"
-    if tuning == "coordinate-descent" and hasattr(inductor, "use_static_cuda_launcher"):
-        # torch 2.9-2.11 load statically launched kernels from the FX graph cache through
-        # CachingAutotuner.recheck_autotune_cache, which drops the cached coordinate-descent result of a kernel
-        # compiled with one config: such kernels are tuned again in every process, each to its own outcome
-        # (pytorch/pytorch issue 172819). Without the static launcher a cache hit builds each kernel from its
-        # source (cached_autotune), which takes the cached result: one tuned state per cache.
-        inductor.use_static_cuda_launcher = False
-    if tuning == "coordinate-descent" and hasattr(inductor, "dynamic_scale_rblock"):
-        # Its occupancy heuristic adds a halved-R0_BLOCK variant of a reduction's config, tuned one included,
-        # and every process then times the two and overwrites the tuned entry with the winner (measured on an
-        # H200, torch 2.11: one kernel alternating between two states from process to process). The tuning
-        # searches the block sizes itself.
-        inductor.dynamic_scale_rblock = False
-    if tuning == "coordinate-descent" and hasattr(inductor, "compile_threads"):
-        # A compile worker sends its kernels back pickled, and triton.Config.__setstate__ restores only
-        # Triton's own fields: the cached result's found_by_coordesc is lost on the way and the kernel is tuned
-        # again (on an H200, torch 2.11: all 26 kernels, whenever the FX graph cache missed, e.g. in another
-        # environment). Compiled in this process, the flag stays; the compile takes longer.
-        inductor.compile_threads = 1
+    if tuning == "coordinate-descent":
+        for name, value in KEEP_TUNED_KERNELS:
+            if hasattr(inductor, name):  # each absent from some torch versions
+                setattr(inductor, name, value)
     return torch.compile(step, dynamic=False)
 
 
