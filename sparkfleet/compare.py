@@ -30,7 +30,8 @@ from sparkfleet.stats import (
 )
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "classify", "compare_campaigns", "compare_environments"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAMILY_METHOD", "classify", "compare_campaigns",
+           "compare_environments", "hold_to_family", "holm"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
 #: memory, latencies and times are costs. The configuration metrics (record.CONFIG_METRICS) are neither.
@@ -75,8 +76,68 @@ def _side(frame: pd.DataFrame, suffix: str) -> pd.DataFrame:
     return pd.DataFrame({c: frame[f"{c}{suffix}"].to_numpy(dtype=float) for c in ("n", "mean", "var")})
 
 
+#: How a verdict kind's family of comparisons is held to its error rate, in the one sentence the legends print.
+FAMILY_METHOD = ("Holm's step-down adjustment over every comparison behind a verdict kind in the campaign, so that "
+                 "with no true difference anywhere a DIFFERENT, NOT NORMAL / out or REGRESSION / IMPROVEMENT verdict "
+                 "appears in at most α of campaigns however many metrics, points and hosts it covers")
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values: min(1, max over j <= i of (m - j + 1) p_(j)) in ascending order.
+
+    NaN stays NaN and is not counted in the family (m = the finite values). Holm controls the family-wise
+    error rate in the strong sense under any dependence between the tests (Holm 1979)."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    finite = np.isfinite(p)
+    m = int(finite.sum())
+    if m:
+        values = p[finite]
+        order = np.argsort(values, kind="stable")
+        adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * values[order]))
+        inverse = np.empty(m)
+        inverse[order] = adjusted
+        out[finite] = inverse
+    return out
+
+
+def family_size(p_values) -> int:
+    """How many comparisons a family holds (its finite p-values)."""
+    return int(np.isfinite(np.asarray(p_values, dtype=float)).sum())
+
+
+def hold_to_family(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+    """A verdict kind's rows held to the family-wise error rate: ``table`` (rows with ``p_value``,
+    ``outcome``, ``reason``, and ``n_a``/``n_b`` or ``n``/``n_ref`` where known) with ``p_family`` (Holm over
+    the rows that can be judged) and ``family_size`` added, and every "different" whose ``p_family`` is not
+    below ``alpha`` turned "undetermined" with reason "family": significant alone, not among its family.
+
+    Rows that cannot be "different" by design (fewer than MIN_N_INTERVAL runs on a side, not both constant)
+    are left out of the family; "same" and "undetermined" answers are not touched (equivalence is per
+    comparison). Applying it again to a superset of a family keeps the rule: the larger family's adjusted p
+    is never smaller."""
+    out = table.copy()
+    if out.empty:
+        return out.assign(p_family=pd.Series(dtype=float), family_size=pd.Series(dtype="int64"))
+    p = out["p_value"].to_numpy(dtype=float)
+    judgeable = ~out["reason"].isin(["n-too-small", "no-data"]).to_numpy() if "reason" in out else np.ones(len(p), bool)
+    p = np.where(judgeable, p, np.nan)
+    adjusted = holm(p)
+    if "p_family" in out:  # a superset family: never less strict than the subset's own adjustment
+        adjusted = np.fmax(adjusted, out["p_family"].to_numpy(dtype=float))
+    held = (out["outcome"].to_numpy() == "different") & ~(adjusted < alpha) & (p > 0)
+    out["p_family"] = adjusted
+    out["family_size"] = family_size(p)
+    out.loc[held, "outcome"] = "undetermined"
+    if "reason" in out:
+        out.loc[held, "reason"] = "family"
+    if "significant" in out:
+        out["significant"] = adjusted < alpha
+    return out
+
+
 def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD,
-             power_alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+             power_alpha: float = DEFAULT_ALPHA, family: bool = False) -> pd.DataFrame:
     """The one decision rule behind every verdict, for rows of ``_paired`` columns (b against a).
 
     outcome "different": significant (Welch p < alpha) and |change| > threshold. "same": significant
@@ -86,10 +147,15 @@ def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float
     threshold: then ``required_n`` says how many runs per side would resolve a change of ``threshold``
     (power 0.8, the pooled CV of the two sides).
 
+    ``family``: the rows are one verdict kind's family (every comparison behind one headline answer), held
+    to the family-wise error rate by :func:`hold_to_family` (Holm): "different" needs the adjusted p below
+    ``alpha``; a row significant alone but not among its family is "undetermined", reason "family", and its
+    ``required_n`` is computed at alpha / family size. ``p_family`` and ``family_size`` say what was used.
+
     The ``reason`` column says why: beyond-threshold / within-threshold (significant, larger than the
     threshold or not), equivalent / inconclusive (not significant, the CI within the threshold or reaching
     beyond it), identical (the same value in every run), exact (each side constant: the difference is exact),
-    n-too-small (fewer than MIN_N_INTERVAL runs on a side), no-data (no value on a side).
+    n-too-small (fewer than MIN_N_INTERVAL runs on a side), no-data (no value on a side), family (see above).
     """
     n = np.minimum(table["n_a"].to_numpy(dtype=float), table["n_b"].to_numpy(dtype=float))
     mean_a = np.abs(table["mean_a"].to_numpy(dtype=float))
@@ -119,10 +185,15 @@ def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float
         [np.isin(reason, ["beyond-threshold"]) | ((reason == "exact") & large),
          np.isin(reason, ["identical", "exact", "within-threshold", "equivalent"])],
         ["different", "same"], default="undetermined")
+    judged = pd.DataFrame({"significant": significant, "large": large, "outcome": outcome, "reason": reason,
+                           "cv_pooled": cv, "p_value": p}, index=table.index)
+    if family:
+        judged = hold_to_family(judged, alpha)
+        power_alpha = power_alpha / max(1, int(judged["family_size"].iloc[0])) if len(judged) else power_alpha
     need = required_n(cv, threshold, alpha=power_alpha)
-    need = np.where(outcome == "undetermined", np.maximum(need, MIN_N_INTERVAL), np.nan)
-    return pd.DataFrame({"significant": significant, "large": large, "outcome": outcome, "reason": reason,
-                         "cv_pooled": cv, "required_n": need}, index=table.index)
+    judged["required_n"] = np.where(judged["outcome"].to_numpy() == "undetermined",
+                                    np.maximum(need, MIN_N_INTERVAL), np.nan)
+    return judged.drop(columns="p_value")
 
 
 def native_environment(environments: pd.Series) -> str:
@@ -346,7 +417,7 @@ def compare_campaigns(
                and base[m].notna().any() and cur[m].notna().any()]
     columns = [*keys, "metric", "n_baseline", "n_current", "baseline_mean", "current_mean", "sd_baseline",
                "sd_current", "diff", "ratio", "change_pct", "p_value", "ci_low", "ci_high", "df", "significant",
-               "large", "outcome", "reason", "cv_pooled", "required_n", "verdict"]
+               "large", "outcome", "reason", "cv_pooled", "required_n", "p_family", "family_size", "verdict"]
     base_cells = set(base[keys].itertuples(index=False, name=None))
     cur_cells = set(cur[keys].itertuples(index=False, name=None))
     unmatched = [{**dict(zip(keys, cell, strict=True)), "metric": None,
@@ -369,7 +440,7 @@ def compare_campaigns(
 
 
 def _judge(table: pd.DataFrame, metrics: pd.Series, alpha: float, threshold: float) -> pd.DataFrame:
-    judged = classify(table, alpha, threshold)
+    judged = classify(table, alpha, threshold, family=True)  # the regression gate: one family per comparison
     better = np.sign(table["diff"].to_numpy()) == metrics.map(direction).to_numpy()
     verdict = np.select([judged["outcome"] == "different", judged["reason"] == "n-too-small"],
                         [np.where(better, "improvement", "regression"), "undetermined"], default="unchanged")

@@ -132,13 +132,16 @@ def host_deviations(
     t = per_host.merge(reference, on=[*keys, "host"]).merge(cell, on=keys)
     t = t.merge(votes[[*keys, "host", "suspect"]], on=[*keys, "host"])
     paired = _paired(_side(t, "_ref"), _side(t, ""), level)
-    judged = classify(paired, alpha=alpha, threshold=tolerance)
+    # one family: every host x cell x metric behind the "out" verdict (Holm, compare.FAMILY_METHOD); the votes
+    # of step 1 only choose the reference and are not held to it
+    judged = classify(paired, alpha=alpha, threshold=tolerance, family=True)
     scale = t["mean_ref"].abs().where(t["mean_ref"] != 0)
     t = t.assign(host_mean=t["mean"], rest_mean=t["mean_ref"], n_rest=t["n_ref"].astype("int64"),
                  rest_hosts=t["hosts_ref"], deviation_pct=paired["change_pct"],
                  ci_low_pct=paired["ci_low"] / scale * 100, ci_high_pct=paired["ci_high"] / scale * 100,
                  p_value=paired["p_value"], **{c: judged[c].to_numpy() for c in ("outcome", "reason", "required_n",
-                                                                                  "cv_pooled")})
+                                                                                  "cv_pooled", "p_family",
+                                                                                  "family_size")})
     t["outside"] = t["outcome"] == "different"
     t["hardware"] = [hardware_difference(facts, h) for h in t["host"]] if facts is not None else ""
     return t[DEVIATION_COLUMNS].reset_index(drop=True)
@@ -163,7 +166,8 @@ def _pooled(pairs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 DEVIATION_COLUMNS = [*FLEET_KEYS, "metric", "host", "hosts", "n", "n_rest", "rest_hosts", "suspect", "host_median",
                      "fleet_median", "host_mean", "rest_mean", "deviation_pct", "ci_low_pct", "ci_high_pct",
-                     "p_value", "outcome", "reason", "required_n", "cv_pooled", "outside", "hardware"]
+                     "p_value", "p_family", "family_size", "outcome", "reason", "required_n", "cv_pooled", "outside",
+                     "hardware"]
 
 
 def hardware_difference(facts: pd.DataFrame | None, host: str) -> str:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet import hostcheck, reproducibility
-from sparkfleet.compare import _paired, _side, classify
+from sparkfleet.compare import _paired, _side, classify, hold_to_family
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
@@ -48,7 +48,8 @@ IDENTITY_WORDS = (("firmware.", "firmware"), ("bios_", "firmware"), (".vbios_ver
                   ("image_digest", "image"), (".product_name", "GPU"), ("product_name", "product"))
 VERDICTS = ("not normal", "suspect", "undetermined", "normal", "no peers")
 COMPARISON_COLUMNS = [*KEYS, "metric", "host", "against", "runs", "n", "n_ref", "host_mean", "ref_mean",
-                      "deviation_pct", "ci_low_pct", "ci_high_pct", "p_value", "outcome", "required_n", "source"]
+                      "deviation_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_family", "family_size", "outcome",
+                      "reason", "required_n", "source"]
 HOST_COLUMNS = ["host", "verdict", "sentence", "runs", "suspect_runs", "clock_mhz", "causes"]
 
 
@@ -117,7 +118,8 @@ def two_groups(reference: pd.DataFrame, runs: pd.DataFrame, metrics: list[str], 
     return t.assign(n_ref=t["n_ref"].astype("int64"), host_mean=t["mean"], ref_mean=t["mean_ref"],
                     deviation_pct=paired["change_pct"], ci_low_pct=paired["ci_low"] / scale * 100,
                     ci_high_pct=paired["ci_high"] / scale * 100, p_value=paired["p_value"],
-                    outcome=judged["outcome"].to_numpy(), required_n=judged["required_n"].to_numpy())
+                    outcome=judged["outcome"].to_numpy(), reason=judged["reason"].to_numpy(),
+                    required_n=judged["required_n"].to_numpy())
 
 
 def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tolerance: float,
@@ -147,7 +149,7 @@ def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tol
     return t.assign(n_ref=0, host_mean=t["mean"], ref_mean=t["mean_ref"], deviation_pct=paired["change_pct"],
                     ci_low_pct=paired["ci_low"] / scale * 100, ci_high_pct=paired["ci_high"] / scale * 100,
                     p_value=paired["p_value"], outcome=judged["outcome"].to_numpy(),
-                    required_n=judged["required_n"].to_numpy())
+                    reason=judged["reason"].to_numpy(), required_n=judged["required_n"].to_numpy())
 
 
 def _tagged(frame: pd.DataFrame, host: str, against: str, runs: str, source: str = "") -> pd.DataFrame:
@@ -318,6 +320,8 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
         parts.append(reference_comparisons(reference, measured, suspect_ids, metrics, tolerance, alpha, level))
     parts = [p for p in parts if len(p)]
     comparisons = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
+    # every comparison behind a "not normal" (peers, suspect runs, the reference) is one family (Holm)
+    comparisons = hold_to_family(comparisons, alpha)[COMPARISON_COLUMNS]
     differences, blocking = hostcheck.identity_differences(atts)
     rows = []
     for host in sorted(set(runs["host"].astype(str))):

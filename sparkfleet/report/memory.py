@@ -270,8 +270,8 @@ def factor_effects(runs: pd.DataFrame, alpha: float, threshold: float,
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows)
-    judged = compare.classify(table, alpha, threshold)
-    return pd.concat([table, judged[["outcome", "reason", "required_n"]]], axis=1)
+    judged = compare.classify(table, alpha, threshold, family=True)  # the "largest factor" lines' family
+    return pd.concat([table, judged[["outcome", "reason", "required_n", "p_family", "family_size"]]], axis=1)
 
 
 # --- A/A noise floor ---------------------------------------------------------------------------------------
@@ -392,6 +392,7 @@ def memory_lines(study: MemoryStudy, alpha: float) -> list[VerdictLine]:
     lines: list[VerdictLine] = []
     gaps = study.gaps
     if not gaps.empty:
+        gaps = gaps.assign(p_family=compare.holm(np.where(gaps["ci_low_gib"].notna(), gaps["p_value"], np.nan)))
         for model, part in gaps.groupby("model", sort=True):
             real = part[~part["environment"].str.endswith(".aa")]
             worst = (real if not real.empty else part).sort_values("loss_gib", key=abs, ascending=False).iloc[0]
@@ -406,8 +407,9 @@ def memory_lines(study: MemoryStudy, alpha: float) -> list[VerdictLine]:
             main = max(parts, key=lambda k: abs(parts[k]))
             headline = (f"{subject}: {worst['environment']} has {_gib(loss)} {'less' if loss > 0 else 'more'} KV "
                         f"cache than {worst['native']}, mostly {main} ({_gib(parts[main])}).")
-            # the gap is a finding where its interval exists (the small-n rule) and Welch says it is real
-            real_gap = not math.isnan(worst["ci_low_gib"]) and worst["p_value"] < alpha
+            # the gap is a finding where its interval exists (the small-n rule) and Welch says it is real among
+            # every gap of the campaign (the worst is picked from them: Holm over all of them, compare.FAMILY_METHOD)
+            real_gap = not math.isnan(worst["ci_low_gib"]) and worst["p_family"] < alpha
             lines.append(VerdictLine("memory", subject, "different" if real_gap else "undetermined", "memory gap",
                                      text, (), headline))
     effects = study.effects

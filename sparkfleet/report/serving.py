@@ -138,7 +138,7 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
             floors: dict[str, float]) -> tuple[pd.DataFrame, list[Verdict]]:
     """The report's one rule (compare.classify) per row, as Verdicts (verdicts.py's machinery: the clause,
     the A/A noise floor), each metric named in the serving words and judged by the serving direction."""
-    judged = compare.classify(paired, alpha, threshold)
+    judged = compare.classify(paired, alpha, threshold, family=True)  # one family per question (Holm)
     question = str(paired["question"].iloc[0])
     context = _CONTEXT[question]
 
@@ -156,7 +156,8 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
         verdicts.append(_with_floor(v, floors))
     table = paired.assign(
         scope=paired["metric"].map(serving.SCOPES), outcome=judged["outcome"], reason=judged["reason"],
-        required_n=judged["required_n"], cv_pooled=judged["cv_pooled"],
+        required_n=judged["required_n"], cv_pooled=judged["cv_pooled"], p_family=judged["p_family"],
+        family_size=judged["family_size"],
         ci_low_pct=[v.ci_low_pct for v in verdicts], ci_high_pct=[v.ci_high_pct for v in verdicts],
         better=[v.better for v in verdicts], noise_floor_pct=[v.noise_floor_pct for v in verdicts],
         under_noise_floor=[v.under_noise_floor for v in verdicts], text=[v.text for v in verdicts])

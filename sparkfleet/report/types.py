@@ -64,6 +64,8 @@ class Verdict:
     note: str = ""  # e.g. an interval bound outside the metric's physical range
     noise_floor_pct: float | None = None  # the metric's A/A noise floor (report/memory.py), where measured
     under_noise_floor: bool | None = None  # |change_pct| below it: the difference means nothing
+    p_family: float | None = None  # p adjusted over the verdict kind's family (compare.hold_to_family: Holm)
+    family_size: int | None = None  # the comparisons in that family
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

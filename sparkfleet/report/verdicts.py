@@ -110,6 +110,12 @@ def metric_clause(v: Verdict, threshold: float, side_name: str) -> str:
         return f"{name} {size} ({amount}): undetermined, n too small ({v.n_a} + {v.n_b} runs); {need}"
     if v.reason == "inconclusive":
         return f"{name} {size} ({amount}): undetermined, the {ci} reaches beyond {tol}; {need}{note}"
+    if v.reason == "family":
+        alone = f"p = {v.p_value:.2g} alone" if v.p_value is not None else "significant alone"
+        among = f"{v.family_size} comparisons" if v.family_size else "its family of comparisons"
+        adjusted = f" (Holm-adjusted p = {v.p_family:.2g})" if v.p_family is not None else ""
+        return (f"{name} {size} ({amount}; {ci}): undetermined, {alone} but not significant among the {among} of "
+                f"this verdict{adjusted}; {need}{note}")
     return f"{name}: no data on one side"
 
 
@@ -122,7 +128,8 @@ def short_phrase(v: Verdict, threshold: float) -> str:
     if v.outcome == "same":
         return f"the same {name} (within ±{threshold * 100:g}%)"
     if v.outcome == "undetermined":
-        why = "n too small" if v.reason == "n-too-small" else "too noisy to tell"
+        why = {"n-too-small": "n too small", "family": "not significant among this verdict's comparisons"}.get(
+            v.reason, "too noisy to tell")
         size = f"{pct(v.change_pct)}, " if v.change_pct is not None else ""
         at_cv = f" at CV {v.cv_pct:.2g}%" if v.cv_pct else ""
         need = f"; ≈ {v.required_n} iterations needed{at_cv}" if v.required_n else ""
@@ -187,6 +194,8 @@ def _verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, sub
             change_pct=_clean(row["change_pct"]), ci_low_pct=low, ci_high_pct=high,
             p_value=_clean(row["p_value"]), required_n=_int(j["required_n"]), better=better,
             cv_pct=_clean(j["cv_pooled"] * 100) if "cv_pooled" in j else None,
+            p_family=_clean(j["p_family"]) if "p_family" in j else None,
+            family_size=_int(j["family_size"]) if "family_size" in j else None,
             note=_range_note(str(row["metric"]), mean_a, low, high))
         out.append(replace(verdict, text=metric_clause(verdict, threshold, text_side)))
     return out
@@ -211,16 +220,25 @@ def environment_lines(analysis: Analysis, floors: dict[str, float]) -> list[Verd
     sequential = _sequential_cells(analysis)
     twins = aa_twins(analysis.runs)
     prints = cell_fingerprints(analysis.runs, getattr(analysis, "root", None))
-    lines = []
+    # The family of the environment verdict: every metric the lines speak about, over every line (Holm).
+    groups = []
     for (model, workload, native, environment), group in paired.groupby(
             ["model", "workload", "native", "environment"], sort=True):
         if _twin_elsewhere(native, environment, twins):
             continue
         group = group.set_index("metric", drop=False)
         chosen = group.loc[_chosen_metrics(set(group.index))].reset_index(drop=True)
-        if chosen.empty:
-            continue
-        judged = compare.classify(chosen, options.alpha, options.threshold)
+        if not chosen.empty:
+            groups.append(((model, workload, native, environment), chosen))
+    if not groups:
+        return []
+    family = pd.concat([chosen for _, chosen in groups], ignore_index=True)
+    judged_all = compare.classify(family, options.alpha, options.threshold, family=True)
+    lines = []
+    start = 0
+    for (model, workload, native, environment), chosen in groups:
+        judged = judged_all.iloc[start:start + len(chosen)].reset_index(drop=True)
+        start += len(chosen)
         subject = f"{model} / {workload}"
         verdicts = _verdicts_from(chosen, judged, "environment", lambda _r, s=subject: s, "native", "environment",
                                   "environment", options.threshold)

@@ -1,0 +1,267 @@
+"""How often each headline verdict is wrong: false alarms with no true difference, and power for a real one.
+
+    .venv/bin/python benchmarks/verdict_error_rates.py [--campaigns 200] [--workers 2] [--json OUT]
+
+Every simulated campaign is a results tree of record.json files, read by the real loader (sparkfleet.load) and
+judged by the real report path (sparkfleet.report.compose.analyse: the verdict block, the host check of
+``report --hosts`` and the report's section; sparkfleet.fleet_state.analyse for ``sparkfleet fleet``), never by
+the statistics functions alone. Two shapes:
+
+* **the GPU example** (examples/gpu/results/gpu: llama-1b, environments native / bare / bare.aa, workloads T1
+  and matmul, 3 iterations): each run's record is the example's own record of that environment and workload,
+  its metrics replaced by the native cell's mean x (1 + N(0, CV)); on three hosts for the host verdicts (the
+  example's host files copied to each name), on one host for the environment, memory and regression verdicts
+  (a second, independent tree is the baseline / the reference campaign);
+* **the serving tree** (tests/unit/sparkfleet/serving_tree.py: 2 engines x 2 environments x 4 points x 8
+  metrics, 5 iterations).
+
+A verdict kind *fires* in a campaign when its headline says DIFFERENT (environment, memory, serving environment,
+serving engine), REGRESSION / IMPROVEMENT (regression), host out (report verdict block), NOT NORMAL
+(``report --hosts`` / the report's host section; against a reference campaign) or out (``sparkfleet fleet``).
+Under no difference the share of campaigns in which it fires is the family-wise false-alarm rate (target: at
+most alpha = 5%); with a true effect, the share in which it names it is the power (target: at least 80%):
+a 10% effect at CV 3% with 5 iterations, a host 15% slow at 2% noise with 3 runs a cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT.parents[2]), str(ROOT / "tests" / "unit" / "sparkfleet")]
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract  # noqa: E402
+from sparkfleet import compare, fleet_state  # noqa: E402
+from sparkfleet import serving as serving_metrics  # noqa: E402
+from sparkfleet.load import load_runs  # noqa: E402
+from sparkfleet.report import host_normal  # noqa: E402
+from sparkfleet.report.analysis import Options  # noqa: E402
+from sparkfleet.report.compose import analyse  # noqa: E402
+from sparkfleet.report.serving import ENGINE, ENVIRONMENT  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "gpu" / "results" / "gpu"
+HOST = "localhost"
+#: Throughput and time metrics: what a slow host or an environment's overhead moves (memory is not).
+PERFORMANCE = {m for m in (*compare.HIGHER_IS_BETTER, *compare.LOWER_IS_BETTER)
+               if m not in ("kv_cache_gib", "peak_memory_gib")}
+CVS = (0.01, 0.03, 0.05)
+#: A campaign's default iterations per cell (plugin_utils/settings.py, campaign field "iterations").
+DEFAULT_ITERATIONS = 10
+
+
+# --- the GPU example's shape ---------------------------------------------------------------------------------
+
+def _templates() -> tuple[dict[tuple[str, str], dict], dict[str, dict[str, float]]]:
+    """The example's first record per (environment, workload), and the native cell's mean per metric."""
+    records: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted((EXAMPLE / HOST / "runs").glob("*/record.json")):
+        data = json.loads(path.read_text())
+        if data.get("status") == "ok" and not data.get("warmup"):
+            records.setdefault((data["environment"], data["workload"]), []).append(data)
+    means = {}
+    for (environment, workload), group in records.items():
+        if environment == "native":
+            metrics = [m for m in group[0]["metrics"] if m in contract.METRICS and m not in contract.CONFIG_METRICS
+                       and m not in contract.KV_BUDGET_METRICS]
+            means[workload] = {m: float(np.mean([r["metrics"][m] for r in group if r["metrics"].get(m) is not None]))
+                               for m in metrics}
+    return {key: group[0] for key, group in records.items()}, means
+
+
+Factor = Callable[[str, str, str], float]  # (host, environment, metric) -> the true value's factor
+
+
+def no_effect(_host: str, _environment: str, _metric: str) -> float:
+    return 1.0
+
+
+def worse(by: float, host: str | None = None, environment: str | None = None) -> Factor:
+    """Throughput lower and times longer by ``by`` on ``host`` / ``environment`` (None: everywhere)."""
+    def factor(h: str, e: str, metric: str) -> float:
+        if metric not in PERFORMANCE or (host and h != host) or (environment and e != environment):
+            return 1.0
+        return 1 - by if compare.direction(metric) > 0 else 1 / (1 - by)
+    return factor
+
+
+def gpu_tree(root: Path, rng: np.random.Generator, cv: float, iterations: int = 3, hosts: tuple[str, ...] = (HOST,),
+             factor: Factor = no_effect) -> Path:
+    """A campaign shaped like the GPU example: every run the example's record of its environment and workload,
+    its metrics the native mean x factor x (1 + N(0, cv)), interleaved as the planner orders runs."""
+    templates, means = _templates()
+    for host in hosts:
+        host_dir = root / host
+        shutil.copytree(EXAMPLE / HOST, host_dir, ignore=shutil.ignore_patterns("runs", "ledger.jsonl"))
+        order = 0
+        for iteration in range(1, iterations + 1):
+            for (environment, workload), template in sorted(templates.items()):
+                data = copy.deepcopy(template)
+                data.update(host=host, iteration=iteration, order_index=order,
+                            run_id=contract.run_id(data["campaign"], host, data["model"], environment, workload,
+                                                   iteration))
+                for metric, mean in means[workload].items():
+                    data["metrics"][metric] = mean * factor(host, environment, metric) * (1 + rng.normal(0, cv))
+                contract.write_json_atomic(host_dir / "runs" / data["run_id"] / "record.json", data)
+                order += 1
+    return root
+
+
+# --- what each verdict kind says ---------------------------------------------------------------------------
+
+def _fired(report, question: str, labels: tuple[str, ...] = ("different",)) -> bool:
+    return any(line.question == question and line.label in labels for line in report.verdicts)
+
+
+def _serving_fired(report, kind: str) -> bool:
+    return any(line.question == "serving" and line.outcome == "different" and line.verdicts
+               and line.verdicts[0].question == kind for line in report.verdicts)
+
+
+def _not_normal(check, host: str | None = None, against: str | None = None) -> bool:
+    if check is None:
+        return False
+    if against is not None:
+        rows = check.comparisons
+        rows = rows[(rows["outcome"] == "different") & rows["against"].astype(str).str.contains(against)]
+        return bool(len(rows)) if host is None else host in set(rows["host"].astype(str))
+    hosts = check.hosts[check.hosts["verdict"] == "not normal"]["host"].astype(str)
+    return bool(len(hosts)) if host is None else host in set(hosts)
+
+
+def single_host(work: Path, rng: np.random.Generator, cv: float, iterations: int, effect: Factor) -> dict[str, bool]:
+    """Environment, memory and regression verdicts: a campaign against an independent baseline campaign.
+    ``effect`` applies to the current campaign (its bare environment, or everything for a regression)."""
+    baseline = gpu_tree(work / "baseline" / "gpu", rng, cv, iterations)
+    current = gpu_tree(work / "current" / "gpu", rng, cv, iterations, factor=effect)
+    report = analyse(load_runs(current), Options(baseline=str(baseline)))
+    return {"environment": _fired(report, "environment"), "memory": _fired(report, "memory"),
+            "regression": _fired(report, "regression", ("regression", "improved"))}
+
+
+def fleet(work: Path, rng: np.random.Generator, cv: float, iterations: int, slow: str | None,
+          by: float) -> dict[str, bool]:
+    """The host verdicts on three hosts (``slow``: the host that is ``by`` slower, None for none), and each
+    host against an independent reference campaign of the same shape."""
+    hosts = ("spark-01", "spark-02", "spark-03")
+    factor = worse(by, host=slow) if slow else no_effect
+    root = gpu_tree(work / "fleet" / "gpu", rng, cv, iterations, hosts, factor)
+    reference = gpu_tree(work / "reference" / "gpu", rng, cv, iterations, hosts)
+    loaded = load_runs(root)
+    report = analyse(loaded)
+    host_out = [line.subject for line in report.verdicts if line.question == "hosts" and line.label == "host out"]
+    with_ref = host_normal.check_hosts(root, loaded.runs, reference=reference, always=True)
+    state = fleet_state.analyse(root)
+    if slow is None:
+        return {"hosts (report)": bool(host_out), "not normal": _not_normal(report.hosts),
+                "fleet out": bool(state.outside_hosts), "reference": _not_normal(with_ref, against="reference")}
+    return {"hosts (report)": slow in host_out, "not normal": _not_normal(report.hosts, slow),
+            "fleet out": slow in state.outside_hosts, "reference": _not_normal(with_ref, slow, "reference")}
+
+
+def serving(work: Path, seed: int, cv: float, iterations: int, engine_by: float = 0.0,
+            environment_by: float = 0.0) -> dict[str, bool]:
+    from serving_tree import build_serving_tree  # noqa: PLC0415 - the tests' synthetic serving tree
+
+    def factor(engine: str, environment: str, metric: str, _point: dict[str, int]) -> float:
+        by = (engine_by if engine == "llama.cpp" else 0.0) + (environment_by if environment == "container" else 0.0)
+        return 1 - by if serving_metrics.direction(metric) > 0 else 1 / (1 - by)
+
+    root = build_serving_tree(work / "serve", iterations=iterations, factor=factor, cv=cv, seed=seed)
+    report = analyse(load_runs(root))
+    return {"serving environment": _serving_fired(report, ENVIRONMENT),
+            "serving engine": _serving_fired(report, ENGINE)}
+
+
+# --- the scenarios -----------------------------------------------------------------------------------------
+
+#: name -> (what it measures, its CV, the function of (work dir, seed) -> {kind: fired})
+def scenarios() -> dict[str, tuple[str, float, Callable[[Path, int], dict[str, bool]]]]:
+    out: dict[str, tuple[str, float, Callable[[Path, int], dict[str, bool]]]] = {}
+    for runs in ("shape", DEFAULT_ITERATIONS):  # the shape's own iterations (3; serving 5), the campaign default
+        for cv in CVS:
+            gpu_n, serving_n = (3, 5) if runs == "shape" else (runs, runs)
+            out[f"null-gpu-n{gpu_n}-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv, n=gpu_n: single_host(
+                w, np.random.default_rng(s), cv, n, no_effect))
+            out[f"null-fleet-n{gpu_n}-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv, n=gpu_n: fleet(
+                w, np.random.default_rng(s), cv, n, None, 0.0))
+            out[f"null-serving-n{serving_n}-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv, n=serving_n: serving(
+                w, s, cv, n))
+    out["power-environment"] = ("power: bare 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
+        w, np.random.default_rng(s), 0.03, 5, worse(0.10, environment="bare")))
+    out["power-regression"] = ("power: current 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
+        w, np.random.default_rng(s), 0.03, 5, worse(0.10)))
+    out["power-fleet"] = ("power: spark-02 15% slower, 2% noise, 3 runs a cell", 0.02, lambda w, s: fleet(
+        w, np.random.default_rng(s), 0.02, 3, "spark-02", 0.15))
+    out["power-serving"] = ("power: container and llama.cpp 10% slower, CV 3%, 5 iterations", 0.03,
+                            lambda w, s: serving(w, s, 0.03, 5, engine_by=0.10, environment_by=0.10))
+    return out
+
+
+#: The verdict kinds a power scenario is about (the others it also reports are not its question).
+POWER_KINDS = {"power-environment": ("environment",), "power-regression": ("regression",),
+               "power-fleet": ("hosts (report)", "not normal", "fleet out", "reference"),
+               "power-serving": ("serving environment", "serving engine")}
+
+
+def one(name: str, seed: int) -> dict[str, bool]:
+    _, _, run = scenarios()[name]
+    work = Path(tempfile.mkdtemp(prefix="sparkfleet-verdicts-"))
+    try:
+        return run(work, seed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson's 95% interval of a proportion k / n."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--campaigns", type=int, default=200, help="simulated campaigns per scenario")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
+    parser.add_argument("--json", type=Path, help="write the rates here too")
+    args = parser.parse_args()
+    names = args.only or list(scenarios())
+    rows = []
+    with ProcessPoolExecutor(args.workers) as pool:
+        for name in names:
+            what, cv, _ = scenarios()[name]
+            start = time.monotonic()
+            results = list(pool.map(one, [name] * args.campaigns, range(args.campaigns), chunksize=4))
+            kinds = POWER_KINDS.get(name, tuple(results[0]))
+            for kind in kinds:
+                k = sum(r[kind] for r in results)
+                low, high = wilson(k, len(results))
+                rows.append({"scenario": name, "what": what, "cv": cv, "kind": kind, "fired": k,
+                             "campaigns": len(results), "rate": k / len(results), "ci95": [low, high]})
+                print(f"{name:26} {kind:20} {k:4d}/{len(results)} = {k / len(results):6.1%} "
+                      f"(95% CI {low:.1%}-{high:.1%})  [{what}]", flush=True)
+            print(f"  ({time.monotonic() - start:.0f} s)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
