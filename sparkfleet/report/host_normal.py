@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
 from sparkfleet import hostcheck, reproducibility
 from sparkfleet.compare import _paired, _side, classify, hold_to_family
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
@@ -71,6 +71,7 @@ class HostCheck:
     acknowledged: bool = False
     tolerance: float = DEFAULT_TOLERANCE
     reference: str | None = None
+    unmatched: list[str] = field(default_factory=list)  # reference entries that matched nothing, and why
 
     @property
     def refused(self) -> bool:
@@ -87,7 +88,7 @@ class HostCheck:
         return {"hosts": rows(self.hosts), "comparisons": rows(self.comparisons), "roofline": rows(self.roofline),
                 "energy": rows(self.energy), "differences": self.differences, "blocking": self.blocking,
                 "acknowledged": self.acknowledged, "refused": self.refused, "tolerance": self.tolerance,
-                "reference": self.reference}
+                "reference": self.reference, "reference_unmatched": self.unmatched}
 
 
 # --- the comparisons ----------------------------------------------------------------------------------------
@@ -180,6 +181,42 @@ def fleet_comparisons(measured: pd.DataFrame, suspect_ids: set[str], metrics: li
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
 
 
+def unmatched_figures(figures: pd.DataFrame, measured: pd.DataFrame, metrics: list[str]) -> list[str]:
+    """Each published figure that no measured run matches, with why: a figure compared with nothing is named,
+    never dropped silently (a model not in the campaign, a metric misspelt or not compared here)."""
+    out = []
+    for fig in figures.itertuples(index=False):
+        where = f"{fig.metric} for {fig.model} / {fig.workload}" + (
+            f" / {fig.environment}" if isinstance(fig.environment, str) and fig.environment else "")
+        model = measured[measured["model"].astype(str) == fig.model]
+        cell = model[model["workload"].astype(str) == fig.workload]
+        if isinstance(fig.environment, str) and fig.environment:
+            cell = cell[cell["environment"].astype(str) == fig.environment]
+        if fig.metric in serving_metric_names():
+            why = "a serving metric: serving points are not compared with a reference"
+        elif fig.metric not in METRICS and fig.metric != "decode_tok_s":
+            why = f"not a metric sparkfleet records (one of {', '.join(sorted(metrics)) or 'none measured'})"
+        elif fig.metric not in metrics:
+            why = "not measured in this campaign"
+        elif model.empty:
+            why = f"model {fig.model} is not in this campaign"
+        elif cell.empty:
+            why = "no measured run of that workload" + (" and environment" if isinstance(fig.environment, str)
+                                                           and fig.environment else "")
+        elif cell[fig.metric].isna().all():
+            why = "no run of that cell has the metric"
+        else:
+            continue
+        out.append(f"{where} ({fig.source}): {why}")
+    return out
+
+
+def serving_metric_names() -> tuple[str, ...]:
+    from sparkfleet.serving import SERVING_METRICS  # noqa: PLC0415 - the serving reader's metric names
+
+    return SERVING_METRICS
+
+
 def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect_ids: set[str], metrics: list[str],
                           tolerance: float, alpha: float, level: float) -> pd.DataFrame:
     """Each host (its unmarked and its suspect runs apart) against a previous campaign's results directory (its
@@ -207,6 +244,15 @@ def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect
         if len(judged):
             parts.append(_tagged(judged, str(host), label, "suspect" if is_marked else "unmarked"))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
+
+
+def reference_unmatched(path: Path, measured: pd.DataFrame, compared: pd.DataFrame, metrics: list[str]) -> list[str]:
+    """What of ``--reference`` was compared with nothing: each published figure that matched no run, or, for a
+    reference campaign, the whole campaign when it shares no cell and metric with this one."""
+    if not path.is_dir():
+        return unmatched_figures(hostcheck.load_reference_figures(path), measured, metrics)
+    return [] if len(compared) else [f"the reference campaign {path} shares no model, environment, workload and "
+                                     "metric with this campaign: nothing was compared with it"]
 
 
 # --- the causes ---------------------------------------------------------------------------------------------
@@ -316,8 +362,10 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
     metrics += [m for m in ("decode_tok_s",) if m in measured and measured[m].notna().any()]
     suspect_ids = set(states.loc[states["readiness_state"] == "suspect", "run_id"].astype(str))
     parts = [fleet_comparisons(measured, suspect_ids, metrics, tolerance, alpha, level)]
+    unmatched: list[str] = []
     if reference is not None:
         parts.append(reference_comparisons(reference, measured, suspect_ids, metrics, tolerance, alpha, level))
+        unmatched = reference_unmatched(Path(reference), measured, parts[-1], metrics)
     parts = [p for p in parts if len(p)]
     comparisons = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
     # every comparison behind a "not normal" (peers, suspect runs, the reference) is one family (Holm)
@@ -338,7 +386,7 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
         roofline=hostcheck.roofline_cells(measured_runs(runs), states, bandwidth, weights),
         energy=hostcheck.energy_cells(measured_runs(runs), states), differences=differences, blocking=blocking,
         acknowledged=hostcheck.acknowledged_in(root) if acknowledged is None else acknowledged,
-        tolerance=tolerance, reference=None if reference is None else str(reference))
+        tolerance=tolerance, reference=None if reference is None else str(reference), unmatched=unmatched)
 
 
 # --- what the report and the terminal show ------------------------------------------------------------------
@@ -358,6 +406,10 @@ def findings(check: HostCheck | None) -> list[Finding]:
     if check.blocking:
         out.append(Finding("host-differences", refusal_text(check) if check.refused else
                            f"firmware or driver differs across hosts, acknowledged: {check.blocking_text()}"))
+    if check.unmatched:
+        out.append(Finding("reference-unmatched", f"{len(check.unmatched)} --reference entr"
+                           f"{'y' if len(check.unmatched) == 1 else 'ies'} matched nothing and compared with no "
+                           "run: " + "; ".join(check.unmatched), tuple(check.unmatched)))
     for row in check.hosts.itertuples(index=False):
         if row.verdict in ("not normal", "suspect"):
             out.append(Finding("host-not-normal", row.sentence, subject=f"host {row.host}"))
@@ -434,6 +486,7 @@ def text_table(check: HostCheck) -> str:
                      f"{r.causes or '–'}")
     lines.append("")
     lines += [f"  {s}" for s in frame["sentence"]]
+    lines += [f"  ! --reference entry matched nothing: {u}" for u in check.unmatched]
     implausible = check.roofline[check.roofline["implausible"].astype(bool)]
     lines += [f"  ! implausible: {r.host} / {r.model} / {r.workload} {_words(r.metric)} at {r.max_percent:.0f}% of "
               "the bandwidth roofline" for r in implausible.itertuples(index=False)]
@@ -455,8 +508,10 @@ def says_something(check: HostCheck) -> bool:
 
 
 def failing(check: HostCheck) -> bool:
-    """For an exit status: refused, or some host not normal."""
-    return check.refused or bool(np.any(check.hosts["verdict"] == "not normal"))
+    """For an exit status: refused, some host not normal, or a --reference that matched nothing at all (every
+    entry unmatched: the question asked was not answered)."""
+    nothing = bool(check.unmatched) and not (check.comparisons["against"].astype(str) != "the other hosts").any()
+    return check.refused or nothing or bool(np.any(check.hosts["verdict"] == "not normal"))
 
 
 @dataclass(frozen=True)
@@ -478,4 +533,4 @@ def for_report(facts: Any, options: HostOptions | None = None) -> HostCheck | No
 
 
 #: Finding kinds the terminal summary prints one by one (the host lines are printed already).
-TERMINAL_KINDS = ("host-differences", "roofline-implausible")
+TERMINAL_KINDS = ("host-differences", "roofline-implausible", "reference-unmatched")

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from sparkfleet.cli import main
-from sparkfleet.compare import compare_campaigns, compare_environments, kv_decomposition, kv_shift
+from sparkfleet.compare import classify, compare_campaigns, compare_environments, kv_decomposition, kv_shift
 
 
 def write_campaign(root: Path, cells: dict[tuple[str, str], dict[str, list[float]]], host: str = "h1",
@@ -288,3 +288,50 @@ def test_report_baseline_nested_either_way_gives_the_separate_directory_verdict(
     same = tmp_path / "baseline" / "results"
     assert main(["report", str(same), "--baseline", str(same)]) == 2
     assert "are the same directory" in capsys.readouterr().err
+
+
+def test_holm_adjusts_step_down_and_leaves_nan_out_of_the_family() -> None:
+    from sparkfleet.compare import family_size, holm
+
+    # Holm (1979): sorted p 0.01, 0.02, 0.04 of m = 3 -> 0.03, 0.04, 0.04 (the running maximum of (m - i) p)
+    adjusted = holm([0.04, np.nan, 0.01, 0.02])
+    assert np.isnan(adjusted[1]) and family_size([0.04, np.nan, 0.01, 0.02]) == 3
+    np.testing.assert_allclose(adjusted[[2, 3, 0]], [0.03, 0.04, 0.04])
+    assert holm([0.6, 0.9])[1] == 1.0  # capped at 1
+
+
+def _rows(p_values: list[float], change_pct: float = 8.0, n: int = 5) -> pd.DataFrame:
+    """Rows as compare._paired makes them: every row beyond the 5% threshold, with the given p-values."""
+    k = len(p_values)
+    return pd.DataFrame({"n_a": [n] * k, "n_b": [n] * k, "mean_a": [100.0] * k, "mean_b": [100 + change_pct] * k,
+                         "sd_a": [3.0] * k, "sd_b": [3.0] * k, "diff": [change_pct] * k,
+                         "change_pct": [change_pct] * k, "p_value": p_values,
+                         "ci_low": [change_pct - 4] * k, "ci_high": [change_pct + 4] * k})
+
+
+def test_a_family_holds_its_comparisons_to_alpha_together() -> None:
+    # 20 comparisons each significant alone at p = 0.04: alone every one is different; as one family none is.
+    alone = classify(_rows([0.04] * 20))
+    assert set(alone["outcome"]) == {"different"}
+    family = classify(_rows([0.04] * 20), family=True)
+    assert set(family["outcome"]) == {"undetermined"} and set(family["reason"]) == {"family"}
+    assert (family["family_size"] == 20).all() and (family["p_family"] >= 0.05).all()
+    # ... and it needs more runs than one comparison alone would (alpha / 20).
+    assert (family["required_n"] > classify(_rows([0.2] * 20))["required_n"]).all()
+    # A difference strong enough for the family stays one; the others are judged with it.
+    mixed = classify(_rows([1e-6, 0.04, 0.04]), family=True)
+    assert list(mixed["outcome"]) == ["different", "undetermined", "undetermined"]
+
+
+def test_a_larger_family_is_never_less_strict_than_its_part() -> None:
+    from sparkfleet.compare import hold_to_family
+
+    part = classify(_rows([0.001, 0.01]), family=True)  # Holm over 2: 0.002, 0.01: both different
+    assert set(part["outcome"]) == {"different"}
+    union = hold_to_family(pd.concat([part, part.assign(p_value=0.5, outcome="same", reason="equivalent")]
+                                     ).reset_index(drop=True).assign(p_value=[0.001, 0.01, 0.5, 0.5]))
+    # over 4: 0.004, 0.03 -> still below alpha; the same answers untouched
+    assert list(union["outcome"]) == ["different", "different", "same", "same"]
+    wider = hold_to_family(pd.concat([part] + [part.assign(outcome="same", reason="equivalent")] * 5)
+                           .reset_index(drop=True).assign(p_value=[0.001, 0.01] + [0.5] * 10))
+    assert list(wider["outcome"][:2]) == ["different", "undetermined"]  # 0.01 x 11 > alpha

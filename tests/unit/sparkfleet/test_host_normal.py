@@ -307,3 +307,38 @@ def test_serving_decode_at_concurrency_one_comes_from_ok_points_only() -> None:
               {"concurrency": 4, "status": "ok", "metrics": {"tg_req_tok_s": 20.0}}]
     assert state_of({"run_id": "r", "host": "h", "serving": {"points": points}})["serving_c1_tok_s"] == 32.0
     assert state_of({"run_id": "r", "host": "h"})["serving_c1_tok_s"] is None
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ({"metric": "decode_tok_s", "model": "gpt-oss-120b", "workload": "T1"}, "model gpt-oss-120b is not in"),
+    ({"metric": "decod_tok_s", "model": "llama", "workload": "T1"}, "not a metric sparkfleet records"),
+    ({"metric": "tg_tok_s", "model": "llama", "workload": "T1"}, "a serving metric"),
+    ({"metric": "decode_tok_s", "model": "llama", "workload": "T9"}, "no measured run of that workload"),
+])
+def test_a_reference_entry_that_matches_nothing_is_named(tmp_path: Path, entry: dict, why: str, capsys) -> None:
+    root = build(tmp_path / "fleet", degraded=None, firmware_differs=False)
+    published = tmp_path / "published.json"
+    matching = {"metric": "decode_tok_s", "model": "llama", "workload": "T1", "value": 100, "source": "ours"}
+    published.write_text(json.dumps([matching, {**entry, "value": 100, "source": "a paper"}]))
+    result = check(root, reference=published)
+    (unmatched,) = result.unmatched
+    assert why in unmatched and "a paper" in unmatched
+    assert any(f.kind == "reference-unmatched" for f in host_normal.findings(result))
+    assert not host_normal.failing(result)  # the matching entry was compared: the question was answered
+    # Only the unmatched entry: nothing was compared with the reference, and the exit status says so.
+    published.write_text(json.dumps([{**entry, "value": 100, "source": "a paper"}]))
+    assert main(["report", "--hosts", str(root), "--reference", str(published)]) != 0
+    assert why in capsys.readouterr().out
+
+
+def test_a_reference_campaign_sharing_nothing_is_named(tmp_path: Path) -> None:
+    now = build(tmp_path / "now", degraded=None, firmware_differs=False)
+    other = tmp_path / "other"
+    write_run(other, "spark1", 1, 100.0)  # workload T1 of model llama: rename the model to share nothing
+    for path in other.rglob("record.json"):
+        data = json.loads(path.read_text())
+        data["model"] = "mistral"
+        path.write_text(json.dumps(data))
+    result = check(now, reference=other)
+    assert len(result.unmatched) == 1 and "shares no model" in result.unmatched[0]
+    assert host_normal.failing(result)
