@@ -30,7 +30,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
 from sparkfleet import hostcheck, reproducibility
-from sparkfleet.compare import _paired, _side, classify, hold_to_family
+from sparkfleet.compare import FAMILY_METHOD, _paired, _side, classify, hold_to_family
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
@@ -435,9 +435,11 @@ def section(check: HostCheck | None) -> Section | None:
         return None
     blocks: list = [Paragraph(
         f"Each host against the other hosts (and the reference, where given) by the rule of every verdict: not "
-        f"normal where a difference is significant and beyond ±{check.tolerance * 100:g}%. Runs the readiness probe "
-        "marked suspect are compared on their own, never averaged in. Causes come from the readiness probe, the "
-        "throttle counters, the hosts' attestation (firmware, VBIOS, driver, kernel) and the memory state at start.")]
+        f"normal where a difference is significant and beyond ±{check.tolerance * 100:g}%, significance by "
+        f"{FAMILY_METHOD} (every host, cell, metric and reference comparison here is one family). Runs the "
+        "readiness probe marked suspect are compared on their own, never averaged in. Causes come from the "
+        "readiness probe, the throttle counters, the hosts' attestation (firmware, VBIOS, driver, kernel) and the "
+        "memory state at start.")]
     if check.refused:
         blocks.append(Paragraph(refusal_text(check)))
     blocks.append(Bullets(list(check.hosts["sentence"]), "hosts"))

@@ -398,7 +398,9 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
             f"the same environment, per point and metric: different when significant (Welch p < {o.alpha:g}) and "
             f"beyond ±{o.threshold * 100:g}%, the same when the whole {o.level * 100:g}% interval lies inside, "
             "otherwise undetermined with the iterations per side that would tell. Better is higher for "
-            "throughput, lower for latency."))
+            f"throughput, lower for latency. Significance is {compare.FAMILY_METHOD} (each question, environments "
+            "and engines, is one family); the Welch p column is each comparison's own, and a row significant "
+            "alone but not in its family says so (undetermined, reason family)."))
         blocks.append(_comparison_table(study.comparisons))
     else:
         blocks.append(Paragraph("No point was measured in two environments of one engine or by two engines in one "
