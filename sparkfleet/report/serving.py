@@ -346,9 +346,11 @@ def _comparison_table(comparisons: pd.DataFrame) -> Any:
         "95% CI": [f"{N_TOO_SMALL} (n={fmt(min(na, nb))})" if min(na, nb) < stats.MIN_N_INTERVAL else
                    "–" if lo is None or pd.isna(lo) else f"{fmt_pct(lo)} to {fmt_pct(hi)}" for lo, hi, na, nb in
                    zip(c["ci_low_pct"], c["ci_high_pct"], c["n_a"], c["n_b"], strict=True)],
-        "Welch p": c["p_value"].map(fmt_p),
-        "verdict": [o + (f" (≈ {n:.0f} iterations/side would tell)" if o == "undetermined" and n == n else "")
-                    for o, n in zip(c["outcome"], c["required_n"], strict=True)],
+        "Welch p (alone)": c["p_value"].map(fmt_p),
+        "p in its family (Holm)": c["p_family"].map(fmt_p) if "p_family" in c else "–",
+        "verdict": [o + (" (significant alone, not in its family)" if r == "family" else "")
+                    + (f" (≈ {n:.0f} iterations/side would tell)" if o == "undetermined" and n == n else "")
+                    for o, r, n in zip(c["outcome"], c["reason"], c["required_n"], strict=True)],
     })
     if c["noise_floor_pct"].notna().any():
         frame["A/A noise floor"] = ["–" if f is None or pd.isna(f) else
