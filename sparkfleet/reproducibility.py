@@ -127,8 +127,9 @@ def host_deviations(
     pairs = pairs.merge(votes[[*keys, "host", "suspect"]].rename(columns={"host": "host_o",
                                                                           "suspect": "suspect_o"}),
                         on=[*keys, "host_o"])
-    clean = pairs.groupby([*keys, "host"])["suspect_o"].transform(lambda s: ~s if (~s).any() else s | True)
-    reference = _pooled(pairs[clean.astype(bool)], [*keys, "host"])
+    unmarked = ~pairs["suspect_o"].astype(bool)
+    some_unmarked = unmarked.groupby([pairs[k] for k in [*keys, "host"]]).transform("any")
+    reference = _pooled(pairs[unmarked | ~some_unmarked], [*keys, "host"])
     t = per_host.merge(reference, on=[*keys, "host"]).merge(cell, on=keys)
     t = t.merge(votes[[*keys, "host", "suspect"]], on=[*keys, "host"])
     paired = _paired(_side(t, "_ref"), _side(t, ""), level)
