@@ -7,6 +7,34 @@
 # Idempotent: packages and virtualenvs already in place are reused. Without root, the apt step is
 # skipped (with a note) and the tests that need root are skipped with their reason.
 set -euo pipefail
+
+# The Docker engine to install, printed on stdout: nothing when this machine has one already. Docker's docker-ce
+# (with containerd.io, from Docker's or NVIDIA's repositories, as DGX OS ships it), moby-engine and Debian's
+# docker.io conflict with each other: installing docker.io would make apt remove the engine the host runs. Any
+# docker or dockerd on PATH, or any of these packages installed (dpkg-query), is reused; docker.io is installed
+# only where there is no Docker at all. tests/unit/test_bootstrap_docker.py runs it with a fake dpkg-query.
+DOCKER_PACKAGES=(docker-ce docker-ce-cli containerd.io moby-engine moby-cli docker.io)
+docker_to_install() {
+  local pkg found=""
+  for pkg in dockerd docker; do
+    command -v "$pkg" >/dev/null 2>&1 && { found=$(command -v "$pkg"); break; }
+  done
+  if [ -z "$found" ]; then
+    for pkg in "${DOCKER_PACKAGES[@]}"; do
+      case "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" in
+        *" installed") found="package $pkg"; break ;;
+      esac
+    done
+  fi
+  if [ -n "$found" ]; then
+    echo "note: Docker found ($found): reused, no Docker package installed" >&2
+  else
+    echo docker.io
+  fi
+}
+# Sourced (the tests): the function above only, nothing run.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 cd "$(dirname "$(readlink -f "$0")")"
 
 mode=${1:-}
@@ -75,10 +103,11 @@ newest_python() {
 
 base_pkgs=(python3 python3-venv python3-pip git)
 
-# dockerd from Debian's docker.io: started through systemd where there is one, else in the background.
+# dockerd (docker.io's or docker-ce's): started through systemd where there is one, else in the background.
 start_docker() {
   command -v docker >/dev/null 2>&1 || return 0
   docker info >/dev/null 2>&1 && return 0
+  command -v dockerd >/dev/null 2>&1 || { echo "note: a docker client but no dockerd here; Docker is not running" >&2; return 0; }
   [ "$(id -u)" -eq 0 ] || { echo "note: Docker is not running and only root can start it" >&2; return 0; }
   if [ -d /run/systemd/system ]; then
     systemctl start docker
@@ -92,7 +121,8 @@ start_docker() {
 
 if [ "$mode" = bench ]; then
   # The sanity campaign builds its image with debootstrap and runs it natively (chroot) and in Docker.
-  apt_install "${base_pkgs[@]}" docker.io debootstrap
+  docker_pkg=$(docker_to_install)
+  apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} debootstrap
   start_docker
   make_venv .venv python3
   # sparkfleet run: bench.yml through ansible-runner, live progress, then the report (in-process).
@@ -101,7 +131,8 @@ if [ "$mode" = bench ]; then
 fi
 
 # ---- test ----------------------------------------------------------------------------------------
-apt_install "${base_pkgs[@]}" docker.io openssh-server openssh-client debootstrap iproute2 iptables \
+docker_pkg=$(docker_to_install)
+apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} openssh-server openssh-client debootstrap iproute2 iptables \
   chromium fonts-dejavu-core cmake g++
 start_docker
 make_venv .venv python3

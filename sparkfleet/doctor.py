@@ -3,9 +3,14 @@
 Per host, on one SSH connection: reachable (with host-key checking: unknown keys are rejected), sudo
 works (``sudo -n true``; skipped for root), Docker present (``docker info``), GPU visible
 (``nvidia-smi -L``), disk free under the work dir (``df -Pk``; the filesystem holding the nearest existing
-parent of ``sparkfleet_work_dir``, default: its registry default) and clock skew (remote ``date +%s.%N``
-against the local clock at the midpoint of the round trip). Hosts with ``ansible_connection=local`` are
-checked on this machine without SSH.
+parent of ``sparkfleet_work_dir``, default: its registry default) against the preflight's own limit
+(``sparkfleet_preflight_min_free_disk_gib``, the same setting and default preflight_check gates on) and clock skew
+(remote ``date +%s.%N`` against the local clock at the midpoint of the round trip). Hosts with
+``ansible_connection=local`` are checked on this machine without SSH.
+
+The GPU is checked against the campaign the host would run (``--campaign``, else its ``sparkfleet_campaign``, else
+the default for its groups: the study for ``sparks``, the sanity campaign elsewhere): a host without a GPU is ready
+for "CPU workloads only" when that campaign needs no GPU (planning.gpu_engines), and not ready when it does.
 
 Only the fixed command strings in ``COMMANDS`` are ever sent to a shell; inventory values (paths, names)
 are never interpolated into one: the work dir is matched against ``df -Pk``'s mount points here.
@@ -26,11 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, resolve
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import SETTINGS_BY_NAME
 from sparkfleet.runner import resolve_inventory
 
 DEFAULT_WORK_DIR = SETTINGS_BY_NAME["sparkfleet_work_dir"].default  # defined once (plugin_utils/settings.py)
+#: The least free disk under the work dir: the preflight's free_disk gate's setting (gates.LIMIT_FIELDS), one
+#: threshold for doctor and preflight_check; a host's own value of the setting wins, as in preflight.
+MIN_FREE_DISK_SETTING = "sparkfleet_preflight_min_free_disk_gib"
+DEFAULT_MIN_FREE_GIB = float(SETTINGS_BY_NAME[MIN_FREE_DISK_SETTING].default)
 SYSTEM_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "~/.ssh/known_hosts")
 
 # The only strings ever run on a host.
@@ -60,6 +71,12 @@ class Target:
     known_hosts: list[str] = field(default_factory=list)
     local: bool = False
     work_dir: str = DEFAULT_WORK_DIR
+    #: The host's sparkfleet_preflight_min_free_disk_gib (its registry default when unset).
+    min_free_gib: float = field(default=DEFAULT_MIN_FREE_GIB, compare=False)
+    #: The campaign the host would run (its name) and the engines of it that need a GPU ([]: none; None: not
+    #: known, so a GPU is required).
+    campaign: str | None = field(default=None, compare=False)
+    gpu_engines: list[str] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -70,6 +87,10 @@ class HostReport:
     sudo: str | None = None          # "root", "yes", "no"
     docker: str | None = None        # server version, or None
     gpus: int | None = None
+    #: No GPU seen, and the campaign needs none: ready for CPU workloads only (the reason in ``notes``).
+    cpu_only: bool = False
+    campaign: str | None = None
+    notes: list[str] = field(default_factory=list)
     disk_free_gib: float | None = None
     disk_path: str | None = None     # the mount point holding the work dir
     clock_skew_s: float | None = None
@@ -100,9 +121,23 @@ def known_hosts_from_args(*args: str | None) -> list[str]:
     return files
 
 
-def load_targets(inventory: str) -> list[Target]:
+def host_campaign(given: dict[str, Any] | None, hostvar: Any,
+                  group_names: list[str]) -> tuple[str | None, list[str] | None]:
+    """(name, engines needing a GPU) of the campaign a host would run: ``given`` (resolved, from --campaign), else
+    its ``sparkfleet_campaign`` variable, else the default for its groups (planning.default_campaign). One that
+    does not resolve (the validate stage will say why) counts as needing a GPU."""
+    try:
+        campaign = given or resolve(planning.plain(hostvar) if hostvar is not None else
+                                    planning.default_campaign(group_names, "campaign"), source="sparkfleet_campaign")
+    except (CampaignError, TypeError, ValueError):  # not plain data, or not a campaign
+        return None, None
+    return campaign.get("name"), planning.gpu_engines(campaign)
+
+
+def load_targets(inventory: str, campaign: dict[str, Any] | None = None) -> list[Target]:
     """Every host of an inventory (any source Ansible reads: ini, yaml, a directory with group_vars and
-    host_vars, host ranges), with the connection settings ansible-playbook would use for it.
+    host_vars, host ranges), with the connection settings ansible-playbook would use for it. ``campaign``: the
+    resolved campaign every host is checked against (default: each host's own, see :func:`host_campaign`).
 
     Ansible resolves everything: its inventory and variable managers read the inventory and each host's
     variables, and its configuration resolves the options of its ``ssh`` connection plugin from them (the
@@ -144,6 +179,13 @@ def load_targets(inventory: str) -> list[Target]:
             except Exception as exc:  # e.g. ansible_port=x: Ansible refuses it as an integer
                 raise UsageError(f"{host.name}: ssh option {option}: {exc}") from exc
 
+        min_free = value(MIN_FREE_DISK_SETTING)
+        try:
+            min_free = DEFAULT_MIN_FREE_GIB if min_free is None else float(min_free)
+        except (TypeError, ValueError):
+            raise UsageError(f"{host.name}: {MIN_FREE_DISK_SETTING}: not a number: {min_free!r}") from None
+        name, needs = host_campaign(campaign, value("sparkfleet_campaign"),
+                                    [g.name for g in host.get_groups() if g.name != "all"])
         targets.append(Target(
             name=host.name,
             address=str(ssh("host") or host.name),
@@ -153,6 +195,7 @@ def load_targets(inventory: str) -> list[Target]:
             known_hosts=known_hosts_from_args(ssh("ssh_args"), ssh("ssh_common_args"), ssh("ssh_extra_args")),
             local=(value("ansible_connection") or constants.DEFAULT_TRANSPORT) in ("local", "ansible.builtin.local"),
             work_dir=str(value("sparkfleet_work_dir") or DEFAULT_WORK_DIR),
+            min_free_gib=min_free, campaign=name, gpu_engines=needs,
         ))
     return targets
 
@@ -165,7 +208,7 @@ class _Local:
     def run(self, key: str) -> tuple[int, str, str]:
         try:
             proc = subprocess.run(["/bin/sh", "-c", COMMANDS[key]], capture_output=True, text=True,
-                                  timeout=self.timeout, stdin=subprocess.DEVNULL)
+                                  errors="replace", timeout=self.timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return 124, "", f"timed out after {self.timeout:g}s"
         return proc.returncode, proc.stdout, proc.stderr
@@ -287,12 +330,14 @@ class _Unreachable(Exception):
 @dataclass
 class Limits:
     timeout: float = 10.0
-    min_free_gib: float = 10.0
+    #: None: each host's own limit (Target.min_free_gib: the preflight's setting); a number: this one for all.
+    min_free_gib: float | None = None
     max_skew_s: float = 1.0
 
 
 def check_host(target: Target, limits: Limits) -> HostReport:
-    report = HostReport(host=target.name, address="local" if target.local else f"{target.address}:{target.port}")
+    report = HostReport(host=target.name, address="local" if target.local else f"{target.address}:{target.port}",
+                        campaign=target.campaign)
     try:
         session = _Local(limits.timeout) if target.local else _Remote(connect(target, limits.timeout),
                                                                          limits.timeout)
@@ -353,7 +398,14 @@ def _run_checks(session, target: Target, limits: Limits, report: HostReport) -> 
         report.gpus = len(gpus)
     else:
         why = "nvidia-smi not found" if rc == 127 else (_first_line(err) or _first_line(out) or "no GPU listed")
-        report.problems.append(f"gpu: {why}")
+        campaign = f"campaign {target.campaign!r}" if target.campaign else "the campaign"
+        if target.gpu_engines is None:
+            report.problems.append(f"gpu: {why}")
+        elif target.gpu_engines:
+            report.problems.append(f"gpu: {why}; {campaign} needs a GPU ({', '.join(target.gpu_engines)})")
+        else:
+            report.cpu_only = True
+            report.notes.append(f"CPU workloads only: {why}; {campaign} needs no GPU")
 
     rc, out, err = session.run("df")
     found = free_under(out, target.work_dir)
@@ -362,9 +414,10 @@ def _run_checks(session, target: Target, limits: Limits, report: HostReport) -> 
     else:
         report.disk_path, free_kib = found
         report.disk_free_gib = round(free_kib / 1024**2, 1)
-        if report.disk_free_gib < limits.min_free_gib:
+        least = target.min_free_gib if limits.min_free_gib is None else limits.min_free_gib
+        if report.disk_free_gib < least:
             report.problems.append(f"disk: {report.disk_free_gib:g} GiB free on {report.disk_path} for "
-                                   f"{target.work_dir}, below {limits.min_free_gib:g} GiB")
+                                   f"{target.work_dir}, below {least:g} GiB (preflight's free_disk gate)")
 
 
 def free_under(df_output: str, path: str) -> tuple[str, int] | None:
@@ -408,10 +461,11 @@ def table_rows(reports: list[HostReport]) -> list[tuple[str, ...]]:
             "yes" if r.reachable else "NO",
             r.sudo or "-",
             r.docker or ("NO" if r.reachable else "-"),
-            (f"{r.gpus} GPU" + ("s" if r.gpus != 1 else "")) if r.gpus else ("NO" if r.reachable else "-"),
+            (f"{r.gpus} GPU" + ("s" if r.gpus != 1 else "")) if r.gpus else
+            "none (CPU only)" if r.cpu_only else ("NO" if r.reachable else "-"),
             disk,
             "-" if r.clock_skew_s is None else f"{r.clock_skew_s:+.3f}s",
-            "; ".join(r.problems) or "ok",
+            "; ".join(r.problems) or "; ".join(["ok", *r.notes]),
         ))
     return rows
 
@@ -426,6 +480,8 @@ def render_table(reports: list[HostReport]) -> str:
         if row is HEADERS:
             lines.append("-+-".join("-" * w for w in widths) + "-+-" + "-" * len(HEADERS[-1]))
     bad = [r.host for r in reports if not r.ok]
+    cpu = [r.host for r in reports if r.ok and r.cpu_only]
     lines.append(f"{len(reports) - len(bad)}/{len(reports)} hosts ready"
+                 + (f" ({', '.join(cpu)}: CPU workloads only, no GPU)" if cpu else "")
                  + (f"; not ready: {', '.join(bad)}" if bad else ""))
     return "\n".join(lines)

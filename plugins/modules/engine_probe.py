@@ -137,7 +137,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host i
 def _from_image(module: AnsibleModule, docker: str, image: str) -> dict:
     """docker create (never started) + docker cp of the candidate files into a temporary root."""
     proc = subprocess.run([docker, "create", "--network", "none", "--entrypoint", "/sparkfleet-never-started",
-                           image], capture_output=True, text=True)
+                           image], capture_output=True, text=True, errors="replace")
     if proc.returncode != 0 and module.check_mode:  # not provisioned yet: nothing to read, nothing refused
         module.exit_json(changed=False, trtllm={}, warnings_list=["engine_probe: check mode: image %s is not "
                                                                   "readable yet; version not read" % image])

@@ -151,8 +151,9 @@ def _run(module, argv, timeout, errors):
         return None
     env = dict(os.environ, LC_ALL="C", LANG="C")
     try:
-        proc = subprocess.run([path] + list(argv[1:]), capture_output=True, text=True, timeout=timeout, env=env,
-                              check=False)
+        # errors="replace": a host tool's text in another encoding (a Latin-1 byte in a DMI string) is read.
+        proc = subprocess.run([path] + list(argv[1:]), capture_output=True, text=True, errors="replace",
+                              timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
         errors.append("%s: no answer within %g s" % (" ".join(argv), timeout))
         return None
@@ -185,7 +186,8 @@ def measure_bandwidth(module, p):
         return out
     argv = [p["python"], p["probe_script"], "bandwidth", "--mib", str(p["bandwidth_mib"])]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=4 * p["timeout_s"], check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=4 * p["timeout_s"],
+                              check=False)
     except subprocess.TimeoutExpired:
         out["error"] = "%s: no answer within %g s" % (" ".join(argv), 4 * p["timeout_s"])
         return out

@@ -89,8 +89,8 @@ def _run(module, argv):
         return None, "", "%s not found on PATH" % argv[0]
     env = dict(os.environ, LC_ALL="C", LANG="C")
     try:
-        proc = subprocess.run([path] + list(argv[1:]), capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
-                              check=False)
+        proc = subprocess.run([path] + list(argv[1:]), capture_output=True, text=True, errors="replace",
+                              timeout=TIMEOUT_S, env=env, check=False)
     except subprocess.TimeoutExpired:
         return None, "", "%s did not answer within %d s" % (" ".join(argv), TIMEOUT_S)
     except OSError as exc:
@@ -103,7 +103,7 @@ def _run(module, argv):
 def read(module):
     _, lscpu, _ = _run(module, ["lscpu"])
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             cpuinfo = fh.read()
     except OSError:
         cpuinfo = ""

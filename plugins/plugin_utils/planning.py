@@ -59,6 +59,17 @@ def default_campaign(group_names, kind: str) -> dict[str, Any]:
     return copy.deepcopy(settings.CAMPAIGNS[sparks if sparks and "sparks" in (group_names or ()) else other])
 
 
+#: Engines that run on a CPU too: matmul sizes itself down, hf-generate falls back to the CPU (device auto),
+#: llama.cpp has a CPU build. A campaign of these alone needs no GPU (the sanity campaign: matmul).
+CPU_ENGINES = ("matmul", "hf-generate", "llama.cpp")
+
+
+def gpu_engines(campaign: dict[str, Any]) -> list[str]:
+    """The engines of the (resolved) campaign's workloads that need a GPU, sorted; [] when a host without a GPU
+    can run it. Any other engine (trtllm, vllm, sglang, trtllm-serve, a campaign's own) needs one."""
+    return sorted({str(w.get("engine", "trtllm")) for w in campaign.get("workloads") or []} - set(CPU_ENGINES))
+
+
 @dataclass
 class HostCheck:
     """What step 1 learnt about one host. ``kept``: campaign name -> the configuration the host keeps beside

@@ -44,17 +44,21 @@ def register(sub) -> None:
     p.add_argument("--trtllm-version", metavar="V",
                    help="TensorRT-LLM version to build the trtllm commands for (default: the image tag's)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--vars", metavar="FILE.yml", action="append", default=[],
-                   help="sparkfleet_* settings of the host (a group_vars/host_vars file); repeatable")
-    p.add_argument("-e", "--extra-var", metavar="NAME=VALUE", action="append", default=[],
-                   help="one sparkfleet_* setting (VALUE read as YAML); repeatable, wins over --vars")
+    add_host_options(p)
     p.add_argument("--host", default=HOST, help=f"host name in the run ids and paths (default {HOST})")
     p.set_defaults(func=run)
 
 
-def _settings(args, campaign: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the sparkfleet_* variables given, the host's plan settings made of them as validate.yml makes them:
-    paths, image, workload env, ...; planning.host_settings)."""
+def add_host_options(p) -> None:
+    """--vars and -e: the host's sparkfleet_* settings (plan and validate)."""
+    p.add_argument("--vars", metavar="FILE.yml", action="append", default=[],
+                   help="sparkfleet_* settings of the host (a group_vars/host_vars file); repeatable")
+    p.add_argument("-e", "--extra-var", metavar="NAME=VALUE", action="append", default=[],
+                   help="one sparkfleet_* setting (VALUE read as YAML); repeatable, wins over --vars")
+
+
+def host_variables(args, host: str = HOST) -> dict[str, Any]:
+    """The sparkfleet_* variables of --vars and -e, checked as the validate stage checks a host's (UsageError)."""
     variables: dict[str, Any] = {}
     for path in args.vars:
         with open(path, encoding="utf-8") as fh:
@@ -67,9 +71,16 @@ def _settings(args, campaign: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
         if not sep or not name.startswith("sparkfleet_"):
             raise UsageError(f"-e {item!r}: give sparkfleet_NAME=VALUE")
         variables[name] = yaml.safe_load(value)
-    errors, _ = settings.setting_problems(args.host, variables)
+    errors, _ = settings.setting_problems(host, variables)
     if errors:
         raise UsageError("; ".join(errors))
+    return variables
+
+
+def _settings(args, campaign: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the sparkfleet_* variables given, the host's plan settings made of them as validate.yml makes them:
+    paths, image, workload env, ...; planning.host_settings)."""
+    variables = host_variables(args, args.host)
     return variables, planning.host_settings(args.host, variables, campaign)
 
 
@@ -197,11 +208,17 @@ def run(args) -> int:
         rows = _commands(campaign, host, {k: v for k, v in trtllm.items() if k != "resolved"}, runs,
                          _placeholder_rootfs(os.path.join(tmp, "rootfs")))
     image = host["image"]["ref"]
-    notes = [f"offline: nothing was touched; host {args.host!r}, work dir {host['paths']['work_dir']}",
-             f"native: {ENTRYPOINT} stands for the image's Entrypoint and <sha256-image-id> for its ID, both "
-             f"recorded on the host when the rootfs is extracted (unknown offline); the image's own Env (Config.Env) "
-             f"is added there too, and is not shown",
-             f"container: runs image {image} (on the host: the ID the native rootfs was extracted from)"]
+    # Only what the campaign uses: a native environment runs the image's rootfs, a container the image; a bare
+    # environment neither (a bare-only campaign names no image).
+    kinds = {e.get("kind", "native") for e in campaign["environments"]}
+    notes = [f"offline: nothing was touched; host {args.host!r}, work dir {host['paths']['work_dir']}"]
+    if "native" in kinds:
+        notes.append(f"native: {ENTRYPOINT} stands for the image's Entrypoint and <sha256-image-id> for its ID, both "
+                     f"recorded on the host when the rootfs is extracted from image {image} (unknown offline); the "
+                     f"image's own Env (Config.Env) is added there too, and is not shown")
+    if "container" in kinds:
+        notes.append(f"container: runs image {image}"
+                     + (" (on the host: the ID the native rootfs was extracted from)" if "native" in kinds else ""))
     notes += _serving_notes(campaign, host)
     resolved = trtllm.get("resolved")
     if resolved:

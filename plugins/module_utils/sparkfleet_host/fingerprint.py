@@ -321,7 +321,7 @@ def container_pid(docker, name, timeout=10.0, stop=None):
     while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
         try:
             proc = subprocess.run([docker, "inspect", "--format", "{{.State.Pid}}", name],
-                                  capture_output=True, text=True, timeout=10)
+                                  capture_output=True, text=True, errors="replace", timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         pid = proc.stdout.strip()

@@ -175,7 +175,7 @@ def container_cgroup_memory_file(docker: str, name: str, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         proc = subprocess.run([docker, "inspect", "--format", "{{.State.Pid}}", name],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, errors="replace")
         pid = proc.stdout.strip()
         if proc.returncode == 0 and pid not in ("", "0"):
             directory = cgroup_dir_of_pid(int(pid))

@@ -104,8 +104,8 @@ class LlamaBenchy:
     def version(client: str, timeout_s: float = 120.0):
         """The client's version (``llama-benchy --version``: argparse prints ``llama-benchy 0.4.0``), or None."""
         try:
-            proc = subprocess.run([str(client), "--version"], capture_output=True, text=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run([str(client), "--version"], capture_output=True, text=True, errors="replace",
+                                  timeout=timeout_s, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             return None
         found = _VERSION.findall(proc.stdout + " " + proc.stderr) if proc.returncode == 0 else []

@@ -154,6 +154,7 @@ class SmiLoop:
             stderr=subprocess.STDOUT,  # one pipe: nothing can fill up unread
             env=env,
             text=True,
+            errors="replace",  # a byte in another encoding is read, never fatal to the reader
             bufsize=1,
         )
         self.spawned += 1

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 
 import pytest
 
 from sparkfleet import cli, doctor
 from sparkfleet.doctor import HostReport, Limits, Target
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_known_hosts_files_from_ssh_args():
@@ -171,3 +175,123 @@ def test_timeout_must_be_positive(tmp_path, bad, capsys):
     inv = tmp_path / "i.ini"
     inv.write_text("a\n")
     assert cli.main(["doctor", "-i", str(inv), "--timeout", bad]) == 2
+
+
+# ---- one threshold with preflight; a host without a GPU (issue 33) -----------------------------------------------
+def _df(free_gib: float) -> str:
+    return ("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+            f"/dev/vda 999999999 0 {int(free_gib * 1024 ** 2)} 1% /\n")
+
+
+class FakeHost:
+    """A host's answers to doctor's fixed commands (key -> (rc, stdout, stderr)); the clock agrees."""
+
+    answers: dict = {}
+
+    def __init__(self, timeout: float):
+        pass
+
+    def run(self, key: str):
+        return self.answers[key]
+
+    def clock(self):
+        import time
+        now = time.time()
+        return [(now, now, f"{now:.4f}")]
+
+    def close(self):
+        pass
+
+
+def _host(gpu=(0, "GPU 0: NVIDIA GB10 (UUID: GPU-x)\n", ""), free_gib=500.0):
+    return {"uid": (0, "0\n", ""), "docker": (0, "28.1.1\n", ""), "gpu": gpu, "df": (0, _df(free_gib), "")}
+
+
+NO_SMI = (127, "", "sh: 1: nvidia-smi: not found")
+NO_DEVICE = (6, "No devices were found\n", "")
+
+
+def test_doctor_and_preflight_share_the_free_disk_threshold(monkeypatch):
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_DEFAULTS
+
+    assert LIMIT_DEFAULTS["min_free_disk_gib"] == doctor.DEFAULT_MIN_FREE_GIB
+    assert Target(name="t", address="t").min_free_gib == LIMIT_DEFAULTS["min_free_disk_gib"]
+    monkeypatch.setattr(doctor, "_Local", FakeHost)
+    limit = LIMIT_DEFAULTS["min_free_disk_gib"]
+    # (free GiB, the host's own setting or None, --min-free-gib or None) -> whether the disk passes
+    cases = [(limit + 1, None, None, True), (limit - 1, None, None, False),
+             (limit - 1, limit - 2, None, True), (5.0, 8.0, None, False), (5.0, None, 4.0, True)]
+    for free, own, flag, passes in cases:
+        FakeHost.answers = _host(free_gib=free)
+        target = Target(name="t", address="t", local=True, work_dir="/var/lib/sparkfleet", gpu_engines=[],
+                        **({} if own is None else {"min_free_gib": own}))
+        report = doctor.check_host(target, Limits(min_free_gib=flag))
+        assert report.ok is passes, (free, own, flag, report.problems)
+
+
+def test_the_hosts_own_preflight_disk_setting_is_read_from_the_inventory(tmp_path):
+    inv = tmp_path / "i.ini"
+    inv.write_text("a sparkfleet_preflight_min_free_disk_gib=50\nb\n")
+    targets = {t.name: t for t in doctor.load_targets(str(inv))}
+    assert targets["a"].min_free_gib == 50.0 and targets["b"].min_free_gib == doctor.DEFAULT_MIN_FREE_GIB
+
+
+# (the host's GPU answer, engines of its campaign that need a GPU) -> (ready, CPU workloads only)
+GPU_CASES = [
+    (NO_SMI, [], True, True),
+    (NO_DEVICE, [], True, True),
+    (NO_SMI, ["trtllm"], False, False),
+    (NO_SMI, None, False, False),  # campaign not known: a GPU is required
+    (_host()["gpu"], [], True, False),
+    (_host()["gpu"], ["trtllm"], True, False),
+]
+
+
+@pytest.mark.parametrize(("gpu", "engines", "ready", "cpu_only"), GPU_CASES)
+def test_a_host_without_a_gpu_is_ready_for_cpu_workloads_only(monkeypatch, gpu, engines, ready, cpu_only):
+    monkeypatch.setattr(doctor, "_Local", FakeHost)
+    FakeHost.answers = _host(gpu=gpu)
+    report = doctor.check_host(Target(name="t", address="t", local=True, campaign="c", gpu_engines=engines),
+                               Limits())
+    assert (report.ok, report.cpu_only) == (ready, cpu_only), report.problems
+    if not ready:
+        assert [p for p in report.problems if p.startswith("gpu:")]
+
+
+def test_each_host_is_checked_against_the_campaign_it_would_run(tmp_path):
+    inv = tmp_path / "i.ini"
+    inv.write_text("[sparks]\nspark1\n[other]\nbox\n")
+    targets = {t.name: t for t in doctor.load_targets(str(inv))}
+    assert (targets["spark1"].campaign, targets["spark1"].gpu_engines) == ("study", ["trtllm"])
+    assert (targets["box"].campaign, targets["box"].gpu_engines) == ("sanity", [])
+    local = doctor.load_targets(str(REPO / "inventory" / "local.ini"))
+    assert [(t.campaign, t.gpu_engines) for t in local] == [("sanity", [])]
+
+
+def test_doctor_on_the_default_inventory_without_a_gpu(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(doctor, "_Local", FakeHost)
+    FakeHost.answers = _host(gpu=NO_SMI)
+    local = str(REPO / "inventory" / "local.ini")
+    assert cli.main(["doctor", "-i", local]) == 0
+    out = capsys.readouterr().out
+    assert "1/1 hosts ready" in out and "CPU workloads only" in out
+    gpu_campaign = tmp_path / "c.yml"
+    gpu_campaign.write_text("name: t\nmodels: [{name: m, path: /var/lib/sparkfleet/models/m}]\n"
+                            "environments: [native]\nworkloads: [T1]\n")
+    assert cli.main(["doctor", "-i", local, "--campaign", str(gpu_campaign)]) == 1
+    assert "0/1 hosts ready" in capsys.readouterr().out
+    assert cli.main(["doctor", "-i", local, "--json"]) == 0
+    host = json.loads(capsys.readouterr().out)["hosts"][0]
+    assert host["ok"] and host["cpu_only"] and host["campaign"] == "sanity"
+
+
+def test_a_hosts_own_campaign_variable_decides_and_a_bad_one_requires_a_gpu(tmp_path):
+    inv = tmp_path / "inv"
+    (inv / "host_vars").mkdir(parents=True)
+    (inv / "hosts.ini").write_text("[sparks]\ncpu\nbad\n")
+    (inv / "host_vars" / "cpu.yml").write_text(
+        "sparkfleet_campaign: {name: mm, models: [{name: m}], environments: [native], workloads: [matmul]}\n")
+    (inv / "host_vars" / "bad.yml").write_text("sparkfleet_campaign: {name: x, iterations: 0}\n")
+    targets = {t.name: t for t in doctor.load_targets(str(inv))}
+    assert (targets["cpu"].campaign, targets["cpu"].gpu_engines) == ("mm", [])
+    assert (targets["bad"].campaign, targets["bad"].gpu_engines) == (None, None)

@@ -207,3 +207,26 @@ def test_a_campaigns_own_engine_shows_its_expanded_server_command(campaign, caps
     assert docker[-len(expanded):] == expanded
     assert main(["plan", path]) == 0
     assert "server: " in capsys.readouterr().out
+
+
+# (environments, image named in the header) - issue 33: the header names only what the campaign uses.
+HEADER_CASES = [
+    (["native", "container"], True),
+    (["native"], True),
+    (["container"], True),
+    ([{"name": "host", "kind": "bare"}], False),
+]
+
+
+@pytest.mark.parametrize(("environments", "names_image"), HEADER_CASES)
+def test_the_plan_header_names_the_image_only_when_an_environment_uses_it(campaign, capsys, environments,
+                                                                         names_image):
+    image = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13"
+    path = campaign(environments=environments, workloads=[{"name": "mm", "preset": "matmul"}],
+                    models=[{"name": "matmul-fp32"}])
+    assert main(["plan", path]) == 0
+    header = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    assert any(image in line for line in header) is names_image, header
+    kinds = {e if isinstance(e, str) else e["kind"] for e in environments}
+    assert any(line.startswith("# native:") for line in header) is ("native" in kinds)
+    assert any(line.startswith("# container:") for line in header) is ("container" in kinds)

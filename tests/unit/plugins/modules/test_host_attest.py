@@ -123,3 +123,25 @@ def test_no_driver_and_no_proc_files_leave_their_parts_null(host, tmp_path):
 def test_bad_options_fail_naming_them(host):
     out = run_module(host_attest, {**host, "bandwidth_mib": 0})
     assert out["failed"] and "bandwidth_mib" in out["msg"]
+
+
+def test_a_latin1_byte_in_dmidecode_or_a_dmi_file_is_read_not_fatal(host, tmp_path):
+    """Issue 33: one Latin-1 byte in dmidecode's output failed the module with a bare UTF-8 error
+    and dropped the host at preflight. Its text is read (the byte replaced); the other fields are intact."""
+    dmi = tmp_path / "dmi"
+    dmi.mkdir()
+    (dmi / "bios_vendor").write_bytes(b"Soci\xe9t\xe9 BIOS\n")  # read from sysfs
+    for name in ("bios_date", "board_name", "product_name"):  # sys_vendor and bios_version left to dmidecode
+        shutil.copy(FIXTURES / "dmi-id-supermicro-sys-6019p-wt" / name, dmi / name)
+    text = (FIXTURES / "dmidecode-supermicro-sys-6019p-wt.txt").read_bytes()
+    text = text.replace(b"\tManufacturer: Supermicro", b"\tManufacturer: Supermicro Fran\xe7ais", 1)
+    assert b"\xe7" in text
+    (tmp_path / "dmidecode.txt").write_bytes(text)
+    dmidecode = script(tmp_path / "dmidecode", "import sys\n"
+                       f"sys.stdout.buffer.write(open({str(tmp_path / 'dmidecode.txt')!r}, 'rb').read())\n")
+    out = run_module(host_attest, {**host, "dmi_root": str(dmi), "dmidecode": dmidecode, "bandwidth": False})
+    assert "failed" not in out and out["errors"] == []
+    att = out["attestation"]
+    assert att["bios_version"] == "2.0a"  # from dmidecode, beside the byte
+    assert att["sys_vendor"].startswith("Supermicro Fran") and "\ufffd" in att["sys_vendor"]
+    assert att["bios_vendor"].startswith("Soci") and "dmidecode" not in att["missing"]

@@ -118,9 +118,13 @@ def test_warmups_come_first_and_run_ids_are_unique():
     assert len({r.run_id for r in runs}) == len(runs) == 4 + 8
 
 
+MODELS_UNDER_THE_DEFAULT_DIR = [{"name": "deepseek", "path": "/var/lib/sparkfleet/models/deepseek"},
+                                {"name": "qwen72b", "path": "/var/lib/sparkfleet/models/qwen72b"}]
+
+
 def test_validate_command(tmp_path, capsys):
     good = tmp_path / "good.yml"
-    good.write_text(yaml.safe_dump({"sparkfleet_campaign": _good()}))
+    good.write_text(yaml.safe_dump({"sparkfleet_campaign": _good(models=MODELS_UNDER_THE_DEFAULT_DIR)}))
     assert main(["validate", str(good)]) == 0
     assert "8 runs per host" in capsys.readouterr().out
     bad = tmp_path / "bad.yml"
@@ -133,8 +137,6 @@ def test_validate_command_refuses_a_model_outside_the_models_dir_it_is_given(tmp
     models = [{"name": "deepseek", "path": "/data/models/huggingface/deepseek"}]
     campaign = tmp_path / "c.yml"
     campaign.write_text(yaml.safe_dump(_good(models=models)))
-    assert main(["validate", str(campaign)]) == 0  # no models dir given: nothing to compare with
-    capsys.readouterr()
     assert main(["validate", str(campaign), "--models-dir", "/data/models/huggingface"]) == 0
     capsys.readouterr()
     assert main(["validate", str(campaign), "--models-dir", "/var/lib/sparkfleet/models"]) == 2
@@ -143,6 +145,45 @@ def test_validate_command_refuses_a_model_outside_the_models_dir_it_is_given(tmp
            "/var/lib/sparkfleet/models" in err
     assert main(["validate", str(campaign), "--models-dir", "models"]) == 2
     assert "--models-dir: must be an absolute path" in capsys.readouterr().err
+
+
+# Issue 33: validate uses the hosts' default models directory, as plan and the playbooks do, and refuses a trtllm
+# model without a path. (models, environments, workloads, extra arguments) -> (exit status, models named).
+VALIDATE_CASES = {
+    "outside the default models dir": ([{"name": "far", "path": "/data/far"}], None, None, [], 2, ["far"]),
+    "under the default models dir": ([{"name": "near", "path": "/var/lib/sparkfleet/models/near"}], None, None, [],
+                                     0, []),
+    "under the work dir's models dir": ([{"name": "w", "path": "/srv/sf/models/w"}], None, None,
+                                        ["-e", "sparkfleet_work_dir=/srv/sf"], 0, []),
+    "the host's models dir by --vars' setting": ([{"name": "v", "path": "/data/v"}], None, None,
+                                                 ["-e", "sparkfleet_models_dir=/data"], 0, []),
+    "a bare environment binds nothing": ([{"name": "far", "path": "/data/far"}], [{"name": "b", "kind": "bare"}],
+                                         None, [], 0, []),
+    "trtllm without a path": ([{"name": "nopath", "hf_id": "org/m"}], None, None, [], 2, ["nopath"]),
+    "trtllm without a path, an HF cache bound": ([{"name": "nopath", "hf_id": "org/m"}], None, None,
+                                                 ["-e", "sparkfleet_hf_cache_dir=/srv/hf"], 0, []),
+    "matmul needs no path": ([{"name": "matmul-fp32"}], None, ["matmul"], [], 0, []),
+}
+
+
+@pytest.mark.parametrize("case", list(VALIDATE_CASES))
+def test_validate_checks_models_as_the_hosts_would(tmp_path, capsys, case):
+    models, environments, workloads, extra, code, named = VALIDATE_CASES[case]
+    over = {"models": models, **({"environments": environments} if environments else {}),
+            **({"workloads": workloads} if workloads else {})}
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump(_good(**over)))
+    assert main(["validate", str(path), *extra]) == code
+    err = capsys.readouterr().err
+    for name in named:
+        assert f"model {name}:" in err
+
+
+def test_every_catalogue_campaign_passes_validate_on_default_hosts(capsys):
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import CAMPAIGN_PRESET_NAMES, CATALOGUE
+
+    for name in CAMPAIGN_PRESET_NAMES:
+        assert main(["validate", f"{CATALOGUE}/campaigns/{name}.yml"]) == 0, capsys.readouterr().err
 
 
 def test_the_plan_carries_each_runs_full_launch_spec():

@@ -66,7 +66,8 @@ def test_the_estimate_states_its_assumptions():
 
 def test_validate_prints_runs_and_the_estimated_duration_per_host(tmp_path, capsys):
     path = tmp_path / "c.yml"
-    path.write_text(json.dumps(base(iterations=5, timeout_s=600, cooldown={"max_wait_s": 900})))
+    path.write_text(json.dumps(base(iterations=5, timeout_s=600, cooldown={"max_wait_s": 900},
+                                    models=[{"name": "m", "path": "/var/lib/sparkfleet/models/m"}])))
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "= 10 runs per host" in out
