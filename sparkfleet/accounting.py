@@ -11,7 +11,11 @@ word (issue 23):
 * ``unreadable``: a record that is not JSON, truncated, or breaks the contract (also listed as skipped);
 * ``no-metrics``: a run whose status is ``ok`` but whose record holds no metric at all;
 * leftover unpack staging directories (``plugin_utils.unpack.STAGING_PREFIXES``): never read as results,
-  named so that they can be deleted.
+  named so that they can be deleted;
+* a serving run's points (issue 32): a point of the workload's profile (``workload_params.profile``, else the
+  points the other runs of the workload hold) that an ok run's record lacks, and a figure an ok point lacks
+  (null, NaN, negative) though the other iterations of its cell have it at that point: each would take its point
+  cell down an iteration without a word.
 
 A run directory named ``<run_id>.interrupted-N`` is an earlier attempt a resume kept aside (DESIGN.md):
 not a run of its own, never counted.
@@ -30,6 +34,8 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving import profile_points
+from sparkfleet import serving as serving_points
 
 RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
@@ -60,6 +66,37 @@ class MissingRun:
                 "host": self.host, "campaign": self.campaign}
 
 
+@dataclass(frozen=True)
+class MissingPoint:
+    """A serving point an ok run's record lacks (``metric`` None), or one figure an ok point lacks: null or absent
+    (``value`` None), or a number that cannot be a figure (``value``: NaN, infinite, negative, as recorded)."""
+
+    run_id: str
+    point: str
+    metric: str | None = None
+    host: str | None = None
+    campaign: str | None = None
+    iteration: int | None = None
+    value: str | None = None
+
+    def __str__(self) -> str:
+        run = f"run {self.run_id} ({self.host}, iteration {self.iteration})"
+        if self.metric is None:
+            return f"{run}: point {self.point} missing"
+        figure = f"{serving_points.WORDS.get(self.metric, self.metric)} ({self.metric})"
+        if self.value is None:
+            return f"{run}: {figure} missing (null or absent) at {self.point}"
+        return f"{run}: {figure} is {self.value} at {self.point}, not a figure"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "point": self.point, "metric": self.metric, "host": self.host,
+                "campaign": self.campaign, "iteration": self.iteration, "value": self.value}
+
+
+#: Missing points named one by one in the summary sentence (all in to_dict and the report's warnings).
+SUMMARY_POINTS = 3
+
+
 @dataclass
 class Accounting:
     """``planned``: runs the campaign.json files found plan (None: no plan found). ``planned_hosts``:
@@ -72,6 +109,7 @@ class Accounting:
     no_metrics: list[MissingRun] = field(default_factory=list)
     leftovers: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    missing_points: list[MissingPoint] = field(default_factory=list)  # serving points / figures of ok runs
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(KINDS, 0)
@@ -84,7 +122,21 @@ class Accounting:
                 "missing_by_kind": self.counts(), "hosts": self.planned_hosts,
                 "missing": [m.as_dict() for m in self.missing],
                 "ok_without_metrics": [m.as_dict() for m in self.no_metrics],
-                "staging_leftovers": [str(p) for p in self.leftovers], "notes": list(self.notes)}
+                "staging_leftovers": [str(p) for p in self.leftovers], "notes": list(self.notes),
+                "missing_points": [m.as_dict() for m in self.missing_points]}
+
+    def points_summary(self) -> str:
+        """"2 serving point(s) and 1 figure missing in ok runs (run X: point d4096.c2 missing; ...)"; "" for none."""
+        if not self.missing_points:
+            return ""
+        points = sum(m.metric is None for m in self.missing_points)
+        figures = len(self.missing_points) - points
+        parts = [f"{points} serving point(s)" if points else "", f"{figures} serving figure(s)" if figures else ""]
+        named = "; ".join(str(m) for m in self.missing_points[:SUMMARY_POINTS])
+        more = f"; and {len(self.missing_points) - SUMMARY_POINTS} more" \
+            if len(self.missing_points) > SUMMARY_POINTS else ""
+        return (f"{' and '.join(p for p in parts if p)} missing in ok runs, so their point cells count an iteration "
+                f"less ({named}{more})")
 
     def summary(self) -> str:
         """One sentence: planned, with a record, missing by kind, ok runs without metrics, leftovers."""
@@ -95,7 +147,10 @@ class Accounting:
                     "usable record")
         else:
             text = f"{self.planned} run(s) planned (campaign.json); {self.records} have a usable record"
-        text += f"; {len(self.missing)} missing ({missing})" if self.missing else "; none missing"
+        text += f"; {len(self.missing)} missing ({missing})" if self.missing else \
+            ("" if self.missing_points else "; none missing")
+        if self.missing_points:
+            text += "; " + self.points_summary()
         if self.no_metrics:
             text += f"; {len(self.no_metrics)} ok run(s) without any metric"
         if self.leftovers:
@@ -129,13 +184,89 @@ def _read_plan(path: Path) -> tuple[dict[str, list[str]] | None, str | None]:
     return plan, None
 
 
+def _profile_names(value: Any) -> set[str]:
+    """The point names a workload's profile crosses (``workload_params.profile``, a mapping or its JSON text);
+    an empty set for none or a malformed one."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return set()
+    if not isinstance(value, dict):
+        return set()
+    try:
+        return {p["point"] for p in profile_points({"profile": value})}
+    except (ValueError, TypeError):
+        return set()
+
+
+_CELL = ["campaign", "host", "model", "environment", "workload"]
+
+
+def _recorded(text: Any) -> dict[str, str]:
+    """The points table's ``bad_figures`` (JSON {metric: "value"}, where a loader records them); {} otherwise."""
+    try:
+        values = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in values.items()} if isinstance(values, dict) else {}
+
+
+def missing_serving_points(runs: pd.DataFrame, points: pd.DataFrame) -> list[MissingPoint]:
+    """Per ok serving run (not a warm-up): each point its workload expects that the record lacks, and each figure
+    (sparkfleet.serving.SERVING_METRICS) an ok point lacks though another iteration of the same cell has it at
+    that point. A workload expects the points of its profile (``workload_params.profile``) and every point any
+    of its runs holds. Points that failed are not here: the report's Serving section names them."""
+    if points.empty:
+        return []
+    keyed = points.assign(**{k: points[k].astype("string").fillna("") for k in _CELL},
+                          point=points["point"].astype("string"))
+    warmup = keyed["warmup"].fillna(False).astype(bool)
+    ok = keyed[(keyed["status"] == "ok") & ~warmup]
+    if ok.empty:
+        return []
+    expected: dict[tuple[str, str], set[str]] = {}
+    for key, names in keyed[~warmup].groupby(["campaign", "workload"])["point"]:  # a warm-up may run fewer
+        expected[key] = set(names.dropna())
+    if "workload_profile" in runs:
+        profiled = runs[runs["run_id"].astype(str).isin(set(ok["run_id"].astype(str)))]
+        for campaign, workload, profile in zip(profiled["campaign"].astype("string").fillna(""),
+                                               profiled["workload"].astype("string").fillna(""),
+                                               profiled["workload_profile"], strict=True):
+            expected.setdefault((campaign, workload), set()).update(_profile_names(profile))
+    out: list[MissingPoint] = []
+    for (run_id, campaign, workload), rows in ok.groupby(["run_id", "campaign", "workload"], sort=True):
+        first = rows.iloc[0]
+        iteration = None if pd.isna(first["iteration"]) else int(first["iteration"])
+        for name in sorted(expected.get((campaign, workload), set()) - set(rows["point"].dropna())):
+            out.append(MissingPoint(str(run_id), name, None, str(first["host"]), campaign, iteration))
+    measured = ok[ok["point_status"] == serving_points.POINT_OK]
+    metrics = [m for m in serving_points.SERVING_METRICS if m in measured]
+    if not measured.empty and metrics:
+        # a figure is expected at a point where another iteration of the same cell has it
+        held = measured[metrics].notna()
+        others = held.groupby([measured[k] for k in [*_CELL, "point"]]).transform("sum").sub(held.astype(int))
+        lacking = ~held & others.gt(0)
+        for index, metric in zip(*lacking.to_numpy().nonzero(), strict=True):
+            row = measured.iloc[index]
+            bad = _recorded(row.get("bad_figures"))  # a number that is no figure (NaN, negative), as recorded
+            out.append(MissingPoint(str(row["run_id"]), str(row["point"]), metrics[metric], str(row["host"]),
+                                    str(row["campaign"]), None if pd.isna(row["iteration"]) else int(row["iteration"]),
+                                    bad.get(metrics[metric])))
+    return sorted(out, key=lambda m: (m.campaign or "", m.run_id, m.point, m.metric or ""))
+
+
 def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, str]],
             no_record: Iterable[str], plans: Iterable[str], staging: Iterable[str],
-            serving_ids: set[str] | None = None) -> Accounting:
+            serving_ids: set[str] | None = None, serving: pd.DataFrame | None = None) -> Accounting:
     """The accounting of one loaded tree. ``runs``: the loaded (deduplicated) runs; ``problem_paths``:
     (record path, reason) of every record skipped; ``no_record``: candidate record paths that did not exist;
     ``plans``: campaign.json paths found; ``staging``: staging directories found (and not read);
-    ``serving_ids``: the runs whose record has a serving section (their figures are their points')."""
+    ``serving_ids``: the runs whose record has a serving section (their figures are their points'; by default
+    those of ``serving``); ``serving``: the serving points table (sparkfleet.serving), whose missing points and
+    figures are named (:func:`missing_serving_points`)."""
+    if serving_ids is None and serving is not None and len(serving):
+        serving_ids = set(serving["run_id"].astype(str))
     root = Path(root)
     acc = Accounting(records=len(runs), leftovers=sorted(Path(p) for p in staging))
     loaded_ids = set(runs["run_id"].astype(str)) if len(runs) else set()
@@ -201,11 +332,13 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
     if len(runs):
         metrics = [c for c in contract.METRICS if c in runs.columns]
         # a serving run's figures are its points' (the serving table), not the run's flat metrics
-        serving = runs["run_id"].astype(str).isin(serving_ids or set())
-        bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1) & ~serving]
+        is_serving = runs["run_id"].astype(str).isin(serving_ids or set())
+        bare = runs[(runs["status"] == "ok") & runs[metrics].isna().all(axis=1) & ~is_serving]
         acc.no_metrics = [MissingRun("no-metrics", root / str(d), "status ok but the record holds no metric",
                                      str(r), str(h), str(c))
                           for r, h, c, d in zip(bare["run_id"], bare["host"], bare["campaign"], bare["record_dir"],
                                                 strict=True)]
     acc.missing.sort(key=lambda m: (KINDS.index(m.kind), str(m.path)))
+    if serving is not None and len(runs):
+        acc.missing_points = missing_serving_points(runs, serving)
     return acc

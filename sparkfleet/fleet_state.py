@@ -20,9 +20,10 @@ from typing import Any
 import pandas as pd
 
 from sparkfleet import reproducibility
+from sparkfleet.compare import FAMILY_METHOD
 from sparkfleet.load import load_runs
 from sparkfleet.report.analysis import check_one_campaign
-from sparkfleet.report.host_facts import facts_of
+from sparkfleet.report.host_facts import facts_of, unread_facts, unread_sentences
 from sparkfleet.report.host_normal import HostCheck, check_hosts, refusal_text
 from sparkfleet.stats import measured_runs
 
@@ -48,6 +49,8 @@ class FleetState:
     outside_hosts: list[str]
     missing: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> planned/found/missing
     verdicts: HostCheck | None = None  # "is this host normal?" (report/host_normal.py); None: no host-state evidence
+    #: telemetry columns recorded on two or more hosts: the only ones compared with the fleet median
+    telemetry_compared: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
@@ -62,6 +65,8 @@ class FleetState:
             "telemetry_outliers": self.telemetry_outliers,
             "throttle_reasons": self.throttle,
             "missing_runs": self.missing,
+            "unread_facts": unread_facts(self.facts),  # host -> {kind: [facts]} not read there: never a difference
+            "telemetry_compared": self.telemetry_compared,
             "deviations": json.loads(self.deviations.to_json(orient="records")),
             **({"host_verdicts": self.verdicts.to_dict(), "refused": self.refused} if self.verdicts is not None
                else {}),
@@ -78,19 +83,20 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     ok = measured_runs(runs)
     hosts = sorted({p.name for p in campaign_dir.iterdir() if (p / "host.json").exists() or (p / "runs").is_dir()})
     facts = facts_of({host: campaign_dir / host for host in hosts})
-    differing = {}
+    differing = {}  # a fact a host did not read (host_facts: missing) is never a difference: only readers listed
     for column in facts.columns:
         values = facts[column].dropna()
         if values.map(str).nunique() > 1:
-            differing[column] = {h: facts.at[h, column] for h in hosts}
+            differing[column] = {str(h): v for h, v in values.items()}
     telemetry_cols = [c for c in TELEMETRY if c in ok.columns]
     telemetry = (ok.groupby("host")[telemetry_cols].median(numeric_only=True) if telemetry_cols
                  else pd.DataFrame(index=hosts))
-    outliers = []
+    outliers, compared = [], []
     for column in telemetry.columns:
         series = telemetry[column].dropna()
         if len(series) < 2:
             continue
+        compared.append(column)
         median = float(series.median())
         for host, value in series.items():
             if median and abs(value - median) / abs(median) > tolerance:
@@ -110,14 +116,21 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     missing = {key.split("/", 1)[1]: {"planned": c["planned"], "found": c["with_record"], "missing": c["missing"]}
                for key, c in loaded.accounting.planned_hosts.items() if c["missing"]}
     verdicts = check_hosts(campaign_dir, runs, tolerance=tolerance, reference=reference, acknowledged=acknowledged)
-    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing, verdicts)
+    return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing, verdicts,
+                      compared)
 
 
 def render_markdown(state: FleetState, tolerance: float) -> str:
-    lines = [f"# Fleet reproducibility: {len(state.hosts)} hosts", ""]
+    alone = len(state.hosts) < 2  # one host: nothing was compared across hosts, and nothing may say it agrees
+    lines = [f"# Fleet reproducibility: {len(state.hosts)} host{'' if len(state.hosts) == 1 else 's'}", ""]
     if state.refused:
         lines += [f"**{refusal_text(state.verdicts)}**", ""]
-    if state.outside_hosts:
+    if alone:
+        lines.append(f"One host ({', '.join(state.hosts)}): there is no other host to compare it with, so this says "
+                     "nothing about whether the fleet reproduces.")
+    elif state.deviations.empty:
+        lines.append("No cell and metric was measured on two or more hosts: no host was compared with the others.")
+    elif state.outside_hosts:
         lines.append(f"**Hosts out (significantly different from the other hosts and by more than "
                      f"±{tolerance * 100:g}%):** {', '.join(state.outside_hosts)}")
         worst = state.deviations[state.deviations["outside"]].copy()
@@ -139,14 +152,26 @@ def render_markdown(state: FleetState, tolerance: float) -> str:
         lines.append(f"{len(undetermined)} host/cell/metric comparison(s) are undetermined (too noisy to tell"
                      + (f"; about {need:.0f} runs per host would resolve ±{tolerance * 100:g}%)" if need == need
                         else ")"))
+    if not alone and len(state.deviations):
+        size = state.deviations["family_size"].max() if "family_size" in state.deviations else None
+        lines.append(f"Significance is {FAMILY_METHOD}" + (f" (here {size:.0f} comparisons)." if size == size and size
+                                                            else "."))
     lines += ["", "## What differed between hosts", ""]
-    if state.differing_facts:
+    shared = [c for c in state.facts.columns if state.facts[c].notna().sum() >= 2]  # facts that were compared
+    if alone:
+        lines.append("The facts of one host: nothing to compare them with.")
+    elif state.differing_facts:
         lines += ["| fact | " + " | ".join(state.hosts) + " |", "|---|" + "---|" * len(state.hosts)]
         for fact, values in state.differing_facts.items():
-            lines.append(f"| {fact} | " + " | ".join(str(values.get(h)) for h in state.hosts) + " |")
+            lines.append(f"| {fact} | " + " | ".join(str(values[h]) if h in values else "not read"
+                                                      for h in state.hosts) + " |")
+    elif not shared:
+        lines.append("No host fact was recorded on two or more hosts: none was compared.")
     else:
-        lines.append("Recorded facts (GPU, driver, CUDA, VBIOS, kernel, OS, CPU, memory, performance state) "
-                     "are the same on every host.")
+        named = ", ".join(map(str, shared[:8])) + (f" and {len(shared) - 8} more" if len(shared) > 8 else "")
+        lines.append(f"The {len(shared)} facts recorded on two or more hosts ({named}) are the same on every host "
+                     "that recorded them.")
+    lines += [f"- {s}" for s in unread_sentences(state.facts)]  # unknown there: never a difference
     lines.append("")
     if state.telemetry_outliers:
         lines += ["Measured state away from the fleet median:", "",
@@ -154,8 +179,16 @@ def render_markdown(state: FleetState, tolerance: float) -> str:
         for o in state.telemetry_outliers:
             lines.append(f"| {o['host']} | {o['what']} | {o['value']} | {o['fleet_median']} | "
                          f"{o['deviation_pct']:+.2f}% |")
+    elif alone:
+        lines.append("Measured state during the runs (clocks, temperature, power, utilisation) of one host: not "
+                     "compared.")
+    elif not state.telemetry_compared:
+        lines.append("No measured state (clocks, temperature, power, utilisation) was recorded on two or more "
+                     "hosts: none was compared.")
     else:
-        lines.append("Clocks, temperatures, power and utilisation during the runs agree across hosts.")
+        words = ", ".join(TELEMETRY[c] for c in state.telemetry_compared)
+        lines.append(f"Every host that recorded it is within ±{tolerance * 100:g}% of the fleet median during the runs "
+                     f"in: {words}.")
     throttled = {h: r for h, r in state.throttle.items() if r}
     if throttled:
         lines += ["", "Throttle reasons seen: " + "; ".join(f"{h}: {', '.join(r)}" for h, r in throttled.items())]

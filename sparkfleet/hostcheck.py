@@ -6,7 +6,8 @@ The hosts write, besides the run records the loader reads:
   unknown, ``reasons`` [{cause, message}], ``sm_clock_mhz`` and ``power_w`` reached under load,
   ``expected_clock_mhz``) and its ``attestation`` section (``counters``: throttle/event counters as deltas over
   the run, ``memory_start``: MemFree/MemAvailable/Cached and ``free_huge_blocks`` at start, ``energy``:
-  ``{joules, j_per_output_token, scope}``);
+  ``{energy_j, j_per_output_token, scope, steady, startup, ...}``: the steady split worked out from the run's
+  telemetry.csv where a record predates it);
 * per host, ``<host>/attestation.json`` (kernel, driver, CUDA, VBIOS, firmware, image digest:
   plugins/module_utils/sparkfleet_host/attestation.py) and ``<host>/bandwidth.json`` (``{bandwidth_bytes_s, method,
   ...}``, or ``{bandwidth_bytes_s: null, error}`` where it could not be measured).
@@ -29,9 +30,10 @@ from typing import Any
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation as host_attestation
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import host_state, modelcard
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
-from sparkfleet import roofline
+from sparkfleet import roofline, serving
 from sparkfleet.load import RECORD_NAME
 
 ATTESTATION_FILE = "attestation.json"
@@ -46,7 +48,9 @@ _SECTIONS = re.compile(rb'"(readiness|attestation|serving)"\s*:\s*[{]')
 #: Per-run state columns (:func:`run_states`).
 STATE_COLUMNS = ["run_id", "host", "readiness_state", "readiness_reasons", "readiness_causes", "clock_mhz",
                  "expected_clock_mhz", "power_w", "throttle_grew", "free_huge_blocks", "energy_j",
-                 "j_per_output_token", "energy_scope", "serving_c1_tok_s"]
+                 "j_per_output_token", "energy_scope", "serving_c1_tok_s", "j_per_output_token_steady",
+                 "steady_power_w", "startup_energy_j", "steady_source", "steady_error", "serving_c1_points",
+                 "power_limited", "tflops"]
 
 #: Decode figures the roofline applies to: the record's metric, and the derived decode rate (batch / TPOT).
 DECODE_METRICS = ("output_tok_s", "decode_tok_s", "tg_req_tok_s_c1")
@@ -115,12 +119,20 @@ def bandwidths(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
 
 def identity_differences(atts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]],
                                                                     dict[str, dict[str, Any]]]:
-    """(every identity field not the same on all hosts, the firmware/driver part of it that blocks a
-    reproducibility comparison): attestation.differences and blocking_differences. Empty below two hosts."""
+    """(every identity field read on two or more hosts with values not all the same, the firmware/driver part of
+    it that blocks a reproducibility comparison): attestation.differences and blocking_differences. A field a host
+    could not read (fwupd missing, null, an error marker) is never a difference (:func:`unread_identity` names
+    it). Empty below two hosts."""
     if len(atts) < 2:
         return {}, {}
     diff = host_attestation.differences(atts)
     return diff, host_attestation.blocking_differences(diff)
+
+
+def unread_identity(atts: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """identity field -> the hosts that could not read it while another host did (attestation.unread): to be
+    named as "not read on <host>", never as a difference. Empty below two hosts."""
+    return host_attestation.unread(atts) if len(atts) >= 2 else {}
 
 
 def acknowledged_in(root: Path) -> bool:
@@ -175,8 +187,61 @@ def _serving_c1(serving: Any) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def state_of(record: dict[str, Any]) -> dict[str, Any]:
-    """One run's row of :data:`STATE_COLUMNS` from its record (None where a section or key is absent)."""
+def _left_out_points(record: dict[str, Any]) -> set[Any]:
+    """The points of a serving record whose per-user decode figure serving.impossible_samples leaves out (the
+    figure itself, or every figure of the point)."""
+    if not serving.has_points(record):
+        return set()
+    found = serving.impossible_samples(serving.points_frame(serving.point_rows(record, "")))
+    return set(found.loc[found["left_out"].isin(["tg_req_tok_s", serving.WHOLE_POINT]), "point"])
+
+
+def _serving_c1_points(section: Any, left_out: set[Any] = frozenset()) -> list[dict[str, Any]]:
+    """The serving decode rate per request at concurrency 1 for each (depth, pp, tg) of the run's ok points, in
+    profile order: ``[{depth, pp, tg, tok_s}]`` (the mean over points of one profile, should a record repeat one).
+    Decode slows as the context grows (the KV cache read per token), so depths are never averaged together.
+    ``left_out``: points whose figure cannot be (serving.impossible_samples), not read."""
+    points = section.get("points") if isinstance(section, dict) else None
+    values: dict[tuple[int, int, int], list[float]] = {}
+    for point in points if isinstance(points, list) else []:
+        if not isinstance(point, dict) or _number(point.get("concurrency")) != 1 or point.get("status", "ok") != "ok" \
+                or point.get("point") in left_out:
+            continue
+        profile = tuple(_number(point.get(k)) for k in ("depth", "pp", "tg"))
+        metrics = point.get("metrics") if isinstance(point.get("metrics"), dict) else point
+        value = _number(metrics.get("tg_req_tok_s"))
+        if value is not None and value >= 0 and all(v is not None for v in profile):
+            values.setdefault(tuple(int(v) for v in profile), []).append(value)  # type: ignore[arg-type]
+    return [{"depth": d, "pp": pp, "tg": tg, "tok_s": sum(v) / len(v)} for (d, pp, tg), v in sorted(values.items())]
+
+
+def _steady_energy(record: dict[str, Any], energy: dict[str, Any], run_dir: Path | None) -> dict[str, Any]:
+    """The run's energy over the load's steady window and its start-up: the record's own (energy.steady and
+    energy.startup, written since issue 32), else worked out now from the run's telemetry.csv the same way
+    (host_state.energy_split), for records written before. Keys: j_per_output_token_steady, steady_power_w,
+    startup_energy_j, steady_source, steady_error."""
+    steady, startup, source = energy.get("steady"), energy.get("startup"), "steady window from the record"
+    if not isinstance(steady, dict) and run_dir is not None and (run_dir / "telemetry.csv").is_file():
+        section = record.get("serving") if isinstance(record.get("serving"), dict) else None
+        tokens = _number(energy.get("output_tokens"))
+        server = section.get("server") if section and isinstance(section.get("server"), dict) else {}
+        split = host_state.energy_split(str(run_dir / "telemetry.csv"),
+                                        host_state.output_rate(record.get("metrics"), section, tokens),
+                                        _number(server.get("ready_s")))
+        steady, startup, source = split["steady"], split["startup"], "steady window recomputed from telemetry.csv"
+    if not isinstance(steady, dict):
+        return {"j_per_output_token_steady": None, "steady_power_w": None, "startup_energy_j": None,
+                "steady_source": None, "steady_error": None}
+    startup = startup if isinstance(startup, dict) else {}
+    return {"j_per_output_token_steady": _number(steady.get("j_per_output_token")),
+            "steady_power_w": _number(steady.get("power_w")), "startup_energy_j": _number(startup.get("energy_j")),
+            "steady_source": source, "steady_error": steady.get("error") if isinstance(steady.get("error"), str)
+            else None}
+
+
+def state_of(record: dict[str, Any], run_dir: Path | None = None) -> dict[str, Any]:
+    """One run's row of :data:`STATE_COLUMNS` from its record (None where a section or key is absent); ``run_dir``:
+    the run's directory, whose telemetry.csv gives the steady energy of a record written without it."""
     ready = record.get("readiness") if isinstance(record.get("readiness"), dict) else {}
     att = record.get("attestation") if isinstance(record.get("attestation"), dict) else {}
     reasons = [r for r in ready.get("reasons") or [] if isinstance(r, dict)]
@@ -193,10 +258,16 @@ def state_of(record: dict[str, Any]) -> dict[str, Any]:
         "power_w": _number(ready.get("power_w")),
         "throttle_grew": _throttle_grew(att.get("counters")) or None,
         "free_huge_blocks": huge,
-        "energy_j": _number(energy.get("joules")),
+        # host_state.energy writes energy_j (records before it: joules)
+        "energy_j": _number(energy.get("energy_j", energy.get("joules"))),
         "j_per_output_token": _number(energy.get("j_per_output_token")),
         "energy_scope": energy.get("scope") if isinstance(energy.get("scope"), str) else None,
         "serving_c1_tok_s": _serving_c1(record.get("serving")),
+        **(_steady_energy(record, energy, run_dir) if energy else _steady_energy(record, {}, None)),
+        "serving_c1_points": _serving_c1_points(record.get("serving"), _left_out_points(record)) or None,
+        # the probe's judgement (readiness.judge): a power-limited clock is healthy and not a cause
+        "power_limited": ready.get("power_limited") if isinstance(ready.get("power_limited"), bool) else None,
+        "tflops": _number(ready.get("tflops")),
     }
 
 
@@ -221,7 +292,7 @@ def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
         for run_id, record_dir in runs[["run_id", "record_dir"]].itertuples(index=False):
             record = _record(root, str(record_dir), only_with_sections=True)
             if record is not None and record.get("run_id") == run_id:
-                rows.append(state_of(record))
+                rows.append(state_of(record, root / str(record_dir)))
     return pd.DataFrame(rows, columns=STATE_COLUMNS)
 
 
@@ -229,15 +300,12 @@ def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Weights:
-    bytes: float
+    bytes: float | None  # the bytes a decode step reads per token; None: unknown, ``problem`` says why
     source: str  # e.g. "tensor_bytes from the model card"
+    problem: str = ""
 
 
-def weights_from_card(card: Any) -> Weights | None:
-    """A model's weight bytes from its card (provenance.expected: modelcard.fingerprint): the safetensors
-    headers' ``tensor_bytes``, else ``param_count`` x the config's dtype, else the files' ``checkpoint_bytes``."""
-    if not isinstance(card, dict):
-        return None
+def _whole_weights(card: dict[str, Any]) -> Weights | None:
     tensor = _number(card.get("tensor_bytes"))
     if tensor and tensor > 0:
         return Weights(tensor, "tensor bytes of the checkpoint (model card)")
@@ -251,6 +319,37 @@ def weights_from_card(card: Any) -> Weights | None:
     if files and files > 0:
         return Weights(files, "size of the weight files (model card)")
     return None
+
+
+def weights_from_card(card: Any) -> Weights | None:
+    """A model's weight bytes read per token from its card (provenance.expected: modelcard.fingerprint): the
+    safetensors headers' ``tensor_bytes``, else ``param_count`` x the config's dtype, else the files'
+    ``checkpoint_bytes``. A mixture of experts (the card's ``moe_experts`` above 1) reads only its active
+    parameters: everything but the routed experts plus ``moe_experts_per_token / moe_experts`` of the routed
+    experts' bytes (``expert_tensor_bytes``, from the same safetensors headers: roofline.active_weight_bytes).
+    Where the card does not give them the bytes are None with the reason: counting every expert would put the
+    roofline far below what the model reaches (gpt-oss-120b at 1071%, "implausible")."""
+    if not isinstance(card, dict):
+        return None
+    whole = _whole_weights(card)
+    experts, per_token = _number(card.get("moe_experts")), _number(card.get("moe_experts_per_token"))
+    if whole is None or experts is None or experts <= 1:
+        return whole
+    routed = _number(card.get("expert_tensor_bytes"))
+    moe = f"a mixture of {experts:.0f} experts" + (f", {per_token:.0f} per token" if per_token else "")
+    if per_token is None or per_token < 1 or per_token > experts:
+        return Weights(None, "model card", f"{moe}: the model card gives no valid experts per token "
+                                           f"(config.json: {' / '.join(modelcard.MOE_PER_TOKEN_KEYS)})")
+    if not routed or whole.source != "tensor bytes of the checkpoint (model card)" or \
+            card.get("weights_source") != "safetensors headers":
+        return Weights(None, "model card", f"{moe}: the model card does not give the routed experts' bytes (read "
+                                           "from the safetensors headers since issue 32): the active weights are "
+                                           "unknown, and every expert's would understate the roofline")
+    active = roofline.active_weight_bytes(whole.bytes, routed, int(experts), int(per_token))
+    shared = _number(card.get("moe_shared_experts"))
+    return Weights(active, f"active weights of {moe}{f' and {shared:.0f} shared' if shared else ''}: "
+                           f"{(whole.bytes - routed) / 1e9:.2f} GB besides the routed experts + {per_token:.0f}/"
+                           f"{experts:.0f} of their {routed / 1e9:.2f} GB (model card)")
 
 
 def weights_built(loaded: Any) -> Weights | None:
@@ -320,7 +419,8 @@ def _workload_params(runs: pd.DataFrame) -> pd.Series:
                        for k, v in r.items()} for r in records], index=runs.index, dtype=object)
 
 
-ROOFLINE_COLUMNS = ["host", "model", "environment", "workload", "metric", "batch", "n", "mean_tok_s", "max_tok_s",
+ROOFLINE_COLUMNS = ["host", "model", "environment", "workload", "metric", "depth", "point", "batch", "n", "mean_tok_s",
+                    "max_tok_s",
                     "roofline_tok_s", "percent", "max_percent", "implausible", "weight_bytes", "weight_source",
                     "bandwidth_bytes_s", "bandwidth_method", "decoder", "note"]
 
@@ -360,12 +460,22 @@ def run_decoders(runs: pd.DataFrame) -> dict[str, str]:
             if (words := decoder_words(*values))}
 
 
+def _serving_c1_long(states: pd.DataFrame) -> pd.DataFrame:
+    """states' serving_c1_points as rows: run_id, depth, point ("d4096.pp512.tg64"), value."""
+    rows = [{"run_id": run, "depth": p["depth"], "point": f"d{p['depth']}.pp{p['pp']}.tg{p['tg']}", "value": p["tok_s"]}
+            for run, points in zip(states["run_id"], states["serving_c1_points"], strict=True)
+            if isinstance(points, list) for p in points]
+    return pd.DataFrame(rows, columns=["run_id", "depth", "point", "value"])
+
+
 def decode_figures(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
     """Long table of each measured run's decode figures: output_tok_s, decode_tok_s (batch x 1000 / tpot_ms)
-    and the serving decode at concurrency 1, with the batch they were measured at."""
+    and the serving decode at concurrency 1 per depth (one row per (depth, pp, tg) of the run's profile: ``depth``
+    and ``point`` say which; never averaged across depths, where the KV cache read makes decode slower), with the
+    batch they were measured at. ``point`` is "" and ``depth`` NaN for the other figures."""
     keys = ["run_id", "host", "model", "environment", "workload"]
     if runs.empty:
-        return pd.DataFrame(columns=[*keys, "batch", "metric", "value"])
+        return pd.DataFrame(columns=[*keys, "batch", "metric", "value", "depth", "point"])
     params = _workload_params(runs)
     batch = pd.Series([batch_of(p) for p in params], index=runs.index, dtype="float64")
     base = runs[keys].assign(batch=batch)
@@ -373,28 +483,35 @@ def decode_figures(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
     if "tpot_ms" in runs:
         tpot = runs["tpot_ms"].astype("float64")
         parts.append(base.assign(metric="decode_tok_s", value=(batch * 1000.0 / tpot).where(tpot > 0)))
-    if not states.empty and states["serving_c1_tok_s"].notna().any():
-        c1 = states.set_index("run_id")["serving_c1_tok_s"]
-        parts.append(base.assign(metric="tg_req_tok_s_c1", value=runs["run_id"].map(c1).astype("float64"), batch=1.0))
+    parts = [part.assign(depth=float("nan"), point="") for part in parts]
+    if not states.empty and "serving_c1_points" in states and states["serving_c1_points"].notna().any():
+        c1 = _serving_c1_long(states)
+        parts.append(base.drop(columns=["batch"]).merge(c1, on="run_id").assign(
+            metric="tg_req_tok_s_c1", batch=1.0, value=lambda f: f["value"].astype("float64"),
+            depth=lambda f: f["depth"].astype("float64")))
     long = pd.concat(parts, ignore_index=True)
     return long[long["value"].notna()].reset_index(drop=True)
 
 
 def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str, dict[str, Any]],
                    weights: dict[str, Weights]) -> pd.DataFrame:
-    """Per (host, model, environment, workload, decode metric): the mean figure and its share of the roofline
-    ``batch x bandwidth / weight bytes`` (weights only: the KV cache's reads would lower the roofline, so the
-    percentage is a lower bound and a figure above 100% is impossible without speculative decoding).
-    ``implausible`` when any run's figure is above its roofline. ``note`` says why a cell has no percentage."""
+    """Per (host, model, environment, workload, decode metric, serving point): the mean figure and its share of the
+    roofline ``batch x bandwidth / weight bytes`` (weights only: the KV cache's reads would lower the roofline, so
+    the percentage is a lower bound and a figure above 100% is impossible without speculative decoding; a mixture
+    of experts' active weights only: weights_from_card). The serving decode at concurrency 1 has one row per depth
+    (``depth``, ``point``), never an average across depths. ``implausible`` when any run's figure is above its
+    roofline. ``note`` says why a cell has no percentage."""
     figures = decode_figures(runs, states)
     decoders = run_decoders(runs)
     rows = []
-    for (host, model, env, workload, metric), cell in figures.groupby(
-            ["host", "model", "environment", "workload", "metric"], sort=True):
+    for (host, model, env, workload, metric, point), cell in figures.groupby(
+            ["host", "model", "environment", "workload", "metric", "point"], sort=True):
         bw = bandwidth.get(str(host)) or {}
         w = weights.get(str(model))
         batches = cell["batch"].dropna().unique()
+        depths = cell["depth"].dropna().unique()
         row = {"host": host, "model": model, "environment": env, "workload": workload, "metric": metric,
+               "depth": int(depths[0]) if len(depths) == 1 else None, "point": point,
                "batch": int(batches[0]) if len(batches) == 1 else None, "n": len(cell),
                "mean_tok_s": float(cell["value"].mean()), "max_tok_s": float(cell["value"].max()),
                "roofline_tok_s": None, "percent": None, "max_percent": None, "implausible": False,
@@ -405,6 +522,8 @@ def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str
             row["note"] = "no measured bandwidth" + (f" ({bw['reason']})" if bw.get("reason") else "")
         elif w is None:
             row["note"] = "model weight bytes unknown (no model card in the records)"
+        elif w.bytes is None:
+            row["note"] = w.problem
         elif row["batch"] is None:
             row["note"] = "batch unknown (the engine chose it)"
         else:
@@ -413,25 +532,50 @@ def roofline_cells(runs: pd.DataFrame, states: pd.DataFrame, bandwidth: dict[str
             row.update(roofline_tok_s=mean["roofline_tok_s"], percent=mean["percent_of_roofline"],
                        max_percent=top["percent_of_roofline"], implausible=top["implausible"])
         rows.append(row)
-    return pd.DataFrame(rows, columns=ROOFLINE_COLUMNS)
+    table = pd.DataFrame(rows, columns=ROOFLINE_COLUMNS)
+    order = table.assign(_depth=table["depth"].astype("float64")).sort_values(
+        ["host", "model", "environment", "workload", "metric", "_depth", "point"], kind="stable").index
+    return table.loc[order].reset_index(drop=True)
 
 
-ENERGY_COLUMNS = ["host", "model", "environment", "workload", "n", "j_per_output_token", "joules_mean", "scope"]
+#: Per cell: ``j_per_output_token`` and ``joules_mean`` are the whole run's (the record's energy over every sample,
+#: start-up included); ``j_per_output_token_steady`` (mean power over the load's window / the run's output rate,
+#: host_state.energy_split) is the figure to compare, ``startup_j_mean`` the start-up energy apart from it, and
+#: ``steady_note`` says where the steady figure came from or why a run has none.
+ENERGY_COLUMNS = ["host", "model", "environment", "workload", "n", "j_per_output_token", "joules_mean", "scope",
+                  "n_steady", "j_per_output_token_steady", "steady_power_w", "startup_j_mean", "steady_note"]
+
+
+def _steady_note(sources: pd.Series, errors: pd.Series) -> str:
+    said = sorted({str(s) for s in sources.dropna()})
+    why = sorted({str(e) for e in errors.dropna()})
+    return "; ".join([*said, *(f"no steady figure: {e}" for e in why)])
 
 
 def energy_cells(runs: pd.DataFrame, states: pd.DataFrame) -> pd.DataFrame:
-    """Per cell where power was sampled: mean energy per output token and per run, with the scope's label."""
-    if states.empty or states["j_per_output_token"].isna().all():
+    """Per cell where power was sampled: the mean energy per output token over the load's steady window and the
+    start-up energy apart (labelled), beside the whole run's figures, with the scope's label."""
+    if states.empty or states[["j_per_output_token", "j_per_output_token_steady"]].isna().all(axis=None):
         return pd.DataFrame(columns=ENERGY_COLUMNS)
     keys = ["host", "model", "environment", "workload"]
-    data = runs[["run_id", *keys]].merge(states[["run_id", "j_per_output_token", "energy_j", "energy_scope"]],
-                                         on="run_id")
-    data = data[data["j_per_output_token"].notna()]
-    out = data.groupby(keys, sort=True).agg(n=("j_per_output_token", "size"),
+    data = runs[["run_id", *keys]].merge(states[["run_id", "j_per_output_token", "energy_j", "energy_scope",
+                                                 "j_per_output_token_steady", "steady_power_w", "startup_energy_j",
+                                                 "steady_source", "steady_error"]], on="run_id")
+    data = data[data["j_per_output_token"].notna() | data["j_per_output_token_steady"].notna()]
+    numbers = ["j_per_output_token", "energy_j", "j_per_output_token_steady", "steady_power_w", "startup_energy_j"]
+    data = data.astype({c: "float64" for c in numbers})
+    out = data.groupby(keys, sort=True).agg(n=("run_id", "size"),
                                             j_per_output_token=("j_per_output_token", "mean"),
                                             joules_mean=("energy_j", "mean"),
-                                            scope=("energy_scope", lambda s: scope_words(s.dropna().unique())))
-    return out.reset_index()[ENERGY_COLUMNS]
+                                            scope=("energy_scope", lambda s: scope_words(s.dropna().unique())),
+                                            n_steady=("j_per_output_token_steady", "count"),
+                                            j_per_output_token_steady=("j_per_output_token_steady", "mean"),
+                                            steady_power_w=("steady_power_w", "mean"),
+                                            startup_j_mean=("startup_energy_j", "mean"))
+    notes = data.groupby(keys, sort=True).apply(
+        lambda g: _steady_note(g["steady_source"], g["steady_error"].where(g["j_per_output_token_steady"].isna())),
+        include_groups=False).rename("steady_note")
+    return out.join(notes).reset_index()[ENERGY_COLUMNS]
 
 
 def scope_words(scopes) -> str:

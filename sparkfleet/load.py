@@ -460,7 +460,7 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
     runs, duplicates = _drop_duplicate_runs(runs, root)
     serving = _serving_points([points for _, _, _, points in parts], runs)
     accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c, _ in parts for a in c],
-                         plans, staging, serving_ids=set(serving["run_id"].astype(str)) if len(serving) else set())
+                         plans, staging, serving=serving)  # its serving runs, and their missing points named
     return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting, serving=serving)
 
 

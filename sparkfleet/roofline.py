@@ -103,6 +103,24 @@ def weight_bytes_mixed(params_by_dtype: Mapping[str, float]) -> float:
     return sum(_positive(f"params[{d}]", p, allow_zero=True) * dtype_bytes(d) for d, p in params_by_dtype.items())
 
 
+def active_weight_bytes(total_bytes: float, expert_bytes: float, experts: int, experts_per_token: int) -> float:
+    """Bytes a mixture-of-experts model reads per token: everything but the routed experts (attention, embeddings,
+    router, shared experts, dense layers) plus ``experts_per_token / experts`` of the routed experts' bytes (every
+    expert of a model is the same size). E.g. 60 GB of which 56 GB are 128 experts, 4 per token: 4 + 56 x 4/128 =
+    5.75 GB. It is the least a decode step can read at any batch (a batch of several tokens usually touches more
+    experts), so the roofline from it stays an upper bound."""
+    total = _positive("total_bytes", total_bytes)
+    routed = _positive("expert_bytes", expert_bytes, allow_zero=True)
+    for name, value in (("experts", experts), ("experts_per_token", experts_per_token)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise RooflineError(f"{name}: a positive integer, got {value!r}")
+    if experts_per_token > experts:
+        raise RooflineError(f"experts_per_token: {experts_per_token} is more than the {experts} experts")
+    if routed > total:
+        raise RooflineError(f"expert_bytes: {routed:g} is more than the total {total:g}")
+    return total - routed + routed * experts_per_token / experts
+
+
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16") -> float:
     """KV-cache bytes one token occupies (and a decode step reads per token of context): K and V for every
     layer: ``2 x layers x kv_heads x head_dim x dtype bytes``."""

@@ -9,6 +9,15 @@ the point's profile and status, each point metric and the raw samples as JSON te
 report's own (stats.cell_statistics), from the measured points only: run status ok, not a warm-up, point ok.
 A failed point never enters a statistic and is named by ``failed_points``.
 
+A figure or a sample that cannot be (issue 32) is left out of every statistic too and named by
+:func:`impossible_samples`, with the reason: a negative or non-finite figure or sample; fewer (or more) samples
+than the point's requests or runs (llama-benchy drops a request that failed, so a point's figures then stand for
+fewer requests than it names: every figure of that point is left out); a per-request rate above ``concurrency x``
+its own run's aggregate rate, or a per-user figure above ``concurrency x`` the point's aggregate figure (a
+request's tokens are part of its run's aggregate and its decode lies inside the run's span, so at concurrency 1
+the two are one figure, and beyond ``c x`` the request would have taken under 1/c² of the span: a stream whose
+tokens arrived in one burst, not a rate). :func:`screened_points` is what the statistics read.
+
 Aggregate (``*_tok_s``, all concurrent requests together) and per-user (``*_req_tok_s``, per request) figures
 are separate metrics with separate scopes (SCOPES): nothing here mixes them.
 """
@@ -56,7 +65,8 @@ POINT_KEYS = ("engine", "environment", "model", *PROFILE)
 RUN_COLUMNS = ("run_id", "campaign", "host", "model", "environment", "workload", "iteration", "environment_kind",
                "engine", "status", "reason", "warmup", "aa_group", "aa_member", "prefix_caching")
 POINT_COLUMNS = (*RUN_COLUMNS, "point", *PROFILE, "point_status", "point_reason", "point_order", "point_duration_s",
-                 *SERVING_METRICS, *(f"samples_{m}" for m in SERVING_METRICS), "raw", "record_dir")
+                 *SERVING_METRICS, *(f"samples_{m}" for m in SERVING_METRICS), "raw", "record_dir", "client_runs",
+                 "bad_figures")
 POINT_OK = "ok"
 
 
@@ -90,6 +100,14 @@ def _integer(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _bad_figures(metrics: dict[str, Any]) -> str | None:
+    """The point's figures that are numbers but not finite or negative, as JSON text {metric: "value"} (None when
+    there are none): _number turns them into NaN, impossible_samples names them."""
+    bad = {m: str(v) for m, v in metrics.items() if m in SCOPES and isinstance(v, (int, float))
+           and not isinstance(v, bool) and (not math.isfinite(v) or v < 0)}
+    return json.dumps(bad) if bad else None
+
+
 def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     """One row per point of a serving record (POINT_COLUMNS); [] for any other record."""
     if not has_points(data):
@@ -102,6 +120,7 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     run["engine"] = serving.get("engine") or data.get("engine")
     run |= {"aa_group": environment.get("aa_group"), "aa_member": environment.get("aa_member"),
             "prefix_caching": params.get("prefix_caching")}
+    client_runs = _integer(params.get("runs"))  # llama-benchy --runs per point
     rows = []
     for point in serving["points"]:
         if not isinstance(point, dict):
@@ -115,7 +134,9 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
                 "point_duration_s": _number(point.get("duration_s"))}
         row |= {m: _number(metrics.get(m)) for m in SERVING_METRICS}
         row |= {f"samples_{m}": json.dumps(samples[m]) if m in samples else None for m in SERVING_METRICS}
-        row |= {"raw": point.get("raw"), "record_dir": record_dir}
+        row |= {"raw": point.get("raw"), "record_dir": record_dir,
+                "client_runs": client_runs if client_runs and client_runs > 0 else None,
+                "bad_figures": _bad_figures(metrics)}
         rows.append(row)
     return rows
 
@@ -125,7 +146,7 @@ def points_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(rows, columns=list(POINT_COLUMNS)) if rows else \
         pd.DataFrame(columns=list(POINT_COLUMNS))
     types = {m: "float64" for m in (*SERVING_METRICS, "point_duration_s")}
-    types |= {k: "Int64" for k in (*PROFILE, "point_order")} | {"iteration": "Int64"}
+    types |= {k: "Int64" for k in (*PROFILE, "point_order", "client_runs")} | {"iteration": "Int64"}
     frame = frame.astype(types)
     frame["warmup"] = frame["warmup"].astype("boolean")
     return frame
@@ -152,14 +173,153 @@ def failed_points(points: pd.DataFrame) -> pd.DataFrame:
                                 "point_status", "why"]].reset_index(drop=True)
 
 
-def metrics_present(points: pd.DataFrame) -> list[str]:
+#: llama-benchy's samples per point (llama_benchy/results.py, 0.4.0): one per run for the aggregate figures, one per
+#: request (concurrency x runs) for the per-user and latency figures.
+PER_RUN_SAMPLES = ("pp_tok_s", "tg_tok_s", "peak_tg_tok_s")
+PER_REQUEST_SAMPLES = ("pp_req_tok_s", "tg_req_tok_s", "ttfr_ms", "e2e_ttft_ms", "est_ppt_ms")
+#: Each per-user rate and the aggregate rate of the same requests.
+AGGREGATE_OF = {"pp_req_tok_s": "pp_tok_s", "tg_req_tok_s": "tg_tok_s"}
+#: The checks impossible_samples makes, in words (``check`` column).
+CHECKS = {
+    "figure_negative": "negative figure",
+    "figure_not_finite": "figure not a finite number",
+    "sample_negative": "negative sample",
+    "sample_not_finite": "sample not a finite number",
+    "sample_count": "samples do not match the point's requests",
+    "request_above_aggregate": "per-request rate above concurrency x its run's aggregate",
+    "per_user_above_aggregate": "per-user figure above concurrency x the aggregate figure",
+}
+WHOLE_POINT = "every figure of the point"
+IMPOSSIBLE_COLUMNS = ("host", "model", "environment", "workload", "engine", "run_id", "iteration", "point", "metric",
+                      "left_out", "check", "why")
+#: Relative slack of the rate comparisons: floating point only (at concurrency 1 llama-benchy's per-request and
+#: aggregate figures are the same numbers).
+_ROUNDING = 1e-9
+
+
+def _samples(text: Any) -> list[Any] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    return values if isinstance(values, list) else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.6g}"
+
+
+def _checks_of(row: Any) -> list[tuple[str, str, str, str]]:
+    """(metric, left_out, check, why) of one measured run x point row."""
+    out: list[tuple[str, str, str, str]] = []
+    bad = json.loads(row.bad_figures) if isinstance(row.bad_figures, str) else {}
+    for metric, text in bad.items():
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        check = "figure_negative" if math.isfinite(value) and value < 0 else "figure_not_finite"
+        out.append((metric, metric, check, f"{metric} is {text}"))
+    samples = {m: _samples(getattr(row, f"samples_{m}")) for m in SERVING_METRICS}
+    for metric, values in samples.items():
+        if values is None:
+            continue
+        odd = [v for v in values if not _finite(v)]
+        negative = [v for v in values if _finite(v) and v < 0]
+        if odd:
+            out.append((metric, metric, "sample_not_finite", f"{len(odd)} of {len(values)} {metric} samples are "
+                                                               f"not finite numbers ({', '.join(map(str, odd[:3]))})"))
+        elif negative:
+            out.append((metric, metric, "sample_negative", f"{len(negative)} of {len(values)} {metric} samples are "
+                                                            f"negative ({', '.join(map(_fmt, negative[:3]))})"))
+    runs, concurrency = row.client_runs, row.concurrency
+    known = not pd.isna(runs) and not pd.isna(concurrency)
+    if known:
+        runs, concurrency = int(runs), int(concurrency)
+        wrong = []
+        for metric, values in samples.items():
+            expected = runs if metric in PER_RUN_SAMPLES else runs * concurrency
+            if values is not None and len(values) != expected:
+                per = "runs" if metric in PER_RUN_SAMPLES else f"requests (concurrency {concurrency} x {runs} runs)"
+                wrong.append(f"{metric} {len(values)} of {expected} {per}")
+        if wrong:
+            out.append((wrong[0].split(" ")[0], WHOLE_POINT, "sample_count",
+                        "; ".join(wrong) + ": a request or a run gave no figure, so the point's figures stand for "
+                                           "fewer requests than it names"))
+    flagged = {metric for metric, *_ in out}
+    for per_user, aggregate in AGGREGATE_OF.items():
+        if per_user in flagged or aggregate in flagged or pd.isna(concurrency):
+            continue
+        c = int(concurrency)
+        requests, totals = samples.get(per_user), samples.get(aggregate)
+        if (requests and totals and len(requests) == c * len(totals) and all(map(_finite, requests))
+                and all(map(_finite, totals))):
+            above = [(i // c, r, totals[i // c]) for i, r in enumerate(requests)
+                     if r > c * totals[i // c] * (1 + _ROUNDING)]
+            if above:
+                run, value, total = max(above, key=lambda x: x[1] / x[2] if x[2] > 0 else math.inf)
+                out.append((per_user, per_user, "request_above_aggregate",
+                            f"{len(above)} of {len(requests)} per-request samples above concurrency x their run's "
+                            f"aggregate, e.g. {_fmt(value)} tok/s in run {run + 1} against {c} x {_fmt(total)} tok/s"))
+                continue
+        user, total = getattr(row, per_user), getattr(row, aggregate)
+        if _finite(user) and _finite(total) and user > c * total * (1 + _ROUNDING):
+            out.append((per_user, per_user, "per_user_above_aggregate",
+                        f"{per_user} {_fmt(user)} tok/s above {c} x {aggregate} {_fmt(total)} tok/s"))
+    return out
+
+
+def impossible_samples(points: pd.DataFrame) -> pd.DataFrame:
+    """The measured run x point rows with a figure or a sample that cannot be (the module's doc), one row per
+    (run, point, check): IMPOSSIBLE_COLUMNS, ``metric`` the metric checked, ``left_out`` the metric left out of
+    every statistic or WHOLE_POINT, ``check`` a CHECKS key, ``why`` in words with the values. Failed points and
+    runs are named elsewhere (failed_points) and not checked."""
     measured = measured_points(points)
+    rows = []
+    if not measured.empty:
+        for row in measured.itertuples(index=False):
+            for metric, left_out, check, why in _checks_of(row):
+                rows.append({"host": row.host, "model": row.model, "environment": row.environment,
+                             "workload": row.workload, "engine": row.engine, "run_id": row.run_id,
+                             "iteration": row.iteration, "point": row.point, "metric": metric,
+                             "left_out": left_out, "check": check, "why": why})
+    return pd.DataFrame(rows, columns=list(IMPOSSIBLE_COLUMNS))
+
+
+def screened_points(points: pd.DataFrame, flagged: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The measured points with what impossible_samples names left out: a figure it names is NaN, a point it
+    names whole is dropped. ``flagged``: impossible_samples(points), when the caller has it."""
+    measured = measured_points(points)
+    flagged = impossible_samples(points) if flagged is None else flagged
+    if measured.empty or flagged.empty:
+        return measured
+    whole = flagged[flagged["left_out"] == WHOLE_POINT]
+    drop = set(zip(whole["run_id"], whole["point"], strict=True))
+    keep = [(r, p) not in drop for r, p in zip(measured["run_id"], measured["point"], strict=True)]
+    screened = measured[keep].copy()
+    for metric, group in flagged[flagged["left_out"] != WHOLE_POINT].groupby("left_out"):
+        if metric in screened:
+            hit = set(zip(group["run_id"], group["point"], strict=True))
+            mask = [(r, p) in hit for r, p in zip(screened["run_id"], screened["point"], strict=True)]
+            screened.loc[mask, metric] = np.nan
+    return screened
+
+
+def metrics_present(points: pd.DataFrame) -> list[str]:
+    measured = screened_points(points)
     return [m for m in SERVING_METRICS if m in measured and measured[m].notna().any()]
 
 
 def _stat_frame(points: pd.DataFrame) -> pd.DataFrame:
-    """The measured points in the shape stats.cell_statistics reads (keys, run_id, status, warmup, metrics)."""
-    measured = measured_points(points)
+    """The measured points in the shape stats.cell_statistics reads (keys, run_id, status, warmup, metrics), with
+    what impossible_samples names left out (screened_points)."""
+    measured = screened_points(points)
     return measured.assign(engine=measured["engine"].astype("string").fillna("(no engine)"),
                            status="ok", warmup=False)
 
@@ -172,6 +332,28 @@ def _sorted(table: pd.DataFrame, keys: tuple[str, ...] = POINT_KEYS) -> pd.DataF
                              kind="stable").reset_index(drop=True)
 
 
+def clip_to_range(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (cell_statistics' columns) with each shown interval (ci95_low, ci95_high) held inside its metric's
+    physical range (stats.physical_range: throughput and latency are never below 0) and ``ci95_note`` naming a
+    bound that was moved, with the bound as computed: a normal interval reaching below 0 says the normal
+    approximation does not fit the sample (stats.range_violation), and an interval drawn below 0 would say the
+    metric could be negative."""
+    table = table.copy()
+    notes = []
+    for i, (metric, low, high) in enumerate(zip(table["metric"], table["ci95_low"], table["ci95_high"], strict=True)):
+        lowest, highest = stats.physical_range(str(metric))
+        said = []
+        if _finite(low) and low < lowest:
+            said.append(f"lower bound clipped at {lowest:g} (computed {_fmt(low)}): the normal interval does not fit")
+            table.iloc[i, table.columns.get_loc("ci95_low")] = lowest
+        if _finite(high) and high > highest:
+            said.append(f"upper bound clipped at {highest:g} (computed {_fmt(high)}): the normal interval does not fit")
+            table.iloc[i, table.columns.get_loc("ci95_high")] = highest
+        notes.append("; ".join(said))
+    table["ci95_note"] = notes
+    return table
+
+
 def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
                     resamples: int = stats.DEFAULT_RESAMPLES, seed: int = stats.DEFAULT_SEED,
                     cv_gate: float = stats.DEFAULT_CV_GATE) -> pd.DataFrame:
@@ -179,11 +361,13 @@ def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
     the mean from MIN_N_INTERVAL runs, bootstrap CI of the median from MIN_N_BOOTSTRAP runs, outliers, CV gate)
     plus ``scope``, ``hosts``, the 95% interval shown around the median (``ci95_low``/``ci95_high``: the
     median's bootstrap interval where it exists, else the mean's t-interval, ``ci95_of`` says which, "" with
-    neither) and ``values``: the raw per-iteration values as JSON text, in iteration order."""
-    metrics = metrics_present(points)
+    neither; a bound outside the metric's physical range, stats.physical_range, is drawn and printed at the range's
+    end and ``ci95_note`` says so: the computed bounds stay in ``ci_low``/``ci_high``) and ``values``: the raw
+    per-iteration values as JSON text, in iteration order. What impossible_samples names is left out."""
     frame = _stat_frame(points)
+    metrics = [m for m in SERVING_METRICS if m in frame and frame[m].notna().any()]
     columns = [*POINT_KEYS, "metric", "scope", "hosts", *stats._STAT_COLUMNS, "ci95_low", "ci95_high", "ci95_of",
-               "values"]
+               "ci95_note", "values"]
     if not metrics or frame.empty:
         return pd.DataFrame(columns=columns)
     table = stats.cell_statistics(frame, metrics, keys=POINT_KEYS, cv_gate=cv_gate, level=level,
@@ -193,6 +377,7 @@ def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
     table["ci95_low"] = table["median_ci_low"].where(bootstrap, table["ci_low"])
     table["ci95_high"] = table["median_ci_high"].where(bootstrap, table["ci_high"])
     table["ci95_of"] = np.where(bootstrap, "median (bootstrap)", np.where(table["ci_low"].notna(), "mean (t)", ""))
+    table = clip_to_range(table)
     table["scope"] = table["metric"].map(SCOPES)
     keys = list(POINT_KEYS)
     ordered = frame.sort_values(["iteration", "host", "run_id"], kind="stable")

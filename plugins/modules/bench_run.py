@@ -160,13 +160,16 @@ options:
   readiness:
     description:
       - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
-        workload script C(gpu_probe.py) with torch or cupy) while the SM clock and power are read; the verdict
-        (C(healthy), C(suspect), C(unknown)) and its reasons go into the record's C(readiness) section. Under
+        workload script C(gpu_probe.py) with torch or cupy) while the SM clock, power, utilisation,
+        clock-event reasons and counters are read; the verdict (C(healthy), C(suspect), C(invalid), C(unknown):
+        faults from the thermal and power-brake counters, class floors, delivered TFLOP/s, issue 32) and its
+        reasons go into the record's C(readiness) section. Under
         C(policy=refuse) a suspect host's run is not started (failed, naming why); under C(mark) (the default)
         it runs and its record says C(suspect) with the reason, which the report keeps apart. C(probe_s=0)
         skips the probe."
       - "Keys: C(policy) (C(mark) or C(refuse)), C(min_fraction) of C(expected_clock_mhz) (null: the GPU's
-        maximum SM clock with a fraction of 0.75), C(probe_s), C(degraded_bands) (a list of [low, high] MHz)."
+        maximum SM clock with a fraction of 0.75; a note, never a fault), C(probe_s) (at most 60),
+        C(degraded_bands) (a list of [low, high] MHz, a GB10's)."
     type: dict
     default: {}
 attributes:

@@ -519,7 +519,7 @@ SETTINGS = (
           0.0, DAY_S, low_open=True),
     *LIMIT_FIELDS,  # preflight_check's limits (gates.py)
     Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
-          "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True),
+          "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True, high_open=True),
     Field("sparkfleet_acknowledge_host_differences", "bool", False, "The reproducibility check refuses hosts whose "
           "firmware or driver differ unless this is true (then it compares them and says they differ)."),
     Field("sparkfleet_serving_client", "abs_path", None, "A llama-benchy executable on the host for serving runs "
@@ -528,21 +528,22 @@ SETTINGS = (
     Field("sparkfleet_serving_corpus", "abs_path", None, "A text file on the host the serving client's prompts "
           "come from, served on 127.0.0.1 for its --book-url (null: llama-benchy's own default book).",
           nullable=True),
-    Field("sparkfleet_readiness_policy", "str", "mark", "A host whose readiness probe finds it suspect (clock "
-          "under load too low): mark (run, mark its results suspect, warn) or refuse (no runs on it).",
-          choices=readiness.POLICIES),
-    Field("sparkfleet_readiness_min_fraction", "float", readiness.DEFAULT_MIN_FRACTION, "Readiness: least "
-          "fraction of the expected SM clock reached under the probe's load (with an expected clock given).",
+    Field("sparkfleet_readiness_policy", "str", "mark", "A host whose readiness probe finds it suspect (a thermal "
+          "or power-brake fault, a degraded clock, low delivered TFLOP/s): mark (run, mark its results suspect, "
+          "warn) or refuse (no runs on it).", choices=readiness.POLICIES),
+    Field("sparkfleet_readiness_min_fraction", "float", readiness.DEFAULT_MIN_FRACTION, "Readiness: the SM clock "
+          "under the probe's load below this fraction of the expected clock is noted (never a fault).",
           "fraction", 0.0, 1.0, low_open=True),
     Field("sparkfleet_readiness_expected_clock_mhz", "float", None, "Readiness: the SM clock a healthy host "
-          "reaches under the probe's load (null: the host's maximum SM clock, with fraction %g)."
+          "reaches under the probe's load, for that note (null: the host's maximum SM clock, fraction %g)."
           % readiness.DEFAULT_MIN_FRACTION_OF_MAX, "MHz", 0.0, 10000.0, low_open=True, nullable=True),
     Field("sparkfleet_readiness_probe_s", "float", 3.0, "Readiness: seconds of the probe's fixed GPU load "
-          "before the runs (0: no probe).", "s", 0.0, 600.0),
+          "before the runs (0: no probe; a host runs at most %g)." % readiness.PROBE_S_MAX, "s", 0.0,
+          readiness.PROBE_S_MAX),
     Field("sparkfleet_readiness_degraded_bands", "list", [[_whole(x) for x in band] for band in
                                                           readiness.DEFAULT_DEGRADED_BANDS],
-          "Readiness: SM clock bands [low, high] (MHz) under load that mark a host suspect (DGX Spark's stuck "
-          "low-power band).", check=_bands),
+          "Readiness: SM clock bands [low, high] (MHz) under load that mark a DGX Spark (GB10) suspect unless "
+          "power-limited or locked there by sparkfleet.", check=_bands),
     Field("sparkfleet_gpu_persistence_mode", "bool", None, "GPU persistence mode (null: leave as is).",
           nullable=True),
     Field("sparkfleet_gpu_locked_clocks", "dict", None, "Lock GPU clocks to {min, max} MHz (null: leave as is).",

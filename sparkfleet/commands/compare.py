@@ -87,22 +87,32 @@ def _nested(baseline: str, current: str) -> dict[str, tuple[str, ...]]:
 
 def _text(table, args) -> str:
     from sparkfleet.report.document import fmt, fmt_p, fmt_pct
+    from sparkfleet.stats import MIN_N_INTERVAL
 
     judged = table[table["metric"].notna()]
     keys = [c for c in ("host", "model", "environment", "workload") if c in table]
-    reported = judged[judged["verdict"] != "unchanged"]
-    lines = [f"{len(judged)} comparisons; reported only when p < {args.alpha:g} and |change| > "
+    reported = judged[judged["verdict"].isin(["regression", "improvement"])]
+    listed = judged[judged["verdict"] != "unchanged"]  # the reported changes, and the undetermined rows
+    # the gate's rule as the table applied it: Holm over the family when the table says so (p_family)
+    family = "p_family" in judged and judged["p_family"].notna().any()
+    size = int(judged["family_size"].max()) if family and "family_size" in judged else len(judged)
+    rule = (f"p < {args.alpha:g} after Holm's adjustment over a family of {size} comparisons" if family
+            else f"p < {args.alpha:g}")
+    lines = [f"{len(judged)} comparisons; reported only when {rule} and |change| > "
              f"{args.threshold * 100:g}%: {len(reported)}"]
-    for _, r in reported.iterrows():
+    for _, r in listed.iterrows():
         lines.append(f"  {r['verdict'].upper()}: {' / '.join(str(r[k]) for k in keys)} {r['metric']}: "
                      f"{fmt(r['baseline_mean'])} -> {fmt(r['current_mean'])} ({fmt_pct(r['change_pct'], 1)}, "
-                     f"p={fmt_p(r['p_value'])})")
+                     f"p={fmt_p(r['p_value'])}" + (f", Holm p={fmt_p(r['p_family'])})" if family else ")"))
     undetermined = judged[judged["verdict"] == "undetermined"]
-    if len(undetermined):
-        need = undetermined["required_n"].max()
-        lines.append(f"  undetermined: {len(undetermined)} comparisons have fewer than 3 runs on a side"
+    too_few = undetermined[undetermined["reason"] == "n-too-small"] if "reason" in undetermined else undetermined
+    if len(too_few):
+        need = too_few["required_n"].max()
+        lines.append(f"  undetermined: {len(too_few)} comparisons have fewer than {MIN_N_INTERVAL} runs on a side"
                      + (f" (about {fmt(need)} runs per side would resolve ±{args.threshold * 100:g}%)"
                         if need == need else ""))
+    if len(undetermined) > len(too_few):
+        lines.append(f"  undetermined: {len(undetermined) - len(too_few)} comparisons too noisy to tell")
     unmatched = table[table["metric"].isna()]
     for _, r in unmatched.iterrows():
         lines.append(f"  note: {' / '.join(str(r[k]) for k in keys)} {r['verdict']}")

@@ -7,16 +7,17 @@ from pathlib import Path
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import write_json_atomic
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
-from sparkfleet.argtypes import finite_float
+from sparkfleet.argtypes import percent
 from sparkfleet.thresholds import DEFAULT_TOLERANCE
 
 
 def register(sub) -> None:
     p = sub.add_parser("fleet", help="cross-host reproducibility: outlier hosts and the state that differed")
     p.add_argument("results", metavar="RESULTS", help="a campaign's results directory (results/<campaign>)")
-    p.add_argument("--tolerance", type=finite_float, default=DEFAULT_TOLERANCE * 100,
-                   help="percent by which a host must differ (significantly) from the other hosts to be named out "
-                        "(default %(default)g)")
+    p.add_argument("--tolerance", type=percent, metavar="PERCENT", default=DEFAULT_TOLERANCE * 100,
+                   help="percent by which a host must differ (significantly) from the other hosts to be named out, "
+                        "as for `sparkfleet report` and sparkfleet_reproducibility_tolerance_pct (5 or 5%%; default "
+                        "%(default)g)")
     p.add_argument("--acknowledge-differences", action="store_true", default=None,
                    help="compare the hosts although their firmware or driver differ (else the comparison is refused "
                         "unless the campaign set sparkfleet_acknowledge_host_differences)")
@@ -31,8 +32,8 @@ def analyse_and_write(root: Path, tolerance_pct: float, acknowledged: bool | Non
 
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory")
-    if tolerance_pct <= 0:
-        raise UsageError("--tolerance must be positive")
+    if not 0 < tolerance_pct < 100:  # what percent() refuses on the command line, for a plan's tolerance_pct too
+        raise UsageError(f"--tolerance {tolerance_pct:g}: a percent above 0 and below 100 (e.g. 5 for ±5%)")
     state = analyse(root, tolerance=tolerance_pct / 100, acknowledged=acknowledged)
     if not state.hosts:
         raise UsageError(f"{root}: no host directories (expected <host>/host.json or <host>/runs/)")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir
-from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
+from sparkfleet.argtypes import percent
+from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD, DEFAULT_TOLERANCE
 
 # pandas, scipy and matplotlib load inside run(): building the CLI parser must stay fast for every
 # other subcommand, so defaults are resolved there too (None = the library default).
@@ -44,9 +45,9 @@ def register(sub) -> None:
     p.add_argument("--level", type=fraction, help="confidence level (default 0.95)")
     p.add_argument("--resamples", type=int, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, help="bootstrap seed, for reproducible CIs (default 0)")
-    p.add_argument("--tolerance", type=fraction,
-                   help="difference from the other hosts (significant and larger than this) that makes a host out "
-                        "(default 0.05)")
+    p.add_argument("--tolerance", type=percent, metavar="PERCENT",
+                   help="percent by which a host must differ (significantly) from the other hosts to be named out or "
+                        f"not normal, as for `sparkfleet fleet` (5 or 5%%; default {DEFAULT_TOLERANCE * 100:g})")
     p.add_argument("--kv-fraction", type=fraction,
                    help="KV fraction assumed where a record has none (default 0.9, TensorRT-LLM's default)")
     p.add_argument("--threshold", type=fraction,
@@ -75,6 +76,8 @@ def options_from(args):
     from sparkfleet.report import Options
 
     given = {name: getattr(args, name, None) for name in Options.__dataclass_fields__}
+    if given.get("tolerance") is not None:  # --tolerance is a percent (as for fleet); Options holds the fraction
+        given["tolerance"] = given["tolerance"] / 100
     return Options(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -110,7 +113,6 @@ def hosts_table(args) -> tuple[str, bool]:
     from sparkfleet.load import load_runs
     from sparkfleet.report.analysis import check_one_campaign
     from sparkfleet.report.host_normal import check_hosts, failing, text_table
-    from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
     if args.results is not None:
         raise UsageError(f"give either RESULTS or --hosts DIR, not both ({args.results} and {args.hosts})")
@@ -123,7 +125,8 @@ def hosts_table(args) -> tuple[str, bool]:
     if loaded.runs.empty:
         raise UsageError(f"{results}: no valid run records")
     check_one_campaign(loaded.runs, loaded.root)
-    check = check_hosts(loaded.root, loaded.runs, tolerance=args.tolerance or DEFAULT_TOLERANCE,
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance / 100  # a percent, as for fleet
+    check = check_hosts(loaded.root, loaded.runs, tolerance=tolerance,
                         alpha=args.alpha or DEFAULT_ALPHA, reference=options.reference,
                         acknowledged=options.acknowledged, always=True)
     return text_table(check), failing(check)
@@ -161,6 +164,8 @@ def summarise(args) -> str:
     for missing in loaded.accounting.missing:
         if missing.kind != "unreadable":  # those were just named as skipped
             print(f"sparkfleet report: missing {missing}", file=sys.stderr)
+    for point in loaded.accounting.missing_points:  # a serving point or figure an ok run lacks
+        print(f"sparkfleet report: missing {point}", file=sys.stderr)
     if loaded.runs.empty:
         raise UsageError(f"{results}: no valid run records ({len(loaded.problems)} skipped; "
                          f"{loaded.accounting.summary().rstrip('.')})")

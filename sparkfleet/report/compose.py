@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import pandas as pd
+
 from sparkfleet.load import LoadResult
-from sparkfleet.report import host_normal
+from sparkfleet.report import host_normal, sample_checks
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options, compute_facts
 from sparkfleet.report.findings import collect_findings
@@ -24,6 +26,7 @@ class Report(Analysis):
     memory: MemoryStudy = field(default_factory=MemoryStudy)  # decomposition, factor effects, A/A noise floor
     hosts: host_normal.HostCheck | None = None  # "is this host normal?" (host_normal.py); None: no evidence
     serving: report_serving.ServingStudy = field(default_factory=report_serving.ServingStudy)  # serving points
+    serving_left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # sample_checks: what cannot be, named
 
 
 def analyse(loaded: LoadResult, options: Options | None = None,
@@ -34,7 +37,9 @@ def analyse(loaded: LoadResult, options: Options | None = None,
     hosts = host_normal.for_report(facts, host_options)
     serving = report_serving.serving_study(loaded.serving, o.alpha, o.threshold, o.level, o.resamples, o.seed,
                                            o.cv_gate)  # empty without serving runs
+    left_out = sample_checks.left_out(loaded.serving)  # the serving samples that cannot be (issue 32)
     return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)},
-                  findings=collect_findings(facts) + host_normal.findings(hosts) + report_serving.findings(serving),
+                  findings=collect_findings(facts) + host_normal.findings(hosts) + report_serving.findings(serving)
+                  + sample_checks.findings(left_out),
                   verdicts=report_serving.with_serving_lines(build_verdicts(facts, memory), serving, o.threshold),
-                  memory=memory, hosts=hosts, serving=serving)
+                  memory=memory, hosts=hosts, serving=serving, serving_left_out=left_out)

@@ -7,11 +7,13 @@ import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
+from statistics import NormalDist
 
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
-from sparkfleet.report import host_normal, plots
+from sparkfleet import compare
+from sparkfleet.report import headline, host_normal, plots, sample_checks
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
@@ -41,7 +43,7 @@ from sparkfleet.report.memory import (
     under_floor,
 )
 from sparkfleet.report.verdicts import twins_note
-from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL, range_violation
+from sparkfleet.stats import CELL_KEYS, MIN_N_BOOTSTRAP, MIN_N_INTERVAL, measured_runs, range_violation
 
 #: Per-run KV residuals are listed one by one up to this many runs; beyond, per cell (all in kv_residuals.csv).
 MAX_KV_RUN_ROWS = 200
@@ -161,13 +163,17 @@ class PendingFigures:
 
 
 def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
-    """The answer first (verdicts and the figure that shows the first of them), then the evidence."""
+    """The answer first (verdicts and the figure that shows the first of them), then the evidence; where the
+    verdicts have nothing to compare, the numbers (headline.py) come before them."""
+    numbers = headline.section(analysis) if headline.nothing_to_compare(analysis) else None
     return [
+        *filter(None, [numbers]),
         verdict_section(analysis, figures),
         overview(analysis),
         warnings_section(analysis),
         environment_section(analysis),
         *report_serving.serving_sections(analysis, figures),  # "Serving": only for serving runs (issue 25)
+        *filter(None, [sample_checks.section(analysis)]),  # serving samples left out as impossible (issue 32)
         *memory_sections(analysis, figures),
         statistics_section(analysis, figures),
         kv_section(analysis, figures),
@@ -184,7 +190,8 @@ def verdict_section(analysis: Report, figures: dict[str, Figure]) -> Section:
             f"within ±{o.threshold * 100:g}% (the whole {o.level * 100:g}% CI inside it, or identical runs). "
             f"Undetermined: fewer than {MIN_N_INTERVAL} runs on a side or a CI too wide to tell; the number of "
             f"iterations that would tell is for a ±{o.threshold * 100:g}% difference at power 0.8 from the "
-            "observed run-to-run variation.")
+            f"observed run-to-run variation. Significance is {compare.FAMILY_METHOD}; a comparison significant "
+            "alone but not among its family is undetermined and says so.")
     blocks: list = [Verdicts([(line.label, line.outcome, line.headline, line.text) for line in analysis.verdicts])]
     note = twins_note(analysis)
     if note:
@@ -230,18 +237,21 @@ def warnings_section(analysis: Report) -> Section:
 def statistics_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     reported = analysis.cells[~analysis.cells["metric"].isin(CONFIG_METRICS)]  # in cells.csv and --json only
     n_max = reported["n"].max() if len(reported) else 0
-    omitted = []
-    if n_max < MIN_N_INTERVAL:
-        omitted.append(f"the t-intervals (every cell has fewer than {MIN_N_INTERVAL} runs)")
-    if n_max < MIN_N_BOOTSTRAP:
-        omitted.append(f"the bootstrap intervals (every cell has fewer than {MIN_N_BOOTSTRAP} runs)")
+    runs_max = int(analysis.counts["n_measured"].max()) if len(analysis.counts) else 0
+    omitted = [] if reported.empty else \
+        [f"the {what} ({_too_few(need, runs_max)})" for what, need in
+         (("t-intervals", MIN_N_INTERVAL), ("bootstrap intervals", MIN_N_BOOTSTRAP)) if n_max < need]
     blocks: list = [Paragraph(
         "n, mean, sample standard deviation (ddof=1), coefficient of variation, median, range, the t "
         f"confidence interval of the mean (from {MIN_N_INTERVAL} runs on) and a percentile-bootstrap interval "
         f"of the median (from {MIN_N_BOOTSTRAP} runs on); with fewer runs the cell says \"{N_TOO_SMALL}\". "
         "Intervals are never clipped: a bound outside the metric's physical range is marked. Outliers are "
         "flagged by robust z = 0.6745·(x − median)/MAD > 3.5 and kept in every figure."
-        + (f" Left out of the tables: {' and '.join(omitted)}." if omitted else ""))]
+        + (f" Left out of the tables: {' and '.join(omitted)}." if omitted else "")
+        + ("" if len(reported) else " No run records a per-run result metric"
+           + (" (only configuration figures, in cells.csv)" if len(analysis.cells) else "") + ", so there is no table"
+           + (": serving runs' figures are their points', under \"Serving\"." if analysis.serving.present
+              else ".")))]
     for metric, full in reported.groupby("metric", sort=False):
         part = shown(full)
         frame = pd.DataFrame({
@@ -269,18 +279,75 @@ def statistics_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     return Section("Per-cell statistics", blocks)
 
 
+def _listed(values, limit: int = 6) -> str:
+    names = sorted({str(v) for v in values})
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more if names else "–"
+
+
+def no_environment_comparison(runs: pd.DataFrame, serving_present: bool = False) -> str:
+    """Why the campaign holds no comparison of an environment against native, as it is for ``runs``: no native
+    or no other environment, none of one side in the statistics, never both on one host, model and workload, or
+    no compared metric recorded on both sides (serving runs: their figures are the points', under "Serving")."""
+    def is_native(frame: pd.DataFrame) -> pd.Series:
+        kind = frame["environment_kind"] if "environment_kind" in frame else pd.Series(pd.NA, index=frame.index)
+        return kind.astype("string").eq("native").fillna(False).astype(bool)
+
+    if not is_native(runs).any():
+        return (f"No run is of a native environment (environments: {_listed(runs['environment'])}): nothing is "
+                "compared against native.")
+    if runs["environment"].nunique() < 2:
+        return f"Every run is of one environment ({_listed(runs['environment'])}): there is nothing to compare."
+    measured = measured_runs(runs)
+    keys = ["host", "model", "workload"]
+    natives = measured[is_native(measured)]
+    if natives.empty:
+        return (f"No native run entered the statistics (their status: {_listed(runs.loc[is_native(runs), 'status'])}; "
+                "warm-ups are left out): nothing to compare the other environments with.")
+    # each (host, model, workload)'s reference, as compare.compare_environments picks it; the rest are compared
+    reference = natives.groupby(keys)["environment"].agg(compare.native_environment).rename("_reference")
+    joined = measured.join(reference, on=keys)
+    others = joined[joined["environment"] != joined["_reference"]]  # no reference there (NaN) counts as other
+    if others.empty:
+        statuses = _listed(runs.loc[~runs["run_id"].isin(natives["run_id"]), "status"])
+        return (f"No run of another environment than native entered the statistics (their status: {statuses}; "
+                "warm-ups are left out): nothing to compare with native.")
+    if others["_reference"].isna().all():
+        pooled = natives.groupby(["model", "workload"]).size().index
+        if others.set_index(["model", "workload"]).index.isin(pooled).any():
+            return (f"No host ran both native and another environment on the same model and workload (native on "
+                    f"{_listed(natives['host'])}; {_listed(others['environment'])} on {_listed(others['host'])}): "
+                    "comparing across hosts would take the host for the environment, so nothing is compared.")
+        return ("No model and workload ran both native and another environment (native: "
+                f"{_listed(natives['model'] + ' / ' + natives['workload'])}; {_listed(others['environment'])}: "
+                f"{_listed(others['model'] + ' / ' + others['workload'])}): nothing is compared.")
+    text = ("Native and another environment ran on the same host, model and workload, but no compared metric "
+            "(memory, KV cache, throughput, latency) was recorded on both sides")
+    if serving_present:
+        text += ": serving runs' figures are their points', compared per point under \"Serving\""
+    return text + "."
+
+
+def _too_few(need: int, runs_max: int) -> str:
+    """Why no cell reaches ``need`` values of a metric: too few runs in the statistics, or runs without it."""
+    if runs_max < need:
+        return f"every cell has fewer than {need} runs in the statistics"
+    return (f"no cell has {need} values of one metric, though a cell has up to {runs_max} runs in the statistics: "
+            "some runs' records lack the metric")
+
+
 def environment_section(analysis: Report) -> Section:
     env = shown(analysis.environments)
     if env.empty:
-        return Section("Environments against native", [Paragraph("No cell has both a native and another "
-                                                                  "environment.")])
+        return Section("Environments against native",
+                       [Paragraph(no_environment_comparison(analysis.runs, analysis.serving.present))])
     frame = pd.DataFrame({
         "host": env["host"], "model": env["model"], "workload": env["workload"],
         "environment": env["environment"] + " vs " + env["native"], "metric": env["metric"],
         "n": env["n_native"].map(fmt) + " / " + env["n_env"].map(fmt),
         "native mean": env["native_mean"].map(fmt), "env mean": env["env_mean"].map(fmt),
         "difference": env["diff"].map(fmt),
-        "95% CI of difference": [_difference_ci(r) for r in env.itertuples()],
+        f"{analysis.options.level * 100:g}% CI of difference": [_difference_ci(r) for r in env.itertuples()],
         "ratio": env["ratio"].map(lambda v: fmt(v, 3)),
         "overhead": env["overhead_pct"].map(fmt_pct),
         "Welch p": env["p_value"].map(fmt_p), "df": env["df"].map(lambda v: fmt(v, 3)),
@@ -290,7 +357,8 @@ def environment_section(analysis: Report) -> Section:
         frame["A/A noise floor"] = [_floor_label(r.overhead_pct, r.metric, floors) for r in env.itertuples()]
     text = ("Difference = environment − native; overhead = (environment − native) / native; Welch's t-test "
             "(unequal variances), CI with Welch–Satterthwaite degrees of freedom, shown from "
-            f"{MIN_N_INTERVAL} runs per side on. A p-value above 0.05 with a CI spanning 0 means no difference "
+            f"{MIN_N_INTERVAL} runs per side on. A p-value above {analysis.options.alpha:g} with a CI spanning 0 "
+            "means no difference "
             "was detected, not that none exists; the verdicts above say which.")
     return Section("Environments against native",
                    [Paragraph(text), table(frame, "", "environments.csv", len(analysis.environments))])
@@ -307,6 +375,8 @@ def memory_sections(analysis: Report, figures: dict[str, Figure]) -> list[Sectio
     campaigns without memory sections or A/A pairs."""
 
     study = analysis.memory
+    level, alpha = analysis.options.level * 100, analysis.options.alpha  # the study's intervals and tests
+    z = NormalDist().inv_cdf(1 - alpha / 2)
     out = []
     if not study.decomposition.empty or not study.effects.empty:
         blocks: list = [Paragraph(
@@ -351,7 +421,7 @@ def memory_sections(analysis: Report, figures: dict[str, Figure]) -> list[Sectio
                 "n": eff["n_a"].map(fmt) + " / " + eff["n_b"].map(fmt), "mean a": eff["mean_a"].map(fmt),
                 "mean b": eff["mean_b"].map(fmt), "effect (GiB)": eff["diff"].map(fmt),
                 "effect": eff["change_pct"].map(fmt_pct),
-                "95% CI (GiB)": [fmt_ci(lo, hi, min(na, nb), MIN_N_INTERVAL) for lo, hi, na, nb in
+                f"{level:g}% CI (GiB)": [fmt_ci(lo, hi, min(na, nb), MIN_N_INTERVAL) for lo, hi, na, nb in
                                  zip(eff["ci_low"], eff["ci_high"], eff["n_a"], eff["n_b"], strict=True)],
                 "Welch p": eff["p_value"].map(fmt_p), "verdict": eff["outcome"],
             }), "Each factor's effect on the KV cache and the peak", "memory_factors.csv"))
@@ -364,9 +434,9 @@ def memory_sections(analysis: Report, figures: dict[str, Figure]) -> list[Sectio
         blocks = [Paragraph(
             "Each A/A pair runs the same environment twice, interleaved: their difference is noise. Per metric: the "
             "pooled run-to-run CV of both members; the noise floor = the larger of the largest |A/A difference| "
-            "and 1.96 · CV · √(2/n) (the half-width of the 95% interval of a difference of two n-run means); the "
-            "minimum detectable effect (MDE) for n runs per side at alpha 0.05 and power 0.8, "
-            "(1.96 + 0.84) · CV · √(2/n); and the runs per side a 2% and a 5% difference need. A comparison "
+            f"and {z:.2f} · CV · √(2/n) (the half-width of the {(1 - alpha) * 100:g}% interval of a difference of "
+            f"two n-run means); the minimum detectable effect (MDE) for n runs per side at alpha {alpha:g} and power "
+            f"0.8, ({z:.2f} + 0.84) · CV · √(2/n); and the runs per side a 2% and a 5% difference need. A comparison "
             "between environments whose difference is below the floor is labelled \"under the noise floor\"."),
             table(pd.DataFrame({
                 "metric": noise["metric"], "A/A cells": noise["pairs"].map(fmt), "n per side": noise["n"].map(fmt),
@@ -380,7 +450,7 @@ def memory_sections(analysis: Report, figures: dict[str, Figure]) -> list[Sectio
                 "workload": pairs["workload"], "metric": pairs["metric"],
                 "n": pairs["n_a"].map(fmt) + " / " + pairs["n_b"].map(fmt), "mean a": pairs["mean_a"].map(fmt),
                 "mean b": pairs["mean_b"].map(fmt), "A/A difference": pairs["change_pct"].map(fmt_pct),
-                "95% CI": [fmt_interval_pct(lo, hi, min(na, nb)) for lo, hi, na, nb in
+                f"{level:g}% CI": [fmt_interval_pct(lo, hi, min(na, nb)) for lo, hi, na, nb in
                            zip(pairs["ci_low_pct"], pairs["ci_high_pct"], pairs["n_a"], pairs["n_b"], strict=True)],
             }), "Each A/A pair", "aa_pairs.csv", len(pairs))]
         out.append(Section("A/A noise floor", blocks))
@@ -504,7 +574,8 @@ def reproducibility_section(analysis: Report) -> Section:
         "n": dev["n"].map(fmt) + " vs " + dev["n_rest"].map(fmt),
         "host mean": dev["host_mean"].map(fmt), "others' mean": dev["rest_mean"].map(fmt),
         "difference": dev["deviation_pct"].map(fmt_pct),
-        "95% CI": dev["ci_low_pct"].map(fmt_pct) + " to " + dev["ci_high_pct"].map(fmt_pct),
+        f"{analysis.options.level * 100:g}% CI": dev["ci_low_pct"].map(fmt_pct) + " to "
+        + dev["ci_high_pct"].map(fmt_pct),
         "p": dev["p_value"].map(fmt_p),
         "verdict": dev["outcome"].map(lambda v: "OUT" if v == "different" else str(v))
         + dev["required_n"].map(lambda n: f" (≈ {n:.0f} runs/host would tell)" if n == n else ""),
@@ -516,8 +587,12 @@ def reproducibility_section(analysis: Report) -> Section:
         Paragraph("One-way random-effects ANOVA per cell: within-host (run-to-run) against between-host "
                   "variance; ICC is the share of variance due to the host. Each host is compared with the "
                   "other hosts (those not themselves out) by the rule of every verdict: out when the "
-                  f"difference is significant (p < {analysis.options.alpha:g}) and beyond ±{tol:g}%, the same "
-                  "when the whole 95% interval lies inside, otherwise undetermined with the runs that would tell; "
+                  f"difference is significant (p < {analysis.options.alpha:g}"
+                  + (", Holm-adjusted over every host, cell and metric compared"
+                     if "p_family" in analysis.host_deviations else "")
+                  + f") and beyond ±{tol:g}%, the same "
+                  f"when the whole {analysis.options.level * 100:g}% interval lies inside, otherwise undetermined "
+                  "with the runs that would tell; "
                   f"an out host is named with the host facts in which it differs from the others. Hosts out: "
                   f"{named}."),
         table(variance, "Variance components", "host_variance.csv", len(analysis.host_variance)),

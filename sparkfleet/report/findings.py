@@ -6,6 +6,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
+from sparkfleet.report.host_facts import facts_for_runs, unread_sentences
 from sparkfleet.report.memory import budget_kv_cells
 from sparkfleet.report.types import Finding
 from sparkfleet.stats import CELL_KEYS
@@ -48,6 +49,7 @@ def collect_findings(analysis: Analysis) -> list[Finding]:
         *kv_budget_misfits(analysis),
         *kv_budget_figures(analysis.runs),
         *hosts_outside_tolerance(analysis),
+        *unread_host_facts(analysis),
     ]
 
 
@@ -58,9 +60,20 @@ def missing_runs(analysis: Analysis) -> list[Finding]:
     out = _capped("missing", [f"missing run {m.run_id or m.path.name} ({m.host}): {m}" for m in acc.missing
                               if m.kind != "unreadable"])  # unreadable records: the skipped findings name them
     out += _capped("no-metrics", [f"ok run without metrics {m.run_id} ({m.host}): {m.path}" for m in acc.no_metrics])
+    out += _capped("missing-point", [f"{m}: its point cell has one iteration less" + ("" if m.metric is None else
+                                                                                    " of this figure")
+                                     for m in acc.missing_points])
     out += _capped("leftover", [f"leftover unpack staging directory {p} ignored (an interrupted or running "
                                 "unpack; the next collect removes it)" for p in acc.leftovers])
     return out + _capped("tree", list(acc.notes))
+
+
+def unread_host_facts(analysis: Analysis) -> list[Finding]:
+    """Each host fact (firmware, driver, VBIOS, ...) one host could not read while another did: named as not read
+    there, never as a difference (a missing fwupdmgr is not other firmware)."""
+    if analysis.runs.empty or analysis.runs["host"].nunique() < 2:
+        return []
+    return _capped("host-unread", unread_sentences(facts_for_runs(analysis.root, analysis.runs)))
 
 
 def skipped_records(analysis: Analysis) -> list[Finding]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.attestation import identity
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.attestation import identity, is_unread
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -124,8 +124,51 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
             if row.get(label) is None:
                 row[label] = value
         row.update(attestation_facts(read_json(directory / "attestation.json"), row))
-        rows[host] = row
+        # a fact the host could not read ("N/A", "[Unknown Error]", "ERROR: ...") is missing, never a value
+        rows[host] = {label: value for label, value in row.items() if not is_unread(value)}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+#: The kind of fact a label names, for a sentence (first match by substring; "vbios" before "bios_").
+FACT_WORDS = (("firmware", "firmware"), ("vbios", "VBIOS"), ("bios_", "firmware"), ("driver", "driver"),
+              ("cuda", "CUDA"), ("kernel", "kernel"), ("image_digest", "image"), ("gpu_name", "GPU"),
+              ("product_name", "GPU"), ("power_limit", "power limit"), ("clock", "clocks"))
+
+
+def fact_word(label: str) -> str:
+    return next((word for part, word in FACT_WORDS if part in label), label)
+
+
+def unread_facts(facts: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
+    """host -> {kind of fact: [labels]} for each fact some other host recorded and this host did not (absent,
+    null or an error marker): unknown there, so not compared and never a difference. Empty below two hosts."""
+    out: dict[str, dict[str, list[str]]] = {}
+    if len(facts.index) < 2:
+        return out
+    for label in facts.columns:
+        read = facts[label].notna()
+        if not read.any():
+            continue
+        for host in facts.index[~read]:
+            out.setdefault(str(host), {}).setdefault(fact_word(str(label)), []).append(str(label))
+    return out
+
+
+def unread_sentences(facts: pd.DataFrame) -> list[str]:
+    """One sentence per host and kind of fact it did not record though another host did: "firmware not read on
+    spark2 (firmware.UEFI Device Firmware): not compared, not counted as a difference"."""
+    out = []
+    for host, kinds in sorted(unread_facts(facts).items()):
+        if facts.loc[host].isna().all():
+            out.append(f"no host fact recorded on {host} (no host.json, host_metadata.json, nvidia-smi-q.txt or "
+                       "attestation.json read): its facts are not compared, never counted as differences")
+            continue
+        for word, labels in kinds.items():
+            readers = [str(h) for h in facts.index[facts[labels].notna().any(axis=1)] if str(h) != host]
+            named = ", ".join(labels[:4]) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+            out.append(f"{word} not read on {host} ({named}; read on {', '.join(readers)}): not compared, not "
+                       "counted as a difference")
+    return out
 
 
 def facts_for_runs(root: Path, runs: pd.DataFrame) -> pd.DataFrame:

@@ -289,11 +289,16 @@ def state_causes(states: pd.DataFrame, host: str) -> tuple[list[str], float | No
     clock = mine["clock_mhz"].median() if mine["clock_mhz"].notna().any() else None
     theirs = others["clock_mhz"].median() if others["clock_mhz"].notna().any() else None
     suspect = mine[mine["readiness_state"] == "suspect"]
-    if clock is not None and theirs is not None and clock < CLOCK_FRACTION * theirs:
+    # a power-limited clock is what a healthy GPU at its cap runs at (readiness.judge): never named as a cause
+    limited = mine["power_limited"].eq(True).all() if "power_limited" in mine and len(mine) else False
+    invalid = mine[mine["readiness_state"] == "invalid"]
+    if clock is not None and theirs is not None and clock < CLOCK_FRACTION * theirs and not limited:
         causes.append(f"SM clock under load {num(clock)} MHz vs {num(theirs)} MHz on the others")
     elif len(suspect):
         reason = suspect["readiness_reasons"].dropna()
         causes.append("readiness probe: " + (str(reason.iloc[0]) if len(reason) else "suspect"))
+    if len(invalid):
+        causes.append(f"readiness probe invalid in {len(invalid)} run(s): its load did not run, nothing was judged")
     grew = mine[mine["throttle_grew"].notna()]
     if len(grew):
         causes.append(f"throttle counters grew in {len(grew)} of {len(mine)} run(s) ({grew['throttle_grew'].iloc[0]})")
@@ -416,7 +421,8 @@ def findings(check: HostCheck | None) -> list[Finding]:
     for r in check.roofline[check.roofline["implausible"].astype(bool)].itertuples(index=False):
         out.append(Finding(
             "roofline-implausible",
-            f"implausible: {r.host} / {r.model} / {r.environment} / {r.workload} {_words(r.metric)} reaches "
+            f"implausible: {r.host} / {r.model} / {r.environment} / {r.workload} {_words(r.metric)}"
+            f"{f' at depth {r.depth}' if r.point else ''} reaches "
             f"{r.max_percent:.0f}% of the bandwidth roofline ({num(r.max_tok_s)} tok/s against {num(r.roofline_tok_s)} "
             f"tok/s at batch {r.batch}): decode cannot read the weights faster than the memory delivers them; wrong "
             "model, tokens miscounted or a cache that served the output", subject=f"{r.host} / {r.model}"))
@@ -447,7 +453,8 @@ def section(check: HostCheck | None) -> Section | None:
     if len(roof):
         columns = {
             "host": roof["host"], "model": roof["model"], "environment": roof["environment"],
-            "workload": roof["workload"], "figure": roof["metric"].map(_words), "batch": roof["batch"].map(fmt),
+            "workload": roof["workload"], "figure": roof["metric"].map(_words), "depth": roof["depth"].map(fmt),
+            "batch": roof["batch"].map(fmt),
             "n": roof["n"].map(fmt), "mean tok/s": roof["mean_tok_s"].map(fmt),
             "roofline tok/s": roof["roofline_tok_s"].map(fmt),
             "% of the bandwidth roofline": [_roofline_cell(r) for r in roof.itertuples(index=False)],
@@ -466,9 +473,15 @@ def section(check: HostCheck | None) -> Section | None:
         blocks.append(table(pd.DataFrame({
             "host": energy["host"], "model": energy["model"], "environment": energy["environment"],
             "workload": energy["workload"], "n": energy["n"].map(fmt),
-            "J per output token": energy["j_per_output_token"].map(fmt), "J per run": energy["joules_mean"].map(fmt),
-            "scope": energy["scope"],
-        }), "Energy per output token, over each run's own window (scope: what the power sensor covers)"))
+            "J per output token (steady)": energy["j_per_output_token_steady"].map(fmt),
+            "power under load (W)": energy["steady_power_w"].map(fmt),
+            "start-up J per run": energy["startup_j_mean"].map(fmt),
+            "whole run: J per output token / J per run": energy["j_per_output_token"].map(fmt) + " / "
+            + energy["joules_mean"].map(fmt),
+            "scope": energy["scope"], "steady window": energy["steady_note"].replace("", "–"),
+        }), "Energy per output token over the load's steady window (mean power under load / the run's output rate); "
+            "start-up (model load, compilation, graph capture, a server's start) apart, never in J per output token; "
+            "the whole run's figures as recorded (scope: what the power sensor covers)"))
     return Section("Is this host normal?", blocks)
 
 
@@ -495,10 +508,12 @@ def text_table(check: HostCheck) -> str:
     shown = check.roofline[check.roofline["percent"].notna()]
     if len(shown):
         lines.append("decode against the bandwidth roofline: " + "; ".join(
-            f"{r.host} {r.model}/{r.workload} {r.metric} {r.percent:.0f}%" for r in shown.itertuples(index=False)))
+            f"{r.host} {r.model}/{r.workload} {r.metric}{'@' + r.point if r.point else ''} {r.percent:.0f}%"
+            for r in shown.itertuples(index=False)))
     for r in check.energy.itertuples(index=False):
-        lines.append(f"energy: {r.host} {r.model}/{r.environment}/{r.workload} {fmt(r.j_per_output_token)} J per "
-                     f"output token ({r.scope})")
+        lines.append(f"energy: {r.host} {r.model}/{r.environment}/{r.workload} "
+                     f"{fmt(r.j_per_output_token_steady)} J per output token over the load, start-up "
+                     f"{fmt(r.startup_j_mean)} J apart ({r.scope})")
     return "\n".join(lines)
 
 

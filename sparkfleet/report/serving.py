@@ -313,7 +313,7 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
         return None
     keys = list(serving.POINT_KEYS)
     metrics = [m for m in serving.SERVING_METRICS if m in set(part["metric"])]
-    wide = part.pivot_table(index=keys, columns="metric", values=["median", "ci95_low", "ci95_high", "n"],
+    wide = part.pivot_table(index=keys, columns="metric", values=["median", "ci95_low", "ci95_high", "n", "ci95_note"],
                             aggfunc="first", sort=False, dropna=False).reset_index()  # keep all-NaN CIs (n < 3)
     order = serving._sorted(pd.DataFrame({k: wide[(k, "")] for k in keys}))
     wide = wide.set_index([(k, "") for k in keys]).loc[list(order.itertuples(index=False, name=None))].reset_index()
@@ -322,8 +322,10 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     columns["n"] = wide["n"].max(axis=1).map(fmt)
     for m in metrics:
         columns[f"{m} median ({serving.UNITS[m]})"] = wide[("median", m)].map(fmt)
-        columns[f"{m} 95% CI"] = [fmt_ci(lo, hi, n, stats.MIN_N_INTERVAL, m) for lo, hi, n in
-                                  zip(wide[("ci95_low", m)], wide[("ci95_high", m)], wide[("n", m)], strict=True)]
+        columns[f"{m} 95% CI"] = [fmt_ci(lo, hi, n, stats.MIN_N_INTERVAL, m)
+                                  + (f" ({note})" if isinstance(note, str) and note else "")
+                                  for lo, hi, n, note in zip(wide[("ci95_low", m)], wide[("ci95_high", m)],
+                                                             wide[("n", m)], wide[("ci95_note", m)], strict=True)]
     columns["CI of"] = [ci_of.get(tuple(r), "") or "–" for r in order.itertuples(index=False, name=None)]
     return table(pd.DataFrame(columns), caption, "serving_cells.csv", len(wide))
 

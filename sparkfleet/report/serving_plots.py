@@ -2,7 +2,9 @@
 
 Both read the point cells (sparkfleet.serving.cell_statistics): a line through the medians per (engine,
 environment), the band its 95% interval (the median's bootstrap interval, else the mean's t-interval; no band
-where the cell has too few iterations). Aggregate and per-user throughput are always in separate panels.
+where the cell has too few iterations). A band is never drawn outside its metric's physical range: the cells'
+``ci95_low``/``ci95_high`` are held at 0 where the normal interval reaches below it (serving.clip_to_range), and
+the title says how many were. Aggregate and per-user throughput are always in separate panels.
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ def _line(ax, part: pd.DataFrame, x: str, color: tuple, label: str) -> None:
 
 def _band_words(cells: pd.DataFrame) -> str:
     kinds = sorted(set(cells["ci95_of"].astype(str)) - {""})
-    return f"band: 95% CI of the {' / '.join(kinds)}" if kinds else "no band: too few iterations for an interval"
+    words = f"band: 95% CI of the {' / '.join(kinds)}" if kinds else "no band: too few iterations for an interval"
+    notes = cells["ci95_note"].fillna("").astype(str) if "ci95_note" in cells else pd.Series(dtype=str)
+    clipped = int((notes != "").sum())
+    if clipped:
+        words += f"; {clipped} band(s) clipped at 0: the normal interval does not fit (ci95_note)"
+    return words
 
 
 def _groups(cells: pd.DataFrame, by: list[str]) -> tuple[list[tuple], str]:
@@ -62,7 +69,9 @@ def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
         for c, (metric, scope) in enumerate(panels):
             ax = axes[r, c]
             if (model, pp, tg, depth, metric) in indexed.index:
-                part = indexed.loc[(model, pp, tg, depth, metric)]
+                # a list of one key: always a frame (a lone key matching one row, as in a campaign of one engine,
+                # one environment and one concurrency, gives a Series without the engine column)
+                part = indexed.loc[[(model, pp, tg, depth, metric)]]
                 for (engine, environment), line in part.groupby(["engine", "environment"], sort=True):
                     _line(ax, line, "concurrency", colors[(str(engine), str(environment))],
                           f"{engine} / {environment}")

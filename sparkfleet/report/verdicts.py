@@ -407,7 +407,7 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
 
 def regression_lines(analysis: Analysis) -> list[VerdictLine]:
     table = analysis.regressions
-    if table is None or table.empty:
+    if table is None:
         return []
     options = analysis.options
     judged_rows = table[table["metric"].notna() & ~table["metric"].isin(CONFIG_METRICS)]
@@ -476,6 +476,8 @@ def build_verdicts(analysis: Analysis, memory: MemoryStudy) -> list[VerdictLine]
     if not lines:
         lines.append(VerdictLine(
             "none", "campaign", "undetermined", "no comparison",
-            "Nothing to compare: one environment kind per model and workload, one host per cell and no "
-            "--baseline. Add a native and a container environment, a second host, or pass --baseline DIR."))
+            "Nothing to compare: one environment kind per host, model and workload, one host per cell"
+            + ("" if analysis.options.baseline else " and no --baseline") + ". Add a native and a container "
+            "environment on one host, a second host" + ("" if analysis.options.baseline else ", or pass --baseline DIR")
+            + "."))
     return lines

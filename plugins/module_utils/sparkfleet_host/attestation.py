@@ -459,16 +459,55 @@ def identity(att: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
+#: Texts a host records for a fact it could not read (lower case): "N/A", "Unknown", "Not Supported", ...
+_UNREAD_TEXTS = frozenset({"", "n/a", "na", "none", "null", "unknown", "not found", "not available", "unavailable",
+                           "not supported", "not specified", "err!", "to be filled by o.e.m."})
+
+
+def is_unread(value: Any) -> bool:
+    """Whether ``value`` is what a host records for a fact it could not read, never a value to compare: ``None``,
+    NaN, an empty or "not reported" text (:data:`_UNREAD_TEXTS`), a bracketed marker (``[N/A]``, ``[Unknown
+    Error]``), an error text (``ERROR: ...``), an empty list or mapping."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return value != value
+    if isinstance(value, str):
+        text = value.strip()
+        low = text.lower()
+        return (low in _UNREAD_TEXTS or (text.startswith("[") and text.endswith("]") and '"' not in text)
+                or low.startswith(("error", "err:", "failed")))
+    if isinstance(value, (list, dict)):
+        return not value
+    return False
+
+
 def differences(attestations: Mapping[str, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """``{host: attestation}`` -> ``{field: {host: value}}`` for each :func:`identity` field whose value is
-    not the same on every host (a host lacking the field shows ``None``). Empty when the fleet agrees."""
+    """``{host: attestation}`` -> ``{field: {host: value}}`` for each :func:`identity` field read on two or more
+    hosts with values that are not all the same; only the hosts that read it are listed. A field a host could
+    not read (absent, null, an error marker: :func:`is_unread`) is never a difference: :func:`unread` names it.
+    Empty when the fleet agrees."""
     per_host = {host: identity(att) for host, att in attestations.items()}
     fields = sorted({field for ident in per_host.values() for field in ident})
     out: Dict[str, Dict[str, Any]] = {}
     for field in fields:
-        values = {host: ident.get(field) for host, ident in per_host.items()}
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            out[field] = values
+        read = {host: ident.get(field) for host, ident in per_host.items() if not is_unread(ident.get(field))}
+        if len({json.dumps(v, sort_keys=True) for v in read.values()}) > 1:
+            out[field] = read
+    return out
+
+
+def unread(attestations: Mapping[str, Mapping[str, Any]]) -> Dict[str, List[str]]:
+    """``{host: attestation}`` -> ``{field: [hosts]}``: each :func:`identity` field that some host read and the
+    listed hosts could not (fwupd not installed, nvidia-smi failing, a DMI file missing). Not compared: what a
+    host could not read is unknown, not different."""
+    per_host = {host: identity(att) for host, att in attestations.items()}
+    fields = sorted({field for ident in per_host.values() for field in ident})
+    out: Dict[str, List[str]] = {}
+    for field in fields:
+        missing = sorted(host for host, ident in per_host.items() if is_unread(ident.get(field)))
+        if missing and len(missing) < len(per_host):
+            out[field] = missing
     return out
 
 

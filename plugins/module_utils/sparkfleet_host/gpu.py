@@ -81,6 +81,28 @@ THROTTLE_REASONS: dict[int, str] = {
     0x400: "reliability",
 }
 
+#: The cumulative clock-event counters (how long each reason held the clocks since the driver loaded), named as
+#: ``nvidia-smi -q``'s "Clocks Event Reasons Counters" block reads in snake case (attestation.parse_nvidia_smi_q:
+#: ``SW Power Capping`` -> ``sw_power_capping``; driver 580, tests/fixtures/attestation), each with the NVML field
+#: it comes from through ``nvmlDeviceGetFieldValues`` (nanoseconds). The field IDs are taken from the bindings BY
+#: NAME, never typed here, because they moved between releases: SW_POWER_CAP is NVML_FI_DEV_PERF_POLICY_POWER (74)
+#: and SYNC_BOOST ..._PERF_POLICY_SYNC_BOOST (76) throughout, but SW thermal / HW thermal / HW power brake are
+#: 269/270/271 in nvidia-ml-py 13.610.43 with driver 580.159.04 (read on a lent H200, 2026-11-27: field 74 gave
+#: 27,373,633,600 ns where ``nvidia-smi -q`` printed 27373633 us; 251-253 are power-smoothing fields there and
+#: answer NotSupported) and 251/252/253 in an earlier 12.x nvidia-ml-py. A binding of another release than the
+#: driver can thus read another field: host_state asks ``nvidia-smi -q`` first and uses these as the fallback.
+CLOCK_EVENT_COUNTER_FIELDS: dict[str, str] = {
+    "sw_power_capping": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+    "sync_boost": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+    "sw_thermal_slowdown": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+    "hw_thermal_slowdown": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+    "hw_power_braking": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
+}
+
+#: ``--query-gpu`` fields of :meth:`GpuSensor.facts` (names as ``nvidia-smi --help-query-gpu`` lists them; the
+#: enforced limit is what the power management algorithm holds the board to, ``[N/A]`` on a GB10).
+FACT_FIELDS = ("index", "name", "clocks.max.sm", "enforced.power.limit")
+
 
 class GpuSensorError(Exception):
     """The sensor cannot be opened or read."""
@@ -212,7 +234,8 @@ def subprocess_runner(argv: Sequence[str], timeout: float = 60) -> tuple[int, st
     """Default runner: no shell, C locale so that numbers are printed with a decimal point."""
     env = dict(os.environ, LC_ALL="C")
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, check=False)
+        proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", env=env,
+                              timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, "", str(exc)
     return proc.returncode, proc.stdout, proc.stderr
@@ -286,6 +309,16 @@ class GpuSensor:
     def close(self) -> None:
         """Release the sensor (NVML handle); safe to call twice."""
 
+    def facts(self, index: int) -> dict[str, Any]:
+        """What does not change under load: ``{"name", "max_sm_clock_mhz", "power_limit_w"}`` (the enforced
+        limit), None where the GPU does not say; ``{}`` when this sensor cannot tell."""
+        return {}
+
+    def clock_event_counters_us(self, index: int) -> dict[str, int] | None:
+        """The cumulative clock-event counters (:data:`CLOCK_EVENT_COUNTER_FIELDS` names, microseconds), or None
+        when this sensor cannot read them (the caller then asks ``nvidia-smi -q -d PERFORMANCE``)."""
+        return None
+
     def __enter__(self) -> GpuSensor:
         return self
 
@@ -315,6 +348,23 @@ class NvidiaSmiSensor(GpuSensor):
         if not readings:
             raise GpuSensorError("nvidia-smi listed no GPU")
         return _select(readings, indices)
+
+    def facts(self, index: int) -> dict[str, Any]:
+        return smi_facts(index, self.executable, self.runner)
+
+
+def smi_facts(index: int, executable: str, runner: Runner = subprocess_runner) -> dict[str, Any]:
+    """:meth:`GpuSensor.facts` from one ``--query-gpu`` of :data:`FACT_FIELDS`; ``{}`` when GPU ``index`` is not
+    listed. :class:`GpuSensorError` when nvidia-smi fails."""
+    for row in query_gpu(FACT_FIELDS, executable, runner):
+        if parse_int(row["index"]) == index:
+            return {"name": row["name"], "max_sm_clock_mhz": parse_number(row["clocks.max.sm"]),
+                    "power_limit_w": parse_number(row["enforced.power.limit"])}
+    return {}
+
+
+#: nvmlValueType_t -> the member of the value union holding it (nvml.h).
+_NVML_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 class NvmlSensor(GpuSensor):
@@ -384,6 +434,36 @@ class NvmlSensor(GpuSensor):
                 )
             )
         return readings
+
+    def _handle(self, index: int) -> Any:
+        if not 0 <= index < len(self._handles):
+            raise GpuSensorError(f"no GPU with index {index}; present: {list(range(len(self._handles)))}")
+        return self._handles[index]
+
+    def facts(self, index: int) -> dict[str, Any]:
+        h = self._handle(index)
+        max_sm = self._get("nvmlDeviceGetMaxClockInfo", h, self.nvml.NVML_CLOCK_SM)
+        limit_mw = self._get("nvmlDeviceGetEnforcedPowerLimit", h)  # NotSupported on a GB10: None
+        return {"name": self._get("nvmlDeviceGetName", h),
+                "max_sm_clock_mhz": None if max_sm is None else float(max_sm),
+                "power_limit_w": None if limit_mw is None else round(limit_mw / 1000.0, 2)}
+
+    def clock_event_counters_us(self, index: int) -> dict[str, int] | None:
+        h = self._handle(index)
+        wanted = [(name, getattr(self.nvml, const, None)) for name, const in CLOCK_EVENT_COUNTER_FIELDS.items()]
+        wanted = [(name, fid) for name, fid in wanted if isinstance(fid, int)]
+        values = self._get("nvmlDeviceGetFieldValues", h, [fid for _, fid in wanted]) if wanted else None
+        if values is None:
+            return None
+        out: dict[str, int] = {}
+        for (name, _), value in zip(wanted, values):  # noqa: B905 (py3.9 targets)
+            if getattr(value, "nvmlReturn", None) != 0:
+                continue  # NVML_ERROR_NOT_SUPPORTED for that field: not read, never 0
+            member = _NVML_VALUE_MEMBERS.get(getattr(value, "valueType", None))
+            raw = getattr(getattr(value, "value", None), member, None) if member else None
+            if isinstance(raw, (int, float)) and raw >= 0:
+                out[name] = int(raw) // 1000  # ns -> us, nvidia-smi -q's unit
+        return out or None
 
     def close(self) -> None:
         if getattr(self, "_open", False):

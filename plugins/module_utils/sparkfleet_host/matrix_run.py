@@ -231,8 +231,12 @@ def execute(run, params: dict, job, cards) -> dict:
         outcome = launcher.measure(record, launches, drop, run.timeout_s)
         status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
                                         run.timeout_s, run.run_dir, cards)
-    record.attestation = host_state.run_state_after(before, os.path.join(run.run_dir, "telemetry.csv"),
-                                                    output_tokens(run.workload, record.serving))
+    tokens = output_tokens(run.workload, record.serving)
+    server = (record.serving or {}).get("server") if isinstance(record.serving, dict) else None
+    record.attestation = host_state.run_state_after(
+        before, os.path.join(run.run_dir, "telemetry.csv"), tokens,
+        output_tok_s=host_state.output_rate(metrics, record.serving, tokens),  # the steady J/token's rate
+        not_before_s=(server or {}).get("ready_s"))  # a serving run's load starts once its server is ready
     if status == "ok" and (record.readiness or {}).get("state") == "suspect":
         reason = "; ".join(r for r in ("readiness suspect: %s" % readiness_reason(record.readiness), reason) if r)
     return finish(record, status, reason, metrics)

@@ -5,8 +5,9 @@ ignored; its logs named each model correctly, because the name they printed was 
 argument. So an echo of ``--model`` (or of ``--model_path``) proves nothing. This module
 
 * fingerprints a model directory on the host (:func:`fingerprint`): ``config.json`` (architecture, layers,
-  hidden size, dtype, vocabulary, quantization; a SHA-256 of the file) and the weights (parameter count and
-  tensor bytes from the safetensors headers, the files' total size as an engine globs them, or
+  hidden size, dtype, vocabulary, quantization, a mixture of experts' routed experts, experts per token and shared
+  experts; a SHA-256 of the file) and the weights (parameter count and tensor bytes from the safetensors headers,
+  the routed experts' share of those bytes, the files' total size as an engine globs them, or
   ``model.safetensors.index.json``'s ``metadata.total_size`` where headers cannot be read);
 * compares it with what the engine's output shows it loaded (:func:`judge`): the fields each parser puts in
   ``ParseResult.loaded`` (see parsers/), and says ``confirmed``, ``unconfirmed`` or ``mismatch``.
@@ -52,6 +53,20 @@ _DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
 
 
 _HALF = ("bfloat16", "float16")
+
+#: A mixture of experts in transformers' config.json (issue 32: the roofline reads only the experts a token uses).
+#: Routed experts: ``num_local_experts`` (gpt-oss, Mixtral), ``num_experts`` (Qwen2/3-MoE), ``n_routed_experts``
+#: (DeepSeek V2/V3); experts per token: ``num_experts_per_tok`` (all of them), ``experts_per_token`` (gpt-oss's
+#: original config), ``moe_topk`` (Hunyuan); shared experts, always used: ``n_shared_experts`` (DeepSeek),
+#: ``num_shared_experts``.
+MOE_EXPERTS_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+MOE_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+MOE_SHARED_KEYS = ("n_shared_experts", "num_shared_experts")
+#: A tensor of a routed expert has this component in its name: ``model.layers.0.mlp.experts.7.gate_proj.weight``
+#: (Qwen3-MoE, DeepSeek), ``model.layers.0.mlp.experts.gate_up_proj_blocks`` (gpt-oss, all experts in one tensor),
+#: ``model.layers.0.block_sparse_moe.experts.0.w1.weight`` (Mixtral). Shared experts (``shared_experts``,
+#: Qwen2-MoE's ``shared_expert``) and the router are not routed: they are read for every token.
+EXPERT_COMPONENT = "experts"
 
 
 class ModelCardError(ValueError):
@@ -100,6 +115,12 @@ def _config_fields(config):
 
     archs = config.get("architectures")
     architecture = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    def pick_int(names):
+        value = pick(*names)
+        if isinstance(value, list) and value and all(v == value[0] for v in value):
+            value = value[0]  # Hunyuan's moe_topk: one entry per layer
+        return _int(value)
+
     quant = config.get("quantization_config")
     quantization = None
     if isinstance(quant, dict):
@@ -113,7 +134,28 @@ def _config_fields(config):
         # transformers >= 4.56 writes "dtype"; older ones "torch_dtype"
         "dtype": norm_dtype(pick("torch_dtype", "dtype")),
         "quantization": str(quantization) if quantization else None,
+        "moe_experts": pick_int(MOE_EXPERTS_KEYS),
+        "moe_experts_per_token": pick_int(MOE_PER_TOKEN_KEYS),
+        "moe_shared_experts": pick_int(MOE_SHARED_KEYS),
     }
+
+
+def expert_tensor_bytes(header):
+    """Bytes of the routed experts' tensors in one safetensors header (EXPERT_COMPONENT in the tensor's name)."""
+    nbytes = 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict) or EXPERT_COMPONENT not in str(name).split("."):
+            continue
+        offsets = info.get("data_offsets")
+        if (isinstance(offsets, list) and len(offsets) == 2 and all(_int(o) is not None for o in offsets)
+                and offsets[1] >= offsets[0]):
+            nbytes += offsets[1] - offsets[0]
+        else:
+            count = 1
+            for dim in info.get("shape") or []:
+                count *= _int(dim) or 0
+            nbytes += count * _DTYPE_BYTES.get(str(info.get("dtype")), 0)
+    return nbytes
 
 
 def safetensors_header(path):
@@ -197,16 +239,18 @@ def fingerprint(path):
             pass
     files = weight_files(real)
     card.update({"weight_files": files, "param_count": None, "tensor_bytes": None, "checkpoint_bytes": None,
-                 "weights_source": None, "weights_problem": None})
+                 "expert_tensor_bytes": None, "weights_source": None, "weights_problem": None})
     if files:
         try:
             card["checkpoint_bytes"] = sum(os.path.getsize(os.path.join(real, n)) for n in files)
-            params = nbytes = 0
+            params = nbytes = experts = 0
             for name in files:
                 file_path = os.path.join(real, name)
-                p, b = _tensor_counts(safetensors_header(file_path), file_path)
-                params, nbytes = params + p, nbytes + b
-            card.update(param_count=params, tensor_bytes=nbytes, weights_source="safetensors headers")
+                header = safetensors_header(file_path)
+                p, b = _tensor_counts(header, file_path)
+                params, nbytes, experts = params + p, nbytes + b, experts + expert_tensor_bytes(header)
+            card.update(param_count=params, tensor_bytes=nbytes, expert_tensor_bytes=experts,
+                        weights_source="safetensors headers")
         except (OSError, ModelCardError) as exc:
             card["weights_problem"] = str(exc)
     if card["tensor_bytes"] is None:

@@ -283,9 +283,9 @@ class RunRecord:
         "concurrency x pp x tg: its metrics, raw samples and the client's raw output file); optional in format "
         "version 2")
     readiness: Optional[Dict[str, Any]] = _field(
-        (_O, _NULL), "the readiness probe before the run: SM clock and power reached under a short fixed GPU "
-        "load, the verdict (healthy, suspect, unknown) with its reasons and the action taken; optional in "
-        "format version 2")
+        (_O, _NULL), "the readiness probe before the run: SM clock, power, utilisation, clock-event reasons and "
+        "counters under a short fixed GPU load and the TFLOP/s it delivered, the verdict (healthy, suspect, "
+        "invalid, unknown) with its reasons and notes and the action taken; optional in format version 2")
     attestation: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "host state over the run: throttle/event counters as deltas, clock/power controls as "
         "applied by sparkfleet, memory state at start (MemFree, MemAvailable, Cached, free huge blocks), "
@@ -326,7 +326,11 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
     "serving": {"engine": _S, "server": _O, "client": _O, "kv": _O, "points": _A, "point_order_seed": _I},
     "readiness": {"state": _S, "reasons": _A, "action": _O, "sm_clock_mhz": _N, "power_w": _N,
                   "expected_clock_mhz": _N, "expected_source": _S, "duration_s": _N, "policy": _S,
-                  "error": _S, "reapplied": _O, "before_reapply": _O},
+                  "error": _S, "reapplied": _O, "before_reapply": _O, "notes": _A, "gpu_name": _S,
+                  "gpu_class": _S, "max_clock_mhz": _N, "clock_floor_mhz": _N, "utilization_pct": _N,
+                  "active_reasons": _A, "reason_share": _O, "counter_deltas_us": _O, "window_s": _N,
+                  "fault_counter_us": _N, "power_mean_w": _N, "power_limit_w": _N, "power_limit_source": _S,
+                  "power_limited": _B, "tflops": _N, "tflops_reference": _N, "tflops_floor": _N},
     "attestation": {"counters": _O, "controls_applied": _O, "memory_start": _O, "energy": _O, "errors": _A},
 }
 

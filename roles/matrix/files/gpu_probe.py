@@ -7,8 +7,9 @@ sparkfleet. Two modes, each printing ONE JSON object on stdout (the last line), 
 
     python3 gpu_probe.py load --seconds 3 [--size 4096] [--backend auto|torch|cupy]
         bf16 (torch) / fp16 (cupy) N x N matrix products back to back for SECONDS, so the GPU runs at its
-        load clock while the caller reads the SM clock and power; prints what it did: backend, device,
-        products, seconds, TFLOP/s.
+        load clock while the caller reads the SM clock, power and clock-event reasons; prints what it did:
+        backend, dtype (bf16 | fp16), device, products, size, seconds, TFLOP/s (the delivered figure the
+        readiness verdict compares with its GPU class's reference and with the fleet's peers).
     python3 gpu_probe.py bandwidth [--mib 1024] [--iterations 20] [--backend auto|torch|cupy]
         a device-to-device copy of MIB MiB, ITERATIONS times, timed after a warm-up; bandwidth counts the
         bytes read AND written (2 x bytes copied per copy: the convention of CUDA's bandwidthTest, the one
@@ -38,8 +39,8 @@ BACKENDS = ("auto", "torch", "cupy")
 class Backend:
     """One array library on CUDA device 0: allocate, multiply, copy, wait."""
 
-    def __init__(self, name, version, device, matrix, matmul, buffer, copy, sync):
-        self.name, self.version, self.device = name, version, device
+    def __init__(self, name, version, device, matrix, matmul, buffer, copy, sync, dtype):
+        self.name, self.version, self.device, self.dtype = name, version, device, dtype
         self.matrix, self.matmul, self.buffer, self.copy, self.sync = matrix, matmul, buffer, copy, sync
 
 
@@ -58,6 +59,7 @@ def torch_backend():
         lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=dev),
         lambda dst, src: dst.copy_(src),
         torch.cuda.synchronize,
+        "bf16",
     ), None
 
 
@@ -78,6 +80,7 @@ def cupy_backend():
         lambda nbytes: cupy.empty(nbytes, dtype=cupy.uint8),
         lambda dst, src: cupy.copyto(dst, src),
         cupy.cuda.Device(0).synchronize,
+        "fp16",
     ), None
 
 
@@ -109,7 +112,7 @@ def run_load(backend, seconds, size):
         products += 8
     elapsed = time.perf_counter() - started
     print(LOAD_ENDED, flush=True)  # the caller keeps no reading taken after this
-    return {"products": products, "seconds": round(elapsed, 4), "size": size,
+    return {"products": products, "seconds": round(elapsed, 4), "size": size, "dtype": backend.dtype,
             "tflops": round(2.0 * size ** 3 * products / elapsed / 1e12, 3)}
 
 

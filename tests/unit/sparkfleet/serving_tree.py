@@ -33,6 +33,22 @@ def points_of(profile: dict[str, tuple[int, ...]] = PROFILE) -> list[dict[str, i
             for c in profile["concurrency"] for p in profile["pp"] for t in profile["tg"]]
 
 
+#: llama-benchy's --runs of the tree's points (workload_params.runs).
+CLIENT_RUNS = 3
+#: The figures llama-benchy samples once per request (concurrency x runs values); the others once per run.
+PER_REQUEST = ("pp_req_tok_s", "tg_req_tok_s", "ttfr_ms", "e2e_ttft_ms", "est_ppt_ms")
+
+
+def samples_of(values: dict[str, float], concurrency: int, runs: int = CLIENT_RUNS) -> dict[str, list[float]]:
+    """The client's raw values of one point as llama-benchy gives them: ``runs`` per aggregate figure,
+    ``concurrency x runs`` per request figure, spread ±1% around the figure (their mean)."""
+    out = {}
+    for metric, value in values.items():
+        n = runs * concurrency if metric in PER_REQUEST else runs
+        out[metric] = [value * (0.99 + 0.02 * i / (n - 1)) for i in range(n)] if n > 1 else [value]
+    return out
+
+
 def kind_of(environment: str) -> str:
     return "native" if environment.startswith("native") else "container"
 
@@ -57,7 +73,7 @@ def serving_record(engine: str, environment: str, iteration: int, order: int, rn
         else:
             values = {m: BASE[m] * factor(engine, environment, m, p) * (1 + rng.normal(0, cv)) for m in BASE}
             entry |= {"status": "ok", "reason": None, "metrics": values,
-                      "samples": {m: [v * 0.99, v, v * 1.01] for m, v in values.items()}}
+                      "samples": samples_of(values, p["concurrency"])}
         points.append(entry)
     failed_names = [e["point"] for e in points if e["status"] != "ok"]
     status, reason = "ok", None
@@ -70,7 +86,7 @@ def serving_record(engine: str, environment: str, iteration: int, order: int, rn
     rec |= {"environment_kind": kind_of(environment), "engine": engine, "order_index": order,
             "started_utc": f"2026-01-10T{order // 60 % 24:02d}:{order % 60:02d}:00Z", "status": status,
             "reason": reason, "exit_code": 0 if not dead else 1,
-            "workload_params": {"engine": engine, "runs": 3, "prefix_caching": False},
+            "workload_params": {"engine": engine, "runs": CLIENT_RUNS, "prefix_caching": False},
             "metrics": {"kv_cache_gib": 40.0}, "metric_sources": {"kv_cache_gib": "server.log"},
             "samples": {}, "memory": memory,
             "serving": {"engine": engine, "server": {"port": 8000, "ready_s": 2.0, "stopped": "terminated"},

@@ -296,7 +296,7 @@ def test_the_plan_carries_every_path_and_knob_with_the_registry_defaults_applied
                                                                              "acknowledge_host_differences": False}
     assert got["serving"] == {"client": None, "corpus": None} and got["needs_serving"] is False
     assert got["readiness"] == {"policy": "mark", "min_fraction": 0.9, "expected_clock_mhz": None, "probe_s": 3.0,
-                                "degraded_bands": [[690, 890]]}
+                                "degraded_bands": [[500, 890]]}
     assert got["campaign"] == "c1" and got["runs"] and got["total"] == len(got["runs"])
     # every setting a host can give reaches the plan, except the controller's own (campaign.json, the follower)
     carried = {name for keys in planning.PLAN_GROUPS.values() for name in keys.values()}
