@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
 from sparkfleet import hostcheck, reproducibility
 from sparkfleet.compare import FAMILY_METHOD, _paired, _side, classify, hold_to_family
@@ -308,6 +309,16 @@ def state_causes(states: pd.DataFrame, host: str) -> tuple[list[str], float | No
     return causes, clock
 
 
+def probe_against_peers(states: pd.DataFrame) -> dict[str, str]:
+    """host -> the warning of readiness.compare_to_peers (rule 5, SuperBench-style: the probe's delivered TFLOP/s
+    below 0.9 x the other hosts' median), for the hosts it warns about; each host's figure is its runs' median."""
+    if states.empty or "tflops" not in states or states["tflops"].isna().all():
+        return {}
+    figures = states.dropna(subset=["tflops"]).groupby(states["host"].astype(str))["tflops"].median()
+    judged = readiness.compare_to_peers(figures.to_dict())
+    return {host: str(r["message"]).split(": ", 1)[-1] for host, r in judged.items() if r["warn"]}
+
+
 # --- the verdict --------------------------------------------------------------------------------------------
 
 def _worst(rows: pd.DataFrame) -> pd.Series:
@@ -376,9 +387,11 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
     # every comparison behind a "not normal" (peers, suspect runs, the reference) is one family (Holm)
     comparisons = hold_to_family(comparisons, alpha)[COMPARISON_COLUMNS]
     differences, blocking = hostcheck.identity_differences(atts)
+    peers = probe_against_peers(states)
     rows = []
     for host in sorted(set(runs["host"].astype(str))):
         causes, clock = state_causes(states, host)
+        causes += [peers[host]] if host in peers else []
         causes += identity_causes(differences, host)
         n_suspect = int(measured["run_id"].isin(suspect_ids)[measured["host"] == host].sum())
         verdict, sentence = host_verdict(host, comparisons, causes, n_suspect, tolerance)

@@ -342,3 +342,16 @@ def test_a_reference_campaign_sharing_nothing_is_named(tmp_path: Path) -> None:
     result = check(now, reference=other)
     assert len(result.unmatched) == 1 and "shares no model" in result.unmatched[0]
     assert host_normal.failing(result)
+
+
+def test_a_host_whose_probe_delivers_less_than_its_peers_is_named_with_it(tmp_path: Path) -> None:
+    """Rule 5 against the fleet: the probe's TFLOP/s under 0.9 x the other hosts' median is a cause, whatever
+    the clocks say; a power-limited clock below the others' is not one."""
+    for host, tflops in (("spark1", 600.0), ("spark2", 610.0), ("spark3", 480.0)):
+        for i in range(1, 4):
+            ready = {**healthy_readiness(1400.0 if host == "spark2" else 2400.0), "tflops": tflops,
+                     "power_limited": host == "spark2"}
+            write_run(tmp_path, host, i, 100.0 * (1 + 0.001 * i), readiness=ready)
+    hosts = check(tmp_path).hosts.set_index("host")
+    assert "TFLOP/s" in hosts.loc["spark3", "causes"] and "TFLOP/s" not in hosts.loc["spark1", "causes"]
+    assert "SM clock" not in hosts.loc["spark2", "causes"]  # power-limited: its clock is no cause
