@@ -10,15 +10,15 @@ set -euo pipefail
 
 # The Docker engine to install, printed on stdout: nothing when this machine has one already. Docker's docker-ce
 # (with containerd.io, from Docker's or NVIDIA's repositories, as DGX OS ships it), moby-engine and Debian's
-# docker.io conflict with each other: installing docker.io would make apt remove the engine the host runs. Any
-# docker or dockerd on PATH, or any of these packages installed (dpkg-query), is reused; docker.io is installed
-# only where there is no Docker at all. tests/unit/test_bootstrap_docker.py runs it with a fake dpkg-query.
+# docker.io conflict with each other: installing docker.io would make apt remove the engine the host runs. A
+# dockerd on PATH, or any of these packages installed (dpkg-query), is reused; docker.io is installed only where
+# there is no Docker engine and no Docker package at all. tests/unit/test_bootstrap_docker.py runs it with a fake dpkg-query.
 DOCKER_PACKAGES=(docker-ce docker-ce-cli containerd.io moby-engine moby-cli docker.io)
 docker_to_install() {
   local pkg found=""
-  for pkg in dockerd docker; do
-    command -v "$pkg" >/dev/null 2>&1 && { found=$(command -v "$pkg"); break; }
-  done
+  # An engine (dockerd) is what the tests and the bench need; a client binary alone (a static docker in
+  # /usr/local/bin, no package) is not one, and docker.io beside it conflicts with nothing dpkg knows.
+  command -v dockerd >/dev/null 2>&1 && found=$(command -v dockerd)
   if [ -z "$found" ]; then
     for pkg in "${DOCKER_PACKAGES[@]}"; do
       case "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" in

@@ -1,6 +1,6 @@
 """bootstrap.sh installs Debian's docker.io only where there is no Docker at all (issue 33): an engine already
 installed (docker-ce and containerd.io from Docker's or NVIDIA's repositories, moby-engine, docker.io, or a
-docker/dockerd on PATH) is reused, never replaced by a conflicting package. bootstrap.sh's own function runs
+dockerd on PATH) is reused, never replaced by a conflicting package. bootstrap.sh's own function runs
 here, sourced, with a fake dpkg-query and a PATH of fakes alone: nothing of this machine is asked or changed."""
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ CASES = {
     "moby-engine": ({"moby-engine": INSTALLED}, [], []),
     "docker.io removed, its configuration kept": ({"docker.io": "deinstall ok config-files"}, [], ["docker.io"]),
     "a dockerd on PATH, no package": ({}, ["dockerd"], []),
-    "a docker client on PATH, no package": ({}, ["docker"], []),
+    # a static client alone (CI's /usr/local/bin/docker) is no engine, and docker.io conflicts with no package
+    "a docker client on PATH, no package": ({}, ["docker"], ["docker.io"]),
+    "docker-ce-cli alone (a remote engine)": ({"docker-ce-cli": INSTALLED}, [], []),
     "other packages only": ({"python3": INSTALLED, "containerd": INSTALLED}, [], ["docker.io"]),
 }
 
