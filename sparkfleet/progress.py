@@ -281,16 +281,18 @@ class Progress:
 
 def report_verdicts(report: list[str]) -> list[str]:
     """The verdict headlines of `sparkfleet report`'s terminal summary (a "verdicts:" line, then one
-    two-space-indented line per verdict with its details indented further) and where the report is."""
+    two-space-indented line per verdict with its details indented further), its "numbers:" block whole (the
+    headline table, report/headline.py), in the summary's order, and where the report is."""
     out: list[str] = []
-    inside = False
+    inside = None
     for line in report:
-        if line.strip() == "verdicts:":
-            inside, out = True, ["verdicts:"]
-        elif inside and line.startswith("  ") and not line.startswith("   "):
+        if line.strip() in ("verdicts:", "numbers:") and not line.startswith(" "):
+            inside = line.strip()
+            out.append(line)
+        elif line.startswith("  ") and (inside == "numbers:" or inside == "verdicts:" and not line.startswith("   ")):
             out.append(line)
         elif inside and not line.startswith(" "):
-            inside = False
+            inside = None
         if line.startswith("wrote ") and line.endswith("index.html"):
             out.append(f"report: {line.removeprefix('wrote ')}")
     return out

@@ -3,8 +3,13 @@
 Drives ``bench.yml`` (or ``--playbook``) through ansible-runner and shows, from its event stream, per host,
 runs done / planned, the cell in progress and an ETA: redrawn in place on a terminal, one line per event
 otherwise. After ``bench.yml`` it writes the campaign's report (as `sparkfleet report results/<campaign>`)
-and ends with its verdicts. Exit code = the playbook's (2 when the report could not be written); 2 on bad
-arguments.
+and ends with its verdicts and numbers; then one line per planned run that failed, with its cause as the engine
+or client gave it (the record's reason, a serving point's reason), read from the collected results tree.
+
+Exit status (EXIT_STATUSES): 0 every planned run ok; the playbook's own when it failed (ansible-playbook's: 1
+error, 2 a host failed, 4 a host unreachable or a parse error, 5 bad options, 99 interrupted, 250 unexpected; 130
+after Ctrl-C); else 10 when some planned run failed (not ok, no usable record, or a serving point failed) and 11
+when no planned run succeeded; else 2 when the report could not be written; 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run the benchmark playbook through ansible-runner with live progress and ETA")
+    p = sub.add_parser("run", help="run the benchmark playbook through ansible-runner with live progress and ETA",
+                       epilog="exit status: " + "; ".join(f"{code} {words}" for code, words in EXIT_STATUSES))
     p.add_argument("-i", "--inventory", metavar="INVENTORY",
                    help="Ansible inventory (e.g. sparks.ini; default: ansible.cfg's, this machine)")
     p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="EXTRA",
@@ -32,16 +38,37 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+#: `sparkfleet run`'s own exit statuses, beside the playbook's (passed on as they are): none of
+#: ansible-playbook's (0, 1, 2, 4, 5, 99, 250, and the bit flags 1 | 2 | 4 its task queue may OR together).
+EXIT_RUNS_FAILED = 10
+EXIT_NONE_OK = 11
+EXIT_STATUSES = (
+    (0, "every planned run ok"),
+    (1, "the playbook failed: ansible-playbook's own status is passed on (1 error, 2 a host failed, 4 a host "
+        "unreachable, 5 bad options, 99 interrupted, 250 unexpected)"),
+    (2, "also bad arguments, or the report could not be written after a playbook that succeeded"),
+    (EXIT_RUNS_FAILED, "some planned run failed (each named with its cause)"),
+    (EXIT_NONE_OK, "no planned run succeeded"),
+    (130, "interrupted (Ctrl-C)"),
+)
+#: Failed runs named one by one on the terminal (the report names every one).
+MAX_FAILED_LINES = 30
+
 #: What the package makes of a playbook's results tree once it has run (playbooks relative to the repo).
 AFTER = {"bench.yml": "report", "playbooks/reproducibility.yml": "fleet"}
+
+
+def playbook_kind(playbook: str) -> str | None:
+    """AFTER's kind of a playbook that measures (the repo's bench.yml or reproducibility.yml), else None."""
+    from sparkfleet.runner import REPO
+
+    return next((k for name, k in AFTER.items() if Path(playbook).resolve() == (REPO / name).resolve()), None)
 
 
 def after_playbook(playbook: str, outcome) -> tuple[str | None, list[str]]:
     """(what to write: "report", "fleet" or None, the campaign directories): after the repo's bench.yml or
     reproducibility.yml, when some host got to its end and the run was not cancelled."""
-    from sparkfleet.runner import REPO
-
-    kind = next((k for name, k in AFTER.items() if Path(playbook).resolve() == (REPO / name).resolve()), None)
+    kind = playbook_kind(playbook)
     finished = [h for h, s in (outcome.stats or {}).items() if not s.get("failed") and not s.get("unreachable")]
     if kind is None or outcome.cancelled or not finished:
         return None, []
@@ -66,7 +93,7 @@ def fleet_tolerance(tolerances: dict[str, float]) -> float:
 def write_results(campaign_dir: str, kind: str, tolerances: dict[str, float]) -> tuple[list[str], str | None]:
     """In this process, `sparkfleet report DIR` (kind "report": its terminal summary) or `sparkfleet fleet DIR
     --tolerance T`, T the hosts' plans' (:func:`fleet_tolerance`; report/fleet.md): (its lines, or [] and a
-    one-line error)."""
+    one-line error, also for an unexpected exception)."""
     from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
     from sparkfleet.commands import fleet, report
 
@@ -76,6 +103,106 @@ def write_results(campaign_dir: str, kind: str, tolerances: dict[str, float]) ->
         return fleet.analyse_and_write(Path(campaign_dir), fleet_tolerance(tolerances))[1].splitlines(), None
     except UsageError as exc:
         return [], str(exc)
+    except Exception as exc:  # a bug in the report must not hide how the runs went (run_status comes after)
+        return [], (f"failed: {type(exc).__name__}: {exc} (`sparkfleet {kind} {campaign_dir}` shows the "
+                    "traceback)")
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _point_causes(points) -> list[str]:
+    """A serving run's failed points grouped by cause, as the client or server said it: "2 of 4 points
+    (d0.c1.pp512.tg64, d0.c4.pp512.tg64): <reason>"."""
+    if points is None or points.empty:
+        return []
+    failed = points[points["point_status"].astype("string").fillna("") != "ok"]
+    causes: dict[str, list[str]] = {}
+    for name, status, reason in zip(failed["point"], failed["point_status"], failed["point_reason"], strict=True):
+        cause = _one_line(reason) if isinstance(reason, str) and reason.strip() else f"point {status or 'no status'}"
+        causes.setdefault(cause, []).append(str(name))
+    out = []
+    for cause, names in causes.items():
+        listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        which = f"every point ({len(names)})" if len(names) == len(points) else \
+            f"{len(names)} of {len(points)} point(s) ({listed})"
+        out.append(f"{which}: {cause}")
+    return out
+
+
+def failure_cause(reason, points) -> str:
+    """A failed run's cause: the record's reason and its failed serving points' reasons (each said once), the
+    record's reason left out where it only repeats the points (it names each failed point or holds each cause)."""
+    reason = _one_line(reason) if isinstance(reason, str) and reason.strip() else ""
+    causes = _point_causes(points)
+    if causes and reason:
+        failed = points[points["point_status"].astype("string").fillna("") != "ok"]
+        reasons = [_one_line(r) for r in failed["point_reason"] if isinstance(r, str) and r.strip()]
+        if all(str(n) in reason for n in failed["point"]) or (reasons and all(r in reason for r in reasons)):
+            reason = ""
+    return "; ".join([*([reason] if reason else []), *causes]) or "no reason recorded"
+
+
+def failed_runs(campaign_dir: str | os.PathLike[str]) -> tuple[int, int, list[str]]:
+    """(planned runs, runs ok, one line per planned run that failed with its cause) of a collected campaign
+    directory, read with the one reader (sparkfleet.load.load_runs: the runs' status and reason, the serving
+    points' point_status and point_reason; the accounting's runs without a usable record). A run fails when its
+    status is not ok, when it is ok with a failed serving point, and when it has no usable record or no metric.
+    The planned count is campaign.json's, else the records'."""
+    from sparkfleet.load import load_runs
+
+    loaded = load_runs(campaign_dir)
+    runs, points = loaded.runs, loaded.serving
+    by_run = dict(tuple(points.groupby(points["run_id"].astype(str), sort=False))) if len(points) else {}
+    lines = []
+    for row in runs.sort_values(["host", "order_index"] if "order_index" in runs else ["host"]).itertuples():
+        run_points = by_run.get(str(row.run_id))
+        bad_points = run_points is not None and (run_points["point_status"].astype("string").fillna("") != "ok").any()
+        if row.status == "ok" and not bad_points:
+            continue
+        warmup = " (warm-up)" if str(getattr(row, "warmup", "")) == "True" else ""
+        cause = failure_cause(getattr(row, "reason", None), run_points)
+        lines.append(f"{row.host} / {row.model} / {row.environment} / {row.workload}, iteration {row.iteration}"
+                     f"{warmup} [{row.run_id}]: {'ok but' if row.status == 'ok' else row.status}: {cause}")
+    for missing in [*loaded.accounting.missing, *loaded.accounting.no_metrics]:
+        words = "ok without any metric" if missing.kind == "no-metrics" else missing.kind
+        lines.append(f"{missing.host or '?'} [{missing.run_id or missing.path}]: {words}: {_one_line(missing.detail)}")
+    planned = loaded.accounting.planned if loaded.accounting.planned is not None else len(runs)
+    ok = int((runs["status"] == "ok").sum()) if len(runs) else 0
+    return planned, ok, lines
+
+
+def run_status(campaign_dirs: list[str], playbook_rc: int) -> tuple[int, list[str]]:
+    """The exit status of `sparkfleet run` (EXIT_STATUSES) and the lines naming each planned run that failed,
+    from the playbook's status and the collected campaign directories: the playbook's own status when it failed,
+    else EXIT_NONE_OK when no planned run is ok, EXIT_RUNS_FAILED when some failed, 0 when none did. A directory
+    that is missing or cannot be read is named and counts for nothing."""
+    from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+
+    planned, ok, failures, notes = 0, 0, [], []
+    for campaign_dir in campaign_dirs:
+        if not Path(campaign_dir).is_dir():
+            continue
+        try:
+            n_planned, n_ok, lines = failed_runs(campaign_dir)
+        except (OSError, UsageError) as exc:
+            notes.append(f"sparkfleet run: cannot read the runs of {campaign_dir}: {exc}")
+            continue
+        planned, ok, failures = planned + n_planned, ok + n_ok, failures + lines
+    status = playbook_rc
+    if not status and planned and not ok:
+        status = EXIT_NONE_OK
+    elif not status and failures:
+        status = EXIT_RUNS_FAILED
+    if not failures:
+        return status, notes
+    head = (f"{len(failures)} of {planned} planned run(s) failed" + ("; none succeeded" if planned and not ok else "")
+            + ":")
+    shown = [f"  {line}" for line in failures[:MAX_FAILED_LINES]]
+    if len(failures) > MAX_FAILED_LINES:
+        shown.append(f"  ... and {len(failures) - MAX_FAILED_LINES} more (`sparkfleet report DIR` names each)")
+    return status, [*notes, head, *shown]
 
 
 def run(args) -> int:
@@ -111,4 +238,11 @@ def run(args) -> int:
               file=sys.stderr)
         for line in outcome.stdout_tail:
             print(f"  {line}", file=sys.stderr)
-    return rc
+    if outcome.cancelled or playbook_kind(playbook) is None:  # stopped part-way, or a playbook that measures nothing
+        return rc
+    status, lines = run_status(list(outcome.campaign_dirs), outcome.rc)
+    for line in lines:
+        print(line)
+    if status in (EXIT_RUNS_FAILED, EXIT_NONE_OK):
+        print(f"sparkfleet run: exit status {status}: {dict(EXIT_STATUSES)[status]}")
+    return status or rc

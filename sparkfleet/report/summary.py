@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparkfleet.report import host_normal
+from sparkfleet.report import headline, host_normal
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.types import plain
@@ -89,7 +89,9 @@ def verdict_lines(analysis: Report) -> list[str]:
 def terminal_summary(analysis: Report, written: list[str]) -> str:
     runs = analysis.runs
     statuses = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().sort_index().items())
-    lines = ["verdicts:", *verdict_lines(analysis),
+    # the numbers (headline.py) follow the verdicts, or lead where the verdicts have nothing to compare
+    numbers, verdicts = headline.terminal_lines(analysis), ["verdicts:", *verdict_lines(analysis)]
+    lines = [*((numbers + verdicts) if headline.nothing_to_compare(analysis) else (verdicts + numbers)),
              *(["hosts:", *(f"  {s}" for s in analysis.hosts.hosts["sentence"])]
                if analysis.hosts and host_normal.says_something(analysis.hosts) else []),
              f"{len(runs)} runs ({statuses}) in {len(analysis.counts)} cells; "
