@@ -26,6 +26,7 @@ from sparkfleet.stats import (
     measured_runs,
     moments,
     required_n,
+    student_from_moments,
     welch_from_moments,
 )
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
@@ -50,13 +51,16 @@ def _long(runs: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFra
     return long[long["value"].notna()]
 
 
-def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float) -> pd.DataFrame:
-    """Welch columns for rows holding n/mean/var of side a (``*_a``) and side b (``*_b``).
+def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float, same_distribution: bool = False) -> pd.DataFrame:
+    """Welch columns for rows holding n/mean/var of side a (``*_a``) and side b (``*_b``); with
+    ``same_distribution`` Student's pooled-variance t instead (stats.student_from_moments: the null of a host
+    against its peers or a reference, where the two sides differ in size and Welch would be liberal).
 
     The CI of the difference follows the small-sample rule (stats.MIN_N_INTERVAL): NaN when either side
     has fewer runs. The p-value is kept (it is what it is, and the verdicts treat such rows as
     undetermined)."""
-    w = welch_from_moments(a["n"], a["mean"], a["var"], b["n"], b["mean"], b["var"], level)
+    test = student_from_moments if same_distribution else welch_from_moments
+    w = test(a["n"], a["mean"], a["var"], b["n"], b["mean"], b["var"], level)
     mean_a = a["mean"].to_numpy(dtype=float)
     allowed = interval_allowed(np.minimum(a["n"].to_numpy(dtype=float), b["n"].to_numpy(dtype=float)))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -93,9 +93,10 @@ def host_deviations(
     First every pair of hosts is compared: a host that is *different* (significant and beyond the
     tolerance) from a strict majority of the other hosts, all in one direction, is a suspect. Then each
     host is compared with the pooled runs of the other hosts that are not suspects (all other hosts when
-    every one is): Welch's test and CI of the difference of means. So one slow host does not make the
-    healthy ones look out (leave-one-out against a fleet that includes the slow host would), and a host
-    between two others is not out because it differs from both in opposite directions.
+    every one is): Student's pooled-variance t and CI of the difference of means (the null: the host's runs
+    come from its peers' distribution; Welch's approximation is liberal for 3 runs against 6 or 9). So one
+    slow host does not make the healthy ones look out (leave-one-out against a fleet that includes the slow
+    host would), and a host between two others is not out because it differs from both in opposite directions.
 
     ``outcome`` "different" (the host is *out*, ``outside``) only when that comparison is significant
     (p < alpha) and beyond the tolerance; "same" when significant but small or when the whole CI lies
@@ -117,7 +118,8 @@ def host_deviations(
     pairs = per_host.merge(per_host, on=keys, suffixes=("", "_o"))
     pairs = pairs[pairs["host"] != pairs["host_o"]].reset_index(drop=True)
     # 1. pairs: this host (b) against each other host (a)
-    verdict = classify(_paired(_side(pairs, "_o"), _side(pairs, ""), level), alpha=alpha, threshold=tolerance)
+    verdict = classify(_paired(_side(pairs, "_o"), _side(pairs, ""), level, same_distribution=True), alpha=alpha,
+                       threshold=tolerance)
     different = verdict["outcome"].to_numpy() == "different"
     higher = (pairs["mean"] > pairs["mean_o"]).to_numpy()
     votes = pairs[keys + ["host"]].assign(up=different & higher, down=different & ~higher, others=1)
@@ -132,7 +134,7 @@ def host_deviations(
     reference = _pooled(pairs[unmarked | ~some_unmarked], [*keys, "host"])
     t = per_host.merge(reference, on=[*keys, "host"]).merge(cell, on=keys)
     t = t.merge(votes[[*keys, "host", "suspect"]], on=[*keys, "host"])
-    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    paired = _paired(_side(t, "_ref"), _side(t, ""), level, same_distribution=True)  # a host like the others
     # one family: every host x cell x metric behind the "out" verdict (Holm, compare.FAMILY_METHOD); the votes
     # of step 1 only choose the reference and are not held to it
     judged = classify(paired, alpha=alpha, threshold=tolerance, family=True)

@@ -366,6 +366,34 @@ def welch_from_moments(
     }
 
 
+def student_from_moments(
+    n_a: np.ndarray, mean_a: np.ndarray, var_a: np.ndarray,
+    n_b: np.ndarray, mean_b: np.ndarray, var_b: np.ndarray, level: float = DEFAULT_LEVEL,
+) -> dict[str, np.ndarray]:
+    """Student's pooled-variance t for many pairs, in welch_from_moments' keys: exact when both sides come from one
+    normal distribution, which is the null of "this host is like the others". Welch's approximation is not: with 3
+    runs against 9 it rejects at p < 0.001 about three times as often as it should (its estimated degrees of
+    freedom fall towards 2), so a family of host comparisons held by Holm would still cry wolf."""
+    n_a, n_b = np.asarray(n_a, dtype=float), np.asarray(n_b, dtype=float)
+    diff = np.asarray(mean_b, dtype=float) - np.asarray(mean_a, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df = n_a + n_b - 2
+        pooled = ((n_a - 1) * np.asarray(var_a, dtype=float) + (n_b - 1) * np.asarray(var_b, dtype=float)) / df
+        se = np.sqrt(pooled * (1 / n_a + 1 / n_b))
+        t = diff / se
+        p = 2 * sps.t.sf(np.abs(t), df)
+        half = sps.t.ppf(0.5 + level / 2, df) * se
+    exact = se == 0
+    t = np.where(exact, np.where(diff == 0, 0.0, np.copysign(np.inf, diff)), t)
+    p = np.where(exact, np.where(diff == 0, 1.0, 0.0), p)
+    half = np.where(exact, 0.0, half)
+    too_few = (n_a < 2) | (n_b < 2)
+    nan = np.full(diff.shape, np.nan)
+    return {"diff": diff, "se": np.where(too_few, nan, se), "df": np.where(too_few, nan, df),
+            "t": np.where(too_few, nan, t), "p_value": np.where(too_few, nan, p),
+            "ci_low": np.where(too_few, nan, diff - half), "ci_high": np.where(too_few, nan, diff + half)}
+
+
 def moments(long: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """n, mean and sample variance of ``value`` per group of a long frame."""
     return long.groupby(keys, sort=True)["value"].agg(n="count", mean="mean", var="var").reset_index()

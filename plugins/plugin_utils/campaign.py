@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, thermal
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, serving, thermal
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id, slug
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
@@ -102,6 +102,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     loads = memstudy.cross_factors(_workloads(data.get("workloads"), problems, factors, engines), factors, problems)
     out["workloads"] = [_with_spec(w, engines) for w in loads]  # a crossed level's spec too
     problems += _serving_models(out["models"], out["workloads"])
+    problems += _owned_args(data.get("workloads"), out["workloads"])
     if "timeout_s" not in data and any(_serving(w) for w in out["workloads"]):
         # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
         out["serving_timeout_s"] = {w["name"]: estimate.serving_timeout_s(w, out["timeout_s"])
@@ -400,6 +401,35 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
             problems.append(f"campaign.models[{i}].gguf: required: llama.cpp workload {llamacpp[0]!r} runs the model "
                             f"{model['name']!r}, whose path {path!r} is not a .gguf file: give gguf (the .gguf file "
                             f"on the hosts) or a .gguf path")
+    return problems
+
+
+def _owned_args(raw: Any, workloads: list[dict]) -> list[str]:
+    """A serving workload's server_args or client_args that set what sparkfleet sets on that command line (the
+    port, host, model, served name; the client's profile levels, runs, output format: serving.overriding_args,
+    from the engine's and the client's own declarations) would be overridden silently or fight it (a server on
+    another port never answers). Each refused, naming the workload, the flag and what sets it instead."""
+    index: dict[Any, int] = {}
+    for i, item in enumerate(raw if isinstance(raw, list) else []):
+        key = item.get("name", item.get("preset")) if isinstance(item, dict) else item
+        if isinstance(key, str):
+            index.setdefault(key, i)
+    problems: list[str] = []
+    for workload in workloads:
+        if not _serving(workload):
+            continue
+        base = workload.get("base", workload.get("name"))
+        where = f"campaign.workloads[{index[base]}]" if base in index else "campaign.workloads"
+        try:
+            found = serving.overriding_args(workload)
+        except serving.ServingError:  # not a serving engine: refused with its own message
+            continue
+        for field_name, text in found:
+            # client_args is the same for every engine a workload is crossed with: named once, by the workload
+            name = base if field_name == "client_args" else workload.get("name")
+            problem = f"{where}.{field_name}: workload {name}: {text}"
+            if problem not in problems:
+                problems.append(problem)
     return problems
 
 

@@ -356,7 +356,9 @@ WORKLOAD_FIELDS = (
           1000),
     Field("prefix_caching", "bool", False, "Serving: measure with the server's prefix cache (llama-benchy "
           "--enable-prefix-caching, Spark Arena's setting); false: unique prompt prefixes (--no-cache)."),
-    Field("server_args", "list", [], "Serving: extra engine server arguments (argv elements).", elements="str"),
+    Field("server_args", "list", [], "Serving: extra engine server arguments (argv elements); one that sets what "
+          "sparkfleet sets (port, host, model, served name: the engine's own flags, serving.ENGINES) is refused.",
+          elements="str"),
     Field("port", "int", None, "Serving: the server's port on 127.0.0.1 (null: the engine's default).", "", 1,
           65535, nullable=True),
     Field("ready_timeout_s", "float", 900.0, "Serving: longest wait for the server to answer.", "s", 0.0, DAY_S,
@@ -365,7 +367,9 @@ WORKLOAD_FIELDS = (
           "engine's default).", nullable=True),
     Field("client", "str", "llama-benchy", "Serving: the load generator.", choices=SERVING_CLIENTS),
     Field("client_args", "list", [], "Serving: extra load-generator arguments (argv elements), e.g. "
-          "--skip-coherence for a model that cannot answer llama-benchy's coherence question.", elements="str"),
+          "--skip-coherence for a model that cannot answer llama-benchy's coherence question; one that sets what "
+          "sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output format, ...) is refused.",
+          elements="str"),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.

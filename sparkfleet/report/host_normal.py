@@ -114,7 +114,7 @@ def two_groups(reference: pd.DataFrame, runs: pd.DataFrame, metrics: list[str], 
     t = mine.merge(ref, on=[*KEYS, "metric"], suffixes=("", "_ref"))
     if t.empty:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
-    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    paired = _paired(_side(t, "_ref"), _side(t, ""), level, same_distribution=True)  # like its peers/reference
     judged = classify(paired, alpha=alpha, threshold=tolerance)
     scale = t["mean_ref"].abs().where(t["mean_ref"] != 0)
     return t.assign(n_ref=t["n_ref"].astype("int64"), host_mean=t["mean"], ref_mean=t["mean_ref"],

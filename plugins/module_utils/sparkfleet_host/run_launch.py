@@ -246,6 +246,9 @@ class Launcher:
         corpus = (self.p.get("serving") or {}).get("corpus")
         if corpus and not os.path.isfile(corpus):
             raise RunSetupError("serving corpus %r is not a file on this host" % corpus)
+        overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
+        if overriding:
+            raise RunSetupError("; ".join(text for _, text in overriding))
         argv = serving.server_argv(workload, model)
         command = self.command("server", argv)
         record.command = redact(command)
@@ -273,7 +276,8 @@ class Launcher:
         section = {
             "engine": workload["engine"],
             "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
-                            "log": "server.log", "stopped": None, "exit_code": None}, **self.network),
+                            "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
+                           **self.network),
             "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None},
             "kv": None, "point_order_seed": seed, "points": []}
         record.serving = section
@@ -289,17 +293,25 @@ class Launcher:
         self.fp = fingerprint.Sampler()
         sampler.start()
         try:
+            # the port is checked free before the start, and its listener once the server answers: only the server
+            # sparkfleet started is measured (issue 33)
             with serving.ServerProcess(command, os.path.join(run.run_dir, "server.log"), serving.ready_url(workload),
-                                       container=container, on_start=on_start) as proc:
+                                       container=container, on_start=on_start,
+                                       port=serving.port(workload)) as proc:
                 try:
                     ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
                     section["server"]["ready_s"] = proc.wait_ready(ready_within)
+                    listener = section["server"]["listener"] = proc.check_listener()
+                    if listener["status"] == "foreign":
+                        raise serving.ServingError(listener["detail"])
                 except serving.ServingError as exc:
                     outcome["error"] = str(exc)
                 else:
                     outcome["deadline_hit"] = self.run_points(section, points, proc, deadline)
                 finally:
                     section["server"].update(proc.stop())
+        except serving.ServingError as exc:  # the port is taken: the server was not started
+            outcome["error"] = str(exc)
         except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
             outcome["error"] = "%s: %s" % (type(exc).__name__, exc)
         finally:

@@ -13,6 +13,7 @@ Launcher) in its own process group, waits until it answers on 127.0.0.1, and alw
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import random
@@ -24,7 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
-from . import procstat
+from . import fingerprint, listeners, procstat, serving_client
 
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
@@ -54,6 +55,17 @@ def _has_flag(args: list, names) -> bool:
     return any(str(a).split("=", 1)[0] in names for a in args)
 
 
+# What sparkfleet sets on a server's command line and reads back elsewhere: a workload's server_args naming one of
+# these flags is refused at validate (campaign.py reads :func:`overriding_args`) and again on the host. Each engine
+# row's ``owns``: ((flags, what sets it instead), ...); ``abbrev``: its parser is argparse's, which takes any
+# unambiguous prefix of a long flag (``--po`` for ``--port``) and, in vLLM's, ``_`` for ``-``.
+#: What sets each owned value instead, as the refusal says it.
+SETS_PORT = "use the workload's port field"
+SETS_HOST = "the server listens on %s only, where the client on the host reaches it" % LOOPBACK
+SETS_MODEL = "use the campaign's model (its path, or its gguf for llama.cpp)"
+SETS_SERVED = "use the workload's served_model_name field"
+
+
 def _llamacpp_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
     # ggml-org/llama.cpp common/arg.cpp (commit 145b628): -m, --host, --port, -c/--ctx-size, -np/--parallel
     # ("number of server slots"), -ngl/--n-gpu-layers, -a/--alias. With -np N and no --kv-unified, each slot gets
@@ -68,9 +80,16 @@ def _llamacpp_argv(workload: dict, model: dict, port: int, served: str, extra: l
         argv += ["-np", str(slots)]
     if not _has_flag(extra, ("-ngl", "--gpu-layers", "--n-gpu-layers")):
         argv += ["-ngl", "999"]  # every layer on the GPU (older builds default to none)
-    if not _has_flag(extra, ("-a", "--alias")):
-        argv += ["--alias", served]
-    return argv + extra
+    return argv + ["--alias", served] + extra
+
+
+#: llama.cpp common/arg.cpp (tools/server/README.md): -m/--model and the other model sources (-mu/--model-url,
+#: -hf/-hfr/--hf-repo, -dr/--docker-repo), --host, --port (no short form: -p is --prompt), -a/--alias. Its own
+#: parser: exact names only. -c, -np and -ngl are sparkfleet's defaults, which server_args may replace.
+LLAMACPP_OWNS = ((("--port",), SETS_PORT), (("--host",), SETS_HOST),
+                 (("-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-dr", "--docker-repo"),
+                  SETS_MODEL),
+                 (("-a", "--alias"), SETS_SERVED))
 
 
 def _vllm_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
@@ -80,6 +99,12 @@ def _vllm_argv(workload: dict, model: dict, port: int, served: str, extra: list)
             "--served-model-name", served] + extra
 
 
+#: vLLM: --host, --uds (a Unix socket instead of host:port), --port, --model (moved to the positional model_tag by
+#: FlexibleArgumentParser), --served-model-name; argparse (abbreviations, ``_`` for ``-``).
+VLLM_OWNS = ((("--port",), SETS_PORT), (("--host", "--uds"), SETS_HOST), (("--model",), SETS_MODEL),
+             (("--served-model-name",), SETS_SERVED))
+
+
 def _sglang_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
     # sgl-project/sglang python/sglang/srt/server_args.py (commit 469c63e): --model-path, --host, --port,
     # --served-model-name.
@@ -87,10 +112,19 @@ def _sglang_argv(workload: dict, model: dict, port: int, served: str, extra: lis
             "--port", str(port), "--served-model-name", served] + extra
 
 
+#: SGLang: --model-path (alias --model), --host, --port, --served-model-name; argparse (abbreviations).
+SGLANG_OWNS = ((("--port",), SETS_PORT), (("--host",), SETS_HOST), (("--model-path", "--model"), SETS_MODEL),
+               (("--served-model-name",), SETS_SERVED))
+
+
 def _trtllm_serve_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
     # NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (commit 00209af): `trtllm-serve MODEL --host --port`;
     # no served-name option: the server names the model after the directory (see served_name).
     return ["trtllm-serve", _model_source(model), "--host", LOOPBACK, "--port", str(port)] + extra
+
+
+#: trtllm-serve (click: exact names): --host, --port; the model is its positional argument.
+TRTLLM_SERVE_OWNS = ((("--port",), SETS_PORT), (("--host",), SETS_HOST))
 
 
 #: engine -> how its server starts and says it is ready. ``ready_path``: an HTTP GET answering 200 once the
@@ -100,12 +134,13 @@ def _trtllm_serve_argv(workload: dict, model: dict, port: int, served: str, extr
 #: server answers to when the workload gives none (None: the campaign's model name).
 ENGINES = {
     "llama.cpp": {"argv": _llamacpp_argv, "port": 8080, "ready_path": "/health", "kv_log": "llama.cpp",
-                  "served_default": None},
-    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health", "kv_log": "vllm", "served_default": None},
+                  "served_default": None, "owns": LLAMACPP_OWNS, "abbrev": False},
+    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health", "kv_log": "vllm", "served_default": None,
+             "owns": VLLM_OWNS, "abbrev": True},
     "sglang": {"argv": _sglang_argv, "port": 30000, "ready_path": "/health", "kv_log": "sglang",
-               "served_default": None},
+               "served_default": None, "owns": SGLANG_OWNS, "abbrev": True},
     "trtllm-serve": {"argv": _trtllm_serve_argv, "port": 8000, "ready_path": "/health", "kv_log": "trtllm-serve",
-                     "served_default": None},
+                     "served_default": None, "owns": TRTLLM_SERVE_OWNS, "abbrev": False},
 }
 
 # A campaign's own engine (campaign field ``engines``: Ollama, LMDeploy, a custom build) arrives resolved inside
@@ -162,7 +197,69 @@ def _custom_row(engine: str, spec: dict) -> dict:
 
     port_ = spec.get("port")
     return {"argv": argv, "port": CUSTOM_PORT if port_ is None else port_, "ready_path": ready_path,
-            "kv_log": kv_log, "served_default": spec.get("served_model_name_default")}
+            "kv_log": kv_log, "served_default": spec.get("served_model_name_default"),
+            "owns": _custom_owns(command), "abbrev": False}
+
+
+_PLACEHOLDER_SETS = {"port": SETS_PORT, "host": SETS_HOST, "model": SETS_MODEL, "served_model_name": SETS_SERVED}
+
+
+def _custom_owns(command: list) -> tuple:
+    """The flags a campaign's own engine's command gives a placeholder's value (``--port {port}``,
+    ``--port={port}``, ``--bind {host}:{port}``): those are sparkfleet's, as a built-in engine's are."""
+    owns = []
+    for i, arg in enumerate(command):
+        names = [name for _, name, _, _ in string.Formatter().parse(arg) if name in _PLACEHOLDER_SETS]
+        if not names:
+            continue
+        if arg.startswith("-") and "=" in arg:
+            flag = arg.split("=", 1)[0]
+        elif i and command[i - 1].startswith("-") and "{" not in command[i - 1]:
+            flag = command[i - 1]
+        else:
+            continue  # a positional value: nothing in server_args can name it
+        owns.append(((flag,), "; ".join(dict.fromkeys(_PLACEHOLDER_SETS[n] for n in names))))
+    return tuple(owns)
+
+
+def owned_flag(arg, owns, abbrev: bool = False):
+    """(flag, what sets it instead) when the argv element ``arg`` sets one of the ``owns`` flags (``--port``,
+    ``--port=9000``; with ``abbrev``, argparse's: an abbreviation ``--po`` and ``--served_model_name``); else
+    None."""
+    name = str(arg).split("=", 1)[0]
+    if not name.startswith("-") or name in ("-", "--"):
+        return None
+    long_ = name.startswith("--")
+    if long_ and abbrev:
+        name = "--" + name[2:].replace("_", "-")
+    for flags, instead in owns:
+        for flag in flags:
+            if name == flag or (abbrev and long_ and len(name) > 2 and flag.startswith(name)):
+                return flag, instead
+    return None
+
+
+def overriding_args(workload: dict) -> list:
+    """Each element of the workload's server_args and client_args that sets what sparkfleet sets on that command
+    line: [(field, text)], the text naming the flag, the element and what sets it instead. The server's flags are
+    its engine row's ``owns``, the client's its driver's ``OWNS``. Raises ServingError for an engine that is none."""
+    spec, engine = engine_spec(workload), workload.get("engine")
+    out = []
+    checks = (("server_args", spec.get("owns") or (), spec.get("abbrev", False),
+               "the %s server's command line" % engine),)
+    try:
+        drv = serving_client.driver(workload.get("client"))
+        checks += (("client_args", drv.OWNS, drv.ABBREV, "%s's command line" % drv.name),)
+    except ValueError:  # an unknown client is refused with its own message
+        pass
+    for field, owns, abbrev, where in checks:
+        for arg in workload.get(field) or []:
+            hit = owned_flag(arg, owns, abbrev)
+            if hit:
+                flag, instead = hit
+                shown = flag if str(arg) == flag else "%s (as %r)" % (flag, str(arg))
+                out.append((field, "%s sets %s, which sparkfleet sets on %s: %s" % (field, shown, where, instead)))
+    return out
 
 
 def engine_spec(workload: dict) -> dict:
@@ -335,14 +432,17 @@ class ServerProcess:
 
     ``argv``: the server command already wrapped for its environment. ``container``: (docker, name) when the
     command is ``docker run --name name``; the container is then killed and removed by name too.
-    ``on_start(proc)``: called once started (job registration, fingerprint).
+    ``on_start(proc)``: called once started (job registration, fingerprint). ``port``: the port it listens on
+    (127.0.0.1): checked free before the start (a server already there would be measured instead), and by
+    :meth:`check_listener` held by this server once it answers.
     """
 
     def __init__(self, argv: list, log_path: str, url: str, container=None, on_start=None,
-                 grace_s: float = STOP_GRACE_S):
+                 grace_s: float = STOP_GRACE_S, port: Optional[int] = None):
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
         self.url = url
+        self.port = port
         self.container = container
         self.on_start = on_start
         self.grace_s = grace_s
@@ -366,6 +466,9 @@ class ServerProcess:
     def start(self) -> None:
         if self.container:
             self._docker("rm", "-f")  # a leftover of a killed run would hold the name (and the memory)
+        taken = listeners.port_taken(self.port, LOOPBACK) if self.port else None
+        if taken:  # another server answering there would be measured instead of this one (issue 33)
+            raise ServingError(taken)
         with open(self.log_path, "ab") as log:
             # A SIGTERM (JobStopped) must not land between the start and self.proc being set, or the server
             # would outlive the job: hold it meanwhile. The server itself starts with no signal blocked.
@@ -405,6 +508,25 @@ class ServerProcess:
                                    % (float(timeout_s), self.url, last, log_tail(self.log_path)))
             time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
 
+    def check_listener(self, proc_root: str = "/proc") -> dict:
+        """Whether what answers on 127.0.0.1:port is this server (listeners.owner): every socket listening there
+        held by its process group, a process below it or, for a container, below the container's init (with
+        --network host its sockets are in this host's table) or by the docker-proxy of its published port."""
+        table = fingerprint.process_table(proc_root)
+        ours = set(group_members(self.proc.pid, proc_root))
+        roots, accept = [self.proc.pid], None
+        if self.container:
+            docker, name = self.container
+            init = fingerprint.container_pid(docker, name, timeout=10.0)
+            if init is None:  # its processes cannot be told from anyone else's
+                return {"status": "unverified", "holders": [],
+                        "detail": "container %s: no init pid (docker inspect), its processes unknown" % name}
+            roots.append(init)
+            accept = functools.partial(_proxy_of, docker, name)
+        for root in roots:
+            ours.update(pid for pid, _ in fingerprint.descendants(root, table))
+        return listeners.owner(self.port, ours, proc_root, accept=accept)
+
     def stop(self) -> dict:
         """Stop the server (idempotent): SIGTERM to its group, the grace, SIGKILL; a container killed and removed
         by name. Returns {"stopped", "exit_code"}."""
@@ -439,6 +561,21 @@ class ServerProcess:
         docker, name = self.container
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([docker] + list(verb) + [name], capture_output=True, timeout=120)
+
+
+def _proxy_of(docker: str, name: str, holder: dict) -> bool:
+    """Whether ``holder`` is the docker-proxy forwarding to container ``name`` (its -container-ip one of the
+    container's addresses): the listener of a port published from a container not on the host's network."""
+    if holder.get("comm") != "docker-proxy":
+        return False
+    args = (holder.get("cmdline") or "").split()
+    target = args[args.index("-container-ip") + 1] if "-container-ip" in args[:-1] else None
+    try:
+        proc = subprocess.run([docker, "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} "
+                               "{{end}}", name], capture_output=True, text=True, errors="replace", timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and target is not None and target in proc.stdout.split()
 
 
 def group_members(pgid: int, proc_root: str = "/proc") -> list:

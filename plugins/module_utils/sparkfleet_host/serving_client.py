@@ -50,6 +50,22 @@ class LlamaBenchy:
     """llama-benchy (https://github.com/eugr/llama-benchy), 0.4.0's CLI (llama_benchy/config.py)."""
 
     name = "llama-benchy"
+    #: What point_argv sets, and what sets it instead: a workload's client_args naming one of these flags is
+    #: refused (serving.overriding_args, read by the campaign's validation). llama-benchy 0.4.0's parser is
+    #: argparse's: an unambiguous prefix (``--conc``) is the flag too (ABBREV).
+    OWNS = ((("--base-url",), "it is the server sparkfleet started (127.0.0.1, the workload's port)"),
+            (("--model", "--served-model-name"), "use the workload's served_model_name field"),
+            (("--tokenizer",), "use the model's tokenizer field"),
+            (("--pp",), "use the workload's profile (pp)"),
+            (("--tg", "--exact-tg"), "use the workload's profile (tg; every point decodes exactly tg tokens)"),
+            (("--depth",), "use the workload's profile (depth)"),
+            (("--concurrency",), "use the workload's profile (concurrency)"),
+            (("--runs",), "use the workload's runs field"),
+            (("--no-cache", "--enable-prefix-caching"), "use the workload's prefix_caching field"),
+            (("--latency-mode",), "every point is measured in api latency mode"),
+            (("--format", "--save-result"), "sparkfleet reads the JSON it saves for each point"),
+            (("--book-url",), "use the sparkfleet_serving_corpus setting"))
+    ABBREV = True
 
     @staticmethod
     def point_argv(client: str, point: dict, base_url: str, model_name: str, tokenizer: str, runs: int,
