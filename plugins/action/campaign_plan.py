@@ -11,6 +11,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ANSIBLE_VERSION
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import reuse
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args
 
@@ -19,6 +20,7 @@ ARGUMENT_SPEC = {
     "checks": {"type": "str", "required": True},
     "results_dir": {"type": "path"},
     "on_change": {"type": "str", "default": "refuse", "choices": ["refuse", "new"]},
+    "fresh": {"type": "bool", "default": False},
 }
 
 
@@ -39,11 +41,18 @@ class ActionModule(ActionBase):
                                                           for h in hosts})
             fleet = planning.plan_fleet(checks, args["results_dir"], os.getcwd(), args["on_change"],
                                         check_mode=bool(self._task.check_mode))
+            previous = None
+            if args["fresh"] and not self._task.check_mode:  # a new instance: the old one kept beside it, whole
+                previous = reuse.move_campaign_instance(os.path.join(fleet.results_dir, fleet.campaign["name"]),
+                                                        reuse.stamp())
             path, changed = planning.write_campaign_file(fleet, {"ansible": ANSIBLE_VERSION, "python": sys.executable},
                                                          check_mode=bool(self._task.check_mode))
         except planning.CampaignError as exc:
             raise AnsibleActionFail(str(exc)) from None
-        result.update(fleet.to_dict(), campaign_file=path, changed=changed, unreachable_hosts=unreachable)
+        except OSError as exc:
+            raise AnsibleActionFail(f"cannot move the previous results aside for a fresh measurement: {exc}") from None
+        result.update(fleet.to_dict(), campaign_file=path, changed=changed or bool(previous),
+                      unreachable_hosts=unreachable, previous_instance=previous)
         if unreachable:
             result["warnings"] = [f"{h}: unreachable: its {len(fleet.hosts[h].runs)} planned runs are recorded in "
                                   f"campaign.json and reported missing; the other hosts go on"

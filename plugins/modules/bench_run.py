@@ -110,6 +110,15 @@ options:
     description: Run again runs whose last attempt finished as failed or timeout.
     type: bool
     default: false
+  fresh:
+    description:
+      - "Measure again, keeping the previous results: before the first run (under the job's lock) everything in
+        C(<results_root>/<campaign>/<host>/) (ledger, runs, kept configuration) is moved, never deleted, to
+        C(<results_root>/<campaign>.<UTC stamp>/<host>/) (RV(previous_instance)); then every planned run is run."
+      - Without it, a campaign whose planned runs are all done measures nothing and RV(summary) says
+        C(N runs already done on HOST (dates\); nothing measured) (RV(nothing_measured)).
+    type: bool
+    default: false
   versions:
     description: Software versions to record (image digest, controller versions, ...).
     type: dict
@@ -274,6 +283,16 @@ summary:
   returned: always
   type: str
   sample: "6 runs \u2014 ok 5, failed 1"
+nothing_measured:
+  description: >-
+    True when every planned run was already done (skipped from the ledger): nothing was measured, and RV(summary)
+    says "N runs already done on HOST (first .. last date); nothing measured".
+  returned: always
+  type: bool
+previous_instance:
+  description: Where O(fresh) moved the host's previous results of the campaign (null when it moved nothing).
+  returned: always
+  type: str
 sparkfleet_events:
   description: The runs' progress events (sparkfleet run reads this list from the runner event stream).
   returned: always
@@ -315,6 +334,7 @@ def main():
             trtllm=dict(type="dict", default={}),
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), corpus=dict(type="path"))),
             readiness=dict(type="dict", default={}),
+            fresh=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -328,11 +348,11 @@ def main():
     except MatrixError as exc:
         module.fail_json(msg=str(exc))
     except JobStopped as exc:
-        stopped = summary(results)
+        stopped = summary(results, params["host"], params.get("previous_instance"))
         stopped["changed"] = True
         module.fail_json(msg="%s: %s after %d of %d runs; the run it was in stays unfinished, a resume runs it again"
                          % (params["host"], exc, len(results), len(runs)), **stopped)
-    module.exit_json(**summary(results))
+    module.exit_json(**summary(results, params["host"], params.get("previous_instance")))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,15 @@ options:
     type: str
     default: refuse
     choices: [refuse, new]
+  fresh:
+    description:
+      - A fresh measurement (C(sparkfleet run --fresh), C(-e sparkfleet_fresh=true)) - the controller's
+        C(<results_dir>/<campaign>/) (C(campaign.json) and every host's collected results) is renamed
+        C(<results_dir>/<campaign>.<UTC stamp>/), kept whole and reportable alone, before the new C(campaign.json)
+        is written; the hosts move theirs in M(sparkfleet.bench.bench_run) (O(sparkfleet.bench.bench_run#module:fresh)).
+        Not in check mode.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -90,6 +99,11 @@ campaign:
   returned: success
   type: dict
   sample: {name: sanity, config_hash: 3f2a9c1e0b4d5e6f, iterations: 3, order: interleaved}
+previous_instance:
+  description: Where O(fresh) moved the controller's previous results of the campaign, else null.
+  returned: success
+  type: str
+  sample: null
 renamed_from:
   description: The campaign's own name when it runs under a new id, else null.
   returned: success

@@ -524,6 +524,9 @@ SETTINGS = (
     *LIMIT_FIELDS,  # preflight_check's limits (gates.py)
     Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
           "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True, high_open=True),
+    Field("sparkfleet_fresh", "bool", False, "Measure again where every planned run is already done: the previous "
+          "results are moved aside (kept) to <campaign>.<UTC stamp> on each host and on the controller "
+          "(sparkfleet run --fresh)."),
     Field("sparkfleet_acknowledge_host_differences", "bool", False, "The reproducibility check refuses hosts whose "
           "firmware or driver differ unless this is true (then it compares them and says they differ)."),
     Field("sparkfleet_serving_client", "abs_path", None, "A llama-benchy executable on the host for serving runs "

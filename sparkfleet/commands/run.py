@@ -9,7 +9,10 @@ or client gave it (the record's reason, a serving point's reason), read from the
 Exit status (EXIT_STATUSES): 0 every planned run ok; the playbook's own when it failed (ansible-playbook's: 1
 error, 2 a host failed, 4 a host unreachable or a parse error, 5 bad options, 99 interrupted, 250 unexpected; 130
 after Ctrl-C); else 10 when some planned run failed (not ok, no usable record, or a serving point failed) and 11
-when no planned run succeeded; else 2 when the report could not be written; 2 on bad arguments.
+when no planned run succeeded; 12 (before 10 and 11) when the playbook measured nothing because every planned run
+was already done (each host said "N runs already done on HOST (dates); nothing measured"); else 2 when the report
+could not be written; 2 on bad arguments. ``--fresh`` measures again, the previous results moved aside (kept) as a
+campaign instance of their own, ``<campaign>.<UTC stamp>``, on the hosts and on the controller.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ def register(sub) -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for ansible-playbook, on top of this process's (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no live display; only the final summary")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure again even where every planned run is already done: the previous results are moved "
+                        "aside, never deleted, to <campaign>.<UTC stamp> on each host and on the controller "
+                        "(-e sparkfleet_fresh=true)")
     p.set_defaults(func=run)
 
 
@@ -42,6 +49,7 @@ def register(sub) -> None:
 #: ansible-playbook's (0, 1, 2, 4, 5, 99, 250, and the bit flags 1 | 2 | 4 its task queue may OR together).
 EXIT_RUNS_FAILED = 10
 EXIT_NONE_OK = 11
+EXIT_NOTHING_MEASURED = 12
 EXIT_STATUSES = (
     (0, "every planned run ok"),
     (1, "the playbook failed: ansible-playbook's own status is passed on (1 error, 2 a host failed, 4 a host "
@@ -49,6 +57,8 @@ EXIT_STATUSES = (
     (2, "also bad arguments, or the report could not be written after a playbook that succeeded"),
     (EXIT_RUNS_FAILED, "some planned run failed (each named with its cause)"),
     (EXIT_NONE_OK, "no planned run succeeded"),
+    (EXIT_NOTHING_MEASURED, "nothing measured: every planned run was already done (--fresh measures again, keeping "
+                            "the old results)"),
     (130, "interrupted (Ctrl-C)"),
 )
 #: Failed runs named one by one on the terminal (the report names every one).
@@ -205,19 +215,41 @@ def run_status(campaign_dirs: list[str], playbook_rc: int) -> tuple[int, list[st
     return status, [*notes, head, *shown]
 
 
+def already_done(events: list[dict]) -> list[str]:
+    """From `run`'s progress events: one "N runs already done on HOST (dates); nothing measured" line per host
+    when no host measured anything because every run it reported was already done (skipped), else []."""
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.reuse import (
+        done_message,
+        nothing_measured,
+    )
+
+    by_host: dict[str, dict[str, dict]] = {}
+    for event in events:
+        if event.get("event") == "run" and event.get("host") and event.get("run_id"):
+            by_host.setdefault(str(event["host"]), {})[str(event["run_id"])] = event
+    if not by_host or not all(nothing_measured(e.get("status") for e in runs.values()) for runs in by_host.values()):
+        return []
+    return [done_message(host, [e.get("finished_ts") for e in runs.values()]) for host, runs in sorted(by_host.items())]
+
+
 def run(args) -> int:
     from sparkfleet.progress import Display, progress_event
     from sparkfleet.runner import RunRequest, parse_env, run_playbook, runner_kwargs
 
-    request = RunRequest(inventory=args.inventory, playbook=args.playbook, extra_vars=list(args.extra_vars),
+    extra_vars = list(args.extra_vars)
+    if getattr(args, "fresh", False):
+        extra_vars.append(json.dumps({"sparkfleet_fresh": True}))
+    request = RunRequest(inventory=args.inventory, playbook=args.playbook, extra_vars=extra_vars,
                          env=parse_env(args.env))
     playbook = runner_kwargs(request, "/nonexistent")["playbook"]  # bad arguments fail (exit 2) before anything
     display = Display(quiet=args.quiet)
     path = Path(args.json_events or os.devnull).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
+    seen: list[dict] = []  # the run events, for "nothing measured"
     with path.open("w", encoding="utf-8") as log:
 
         def feed(events: list[dict]) -> None:
+            seen.extend(e for e in events if e.get("event") == "run")
             log.writelines(json.dumps(e, sort_keys=True, default=str) + "\n" for e in events)
             log.flush()
             display.feed(events)
@@ -241,8 +273,11 @@ def run(args) -> int:
     if outcome.cancelled or playbook_kind(playbook) is None:  # stopped part-way, or a playbook that measures nothing
         return rc
     status, lines = run_status(list(outcome.campaign_dirs), outcome.rc)
-    for line in lines:
+    idle = [] if outcome.rc else already_done(seen)
+    if idle:
+        status = EXIT_NOTHING_MEASURED
+    for line in [*lines, *idle]:
         print(line)
-    if status in (EXIT_RUNS_FAILED, EXIT_NONE_OK):
+    if status in (EXIT_RUNS_FAILED, EXIT_NONE_OK, EXIT_NOTHING_MEASURED):
         print(f"sparkfleet run: exit status {status}: {dict(EXIT_STATUSES)[status]}")
     return status or rc

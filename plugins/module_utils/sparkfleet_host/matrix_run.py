@@ -25,6 +25,7 @@ from .jobs import JobRegistration
 from .ledger import append_event, finished_fields, run_states
 from .record import run_id, write_json_atomic
 from .resume import check_host, keep_config
+from .reuse import done_message, move_host_instance, nothing_measured, stamp
 from .run_judge import judge, judge_serving, read_output
 from .run_launch import SETUP_ERRORS, Launcher, wait_cooldown
 from .run_record import Recorder
@@ -139,11 +140,15 @@ def check_campaign_config(params: dict, runs: list, keep: bool = False) -> None:
 # ------------------------------------------------------------------------------------- results
 
 
-def run_result(run, total: int, record: dict, changed: bool, written: bool = True, skipped: bool = False) -> dict:
-    """The module's entry for one run, with its progress event (shown by sparkfleet run)."""
+def run_result(run, total: int, record: dict, changed: bool, written: bool = True, skipped: bool = False,
+               finished_ts=None) -> dict:
+    """The module's entry for one run, with its progress event (shown by sparkfleet run); ``finished_ts``: when
+    a skipped run was finished (its ledger event's time)."""
     status = "skipped" if skipped else record.get("status")
     event = {"type": "run", "run_id": run.rid, "total": total, "status": status,
              **finished_fields(record, run.plan.get("order_index"))}
+    if finished_ts:
+        event["finished_ts"] = finished_ts
     return {"changed": changed, "run_id": run.rid, "status": status, "reason": record.get("reason"),
             "record_path": run.record_path, "record_written": written, "metrics": record.get("metrics") or {},
             "cooldown": record.get("cooldown") or {}, "sparkfleet_event": event}
@@ -157,14 +162,22 @@ def planned_result(run, total: int) -> dict:
             "record_path": run.record_path, "metrics": {}, "cooldown": {}, "sparkfleet_event": event}
 
 
-def summary(results: list) -> dict:
-    """The module's return values for these results."""
+def summary(results: list, host: Optional[str] = None, previous_instance: Optional[str] = None) -> dict:
+    """The module's return values for these results. Every planned run already done (``nothing_measured``):
+    the summary says so, "N runs already done on HOST (dates); nothing measured". ``previous_instance``: where
+    a fresh measurement moved the host's previous results (None: nowhere)."""
     counts = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    line = "%d runs \u2014 %s" % (len(results), ", ".join("%s %d" % kv for kv in counts.items()))
-    return {"runs": results, "counts": counts, "summary": line.rstrip(" \u2014"),
-            "changed": any(r["changed"] for r in results),
+    line = ("%d runs \u2014 %s" % (len(results), ", ".join("%s %d" % kv for kv in counts.items()))).rstrip(" \u2014")
+    idle = nothing_measured(r["status"] for r in results)
+    if idle:
+        line = done_message(host or "this host", [r["sparkfleet_event"].get("finished_ts") for r in results])
+    if previous_instance:
+        line += "; the previous results were moved to %s" % previous_instance
+    return {"runs": results, "counts": counts, "summary": line, "nothing_measured": idle,
+            "previous_instance": previous_instance,
+            "changed": any(r["changed"] for r in results) or bool(previous_instance),
             "sparkfleet_events": [r["sparkfleet_event"] for r in results]}
 
 
@@ -297,7 +310,10 @@ def plan_only(params: dict, runs: list) -> dict:
 
 def run_job(params: dict, runs: list, results: list) -> None:
     """Run the planned runs in order as this host's one job, appending each run's entry to ``results``
-    (a finished run is skipped). Raises MatrixError when the job cannot start, JobStopped on SIGTERM."""
+    (a finished run is skipped). Raises MatrixError when the job cannot start, JobStopped on SIGTERM.
+
+    ``params["fresh"]``: first move this host's previous results of the campaign aside (a new instance,
+    reuse.move_host_instance), their new place set as ``params["previous_instance"]``."""
     if not runs:
         return
     signal.signal(signal.SIGTERM, stop_on_sigterm)
@@ -305,6 +321,12 @@ def run_job(params: dict, runs: list, results: list) -> None:
     with JobRegistration(params["results_root"], params["campaign"], params["host"]) as job:
         lock = take_lock(params["host"], runs[0].host_dir, runs)
         try:
+            if params.get("fresh"):  # under the lock: no job of this campaign writes there meanwhile
+                try:
+                    params["previous_instance"] = move_host_instance(runs[0].host_dir, stamp())
+                except OSError as exc:
+                    raise MatrixError("%s: cannot move the previous results of %s aside for a fresh measurement "
+                                      "(%s); nothing was measured" % (params["host"], runs[0].host_dir, exc)) from None
             check_campaign_config(params, runs, keep=True)
             states = run_states(runs[0].ledger)
             announced = False
@@ -312,7 +334,8 @@ def run_job(params: dict, runs: list, results: list) -> None:
                 previous = Recorder(run, params["campaign"], params["host"], params["versions"]).previous(
                     states, params["retry_failed"])
                 if previous is not None:
-                    results.append(run_result(run, params["total"], previous, changed=False, skipped=True))
+                    results.append(run_result(run, params["total"], previous, changed=False, skipped=True,
+                                              finished_ts=(states.get(run.rid) or {}).get("ts")))
                     continue
                 if not announced:  # before the first run it executes: a job with nothing to do leaves the ledger be
                     append_event(runs[0].ledger, "job", None, pid=os.getpid(), planned=len(runs),
