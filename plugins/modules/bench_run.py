@@ -151,8 +151,9 @@ options:
     description:
       - "Serving runs (a workload whose engine is C(llama.cpp), C(vllm), C(sglang) or C(trtllm-serve)): the
         engine's server starts in the run's environment on 127.0.0.1 (a container gets C(--network host) unless
-        its flags pick a network), is waited for (its readiness URL, within the workload's C(ready_timeout_s)),
-        then the load generator runs on the host once per point of the workload's C(profile) (depth x
+        its flags pick a network), its port checked free before the start, is waited for (its readiness URL,
+        within the workload's C(ready_timeout_s)) and, once it answers, its port must be held by the server
+        started (else the run fails naming the holder), then the load generator runs on the host once per point of the workload's C(profile) (depth x
         concurrency x pp x tg, in an order shuffled with a seed from the run_id), and the server is always
         stopped. The record's C(serving) section holds each point's figures and raw samples."
     type: dict
