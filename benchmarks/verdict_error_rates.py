@@ -216,7 +216,19 @@ POWER_KINDS = {"power-environment": ("environment",), "power-regression": ("regr
                "power-serving": ("serving environment", "serving engine")}
 
 
-def one(name: str, seed: int) -> dict[str, bool]:
+def without_family() -> None:
+    """The verdicts as landed main gave them before issue 32: every comparison at alpha alone (hold_to_family a
+    no-op), to show what the family control changes (``--no-family``)."""
+    def alone(table, alpha=0.05):
+        return table.assign(p_family=table.get("p_value", np.nan), family_size=1)
+
+    compare.hold_to_family = alone
+    host_normal.hold_to_family = alone
+
+
+def one(name: str, seed: int, no_family: bool = False) -> dict[str, bool]:
+    if no_family:
+        without_family()
     _, _, run = scenarios()[name]
     work = Path(tempfile.mkdtemp(prefix="sparkfleet-verdicts-"))
     try:
@@ -241,6 +253,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--json", type=Path, help="write the rates here too")
+    parser.add_argument("--no-family", action="store_true",
+                        help="each comparison at alpha alone, as before issue 32 (to compare)")
     args = parser.parse_args()
     names = args.only or list(scenarios())
     rows = []
@@ -248,7 +262,8 @@ def main() -> int:
         for name in names:
             what, cv, _ = scenarios()[name]
             start = time.monotonic()
-            results = list(pool.map(one, [name] * args.campaigns, range(args.campaigns), chunksize=4))
+            results = list(pool.map(one, [name] * args.campaigns, range(args.campaigns),
+                                    [args.no_family] * args.campaigns, chunksize=4))
             kinds = POWER_KINDS.get(name, tuple(results[0]))
             for kind in kinds:
                 k = sum(r[kind] for r in results)
