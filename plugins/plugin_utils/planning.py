@@ -182,7 +182,7 @@ def pathless_trtllm_models(campaign: dict[str, Any], hf_cache_dir: Any = None, h
 PLAN_GROUPS: dict[str, dict[str, str]] = {
     "paths": {"work_dir": "sparkfleet_work_dir", "hf_cache_dir": "sparkfleet_hf_cache_dir"},
     "workload": {"env": "sparkfleet_workload_env", "telemetry_interval_s": "sparkfleet_telemetry_interval_s",
-                 "retry_failed": "sparkfleet_retry_failed",
+                 "retry_failed": "sparkfleet_retry_failed", "fresh": "sparkfleet_fresh",
                  "trtllm_unknown_version": "sparkfleet_trtllm_unknown_version"},
     "image": {"offline": "sparkfleet_image_offline", "archive": "sparkfleet_image_archive"},
     "rootfs": {"source": "sparkfleet_rootfs_source", "prune": "sparkfleet_rootfs_prune"},

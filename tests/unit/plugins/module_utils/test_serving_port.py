@@ -281,7 +281,7 @@ def test_a_run_records_its_own_server_as_the_verified_listener(tmp_path, monkeyp
     listener = rec["serving"]["server"]["listener"]
     assert rec["status"] == "ok" and listener["status"] == "verified", listener
     assert [h["pid"] for h in listener["holders"]] == [server_pid]
-    assert "/bin/llama-server -m " in listener["holders"][0]["cmdline"]  # named by its command line
+    assert "/bin/llama-ser" in listener["holders"][0]["cmdline"]  # named by its command line (cut at CMDLINE_CHARS)
 
 
 def test_a_run_whose_port_answers_from_another_server_fails_and_measures_nothing(tmp_path, monkeypatch):

@@ -286,7 +286,7 @@ def test_the_plan_carries_every_path_and_knob_with_the_registry_defaults_applied
                             "results_root": "/var/lib/sparkfleet/results",
                             "results_dir": "/var/lib/sparkfleet/results/c1/h1", "hf_cache_dir": None}
     assert got["workload"] == {"env": {"CUDA_VISIBLE_DEVICES": "0"}, "telemetry_interval_s": 1.0,
-                               "retry_failed": True, "trtllm_unknown_version": "refuse"}
+                               "retry_failed": True, "fresh": False, "trtllm_unknown_version": "refuse"}
     assert got["gpu_state"] == {"gpus": None, "persistence_mode": None, "locked_clocks": None, "power_limit": 150.0,
                                 "cpu_governor": None, "drop_caches": True}
     assert got["image"] == {"ref": check.campaign["image"], "offline": False, "archive": ""}
