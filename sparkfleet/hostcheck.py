@@ -193,7 +193,7 @@ def _left_out_points(record: dict[str, Any]) -> set[Any]:
     if not serving.has_points(record):
         return set()
     found = serving.impossible_samples(serving.points_frame(serving.point_rows(record, "")))
-    return set(found.loc[found["left_out"].isin(["tg_req_tok_s", serving.WHOLE_POINT]), "point"])
+    return set(found.loc[found["left_out"] == "tg_req_tok_s", "point"])
 
 
 def _serving_c1_points(section: Any, left_out: set[Any] = frozenset()) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ def left_out(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _what(row: Any) -> str:
-    return "every figure of the point" if row.left_out == serving.WHOLE_POINT else str(row.left_out)
+    return str(row.left_out)
 
 
 def findings(frame: pd.DataFrame) -> list[Finding]:

@@ -123,7 +123,10 @@ def test_four_hosts_one_lost_one_slow_then_resume(fleet_factory, test_image, ans
     # The cable is back: the same command picks the lost host up where it stopped.
     fleet.restore_network(lost)
     again = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
+    # the lost host finished its runs while cut off: this run collects them and measures nothing, and says so
+    # (sparkfleet run's status 12; any run measured now would make it 0)
+    assert again.returncode in (0, 12), again.stdout[-4000:] + again.stderr[-2000:]
+    assert again.returncode == 0 or "nothing measured" in again.stdout
     started = Counter(json.loads(line)["run_id"] for line in ledger.read_text().splitlines()
                       if '"started"' in line)
     assert len(started) == RUNS_PER_HOST

@@ -72,7 +72,8 @@ def test_hostile_names_paths_and_args_reach_the_workload_literally(
     }
     path = tmp_path / "hostile.yml"
     path.write_text(yaml.safe_dump({"sparkfleet_campaign": campaign}))
-    assert sparkfleet_main(["validate", str(path)]) == 0
+    # validate checks the model's path against the hosts' models directory (this fake host's, not the default)
+    assert sparkfleet_main(["validate", str(path), "--models-dir", str(Path(host.work_dir, "models"))]) == 0
 
     results = tmp_path / "results"
     proc = subprocess.run(

@@ -79,12 +79,14 @@ def test_a_per_user_figure_above_the_aggregate_at_concurrency_one_is_flagged() -
     assert found[["left_out", "check"]].values.tolist() == [["tg_req_tok_s", "per_user_above_aggregate"]]
 
 
-def test_a_run_with_7_of_8_samples_loses_every_figure_of_its_point() -> None:
+def test_a_run_with_7_of_8_samples_loses_the_short_figures_of_its_point() -> None:
     per_request = [30.0, 31.0, 29.0, 30.5, 30.0, 29.5, 31.0]  # concurrency 4 x 2 runs = 8 requests, 7 answered
     samples = {"tg_tok_s": [120.0, 121.0], "tg_req_tok_s": per_request, "ttfr_ms": [200.0] * 7}
     found = flagged([point(0, 4, {"tg_tok_s": 120.5, "tg_req_tok_s": 30.1, "ttfr_ms": 200.0}, samples)], 2)
-    assert found[["left_out", "check"]].values.tolist() == [[serving.WHOLE_POINT, "sample_count"]]
-    assert "tg_req_tok_s 7 of 8 requests" in found["why"].item()
+    # the two per-request metrics stand for 7 of the 8 requests: each left out there; the aggregate stays
+    assert found[["left_out", "check"]].values.tolist() == [["tg_req_tok_s", "sample_count"],
+                                                             ["ttfr_ms", "sample_count"]]
+    assert "tg_req_tok_s 7 of 8 requests" in found["why"].iloc[0]
 
 
 def test_negative_and_non_finite_figures_and_samples_are_flagged() -> None:
@@ -145,11 +147,12 @@ def test_what_cannot_be_is_left_out_of_the_cells(spoiled: tuple[Path, dict[str, 
     points = load_runs(root).serving
     found = serving.impossible_samples(points)
     assert sorted(zip(found["run_id"], found["point"], found["left_out"], strict=True)) == sorted([
-        (runs["spiked"], SPIKED_POINT, "tg_req_tok_s"), (runs["short"], SHORT_POINT, serving.WHOLE_POINT)])
+        (runs["spiked"], SPIKED_POINT, "tg_req_tok_s"), *((runs["short"], SHORT_POINT, m) for m in PER_REQUEST)])
     cells = serving.cell_statistics(points)
     assert _cell(cells, SPIKED_POINT, "tg_req_tok_s")["n"] == 2  # that iteration's per-user figure left out
     assert _cell(cells, SPIKED_POINT, "tg_tok_s")["n"] == 3  # its aggregate kept
-    assert all(_cell(cells, SHORT_POINT, m)["n"] == 2 for m in ("tg_tok_s", "tg_req_tok_s", "ttfr_ms"))
+    assert all(_cell(cells, SHORT_POINT, m)["n"] == 2 for m in ("tg_req_tok_s", "ttfr_ms"))  # one request short
+    assert _cell(cells, SHORT_POINT, "tg_tok_s")["n"] == 3  # the aggregate has all its runs: kept
     assert _cell(cells, "d0.c1.pp512.tg64", "tg_tok_s")["n"] == 3  # nothing else touched
 
 
@@ -161,7 +164,7 @@ def test_the_report_names_what_was_left_out_and_why(spoiled: tuple[Path, dict[st
     section = summary[summary.index(f"## {sample_checks.TITLE}"):]
     assert runs["spiked"] in section and runs["short"] in section
     assert "per-request rate above concurrency x its run's aggregate" in section
-    assert "every figure of the point" in section and "11 of 12 requests" in section
+    assert "11 of 12 requests" in section
     assert "[serving-impossible] 2 serving run x point row(s)" in summary
     left = pd.read_csv(root / "report" / sample_checks.CSV_NAME)
     assert set(left["run_id"]) == set(runs.values())
