@@ -188,8 +188,7 @@ def _serving_c1(serving: Any) -> float | None:
 
 
 def _left_out_points(record: dict[str, Any]) -> set[Any]:
-    """The points of a serving record whose per-user decode figure serving.impossible_samples leaves out (the
-    figure itself, or every figure of the point)."""
+    """The points of a serving record whose per-user decode figure serving.impossible_samples leaves out."""
     if not serving.has_points(record):
         return set()
     found = serving.impossible_samples(serving.points_frame(serving.point_rows(record, "")))
