@@ -2,6 +2,7 @@
 # Set up this checkout on a fresh Debian/Ubuntu machine and run the main job or the tests.
 #
 #   sudo ./bootstrap.sh bench [sparkfleet run args...]   # bench.yml on the default (localhost) inventory + report
+#   sudo ./bootstrap.sh bench quick ENGINE MODEL [...]     # the quick path instead: sparkfleet quick (README, top)
 #   sudo ./bootstrap.sh test  [pytest args...]             # lint, syntax and sanity checks, unit + end-to-end tests
 #
 # Idempotent: packages and virtualenvs already in place are reused. Without root, the apt step is
@@ -118,6 +119,17 @@ start_docker() {
   echo "dockerd did not start: see /var/log/sparkfleet-dockerd.log" >&2
   return 1
 }
+
+if [ "$mode" = bench ] && [ "${1:-}" = quick ]; then
+  # The quick path: one serving campaign from flags, the engine as this machine has it (bare by default): no image
+  # to build, so no debootstrap; Docker only where it is already installed (--environment container uses it).
+  shift
+  apt_install "${base_pkgs[@]}"
+  start_docker
+  make_venv .venv python3
+  say "sparkfleet quick $*"
+  exec .venv/bin/sparkfleet quick "$@"
+fi
 
 if [ "$mode" = bench ]; then
   # The sanity campaign builds its image with debootstrap and runs it natively (chroot) and in Docker.

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
+from sparkfleet import serving
 from sparkfleet.load import DEFAULT_KV_FRACTION, kv_fraction, numbers
 from sparkfleet.stats import (
     CELL_KEYS,
@@ -31,8 +32,8 @@ from sparkfleet.stats import (
 )
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAMILY_METHOD", "classify", "compare_campaigns",
-           "compare_environments", "hold_to_family", "holm"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAMILY_METHOD", "POINT_COLUMNS", "classify", "compare_campaigns",
+           "compare_environments", "hold_to_family", "holm", "point_label"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
 #: memory, latencies and times are costs. The configuration metrics (record.CONFIG_METRICS) are neither.
@@ -394,8 +395,21 @@ def left_out(baseline: str | os.PathLike[str], current: str | os.PathLike[str]) 
 
 
 def direction(metric: str) -> int:
-    """+1 when higher is better, -1 when lower is better, 0 when the metric is not judged."""
+    """+1 when higher is better, -1 when lower is better, 0 when the metric is not judged. A serving point's
+    metric goes by its scope (sparkfleet.serving.direction: throughput up, latency down)."""
+    if metric in serving.SCOPES:
+        return serving.direction(metric)
     return 1 if metric in HIGHER_IS_BETTER else -1 if metric in LOWER_IS_BETTER else 0
+
+
+#: What a serving row of compare_campaigns adds to the run cell's keys: the engine and the point, named and by
+#: its profile (sparkfleet.serving.PROFILE). A row with ``point`` NaN is a run-level comparison.
+POINT_COLUMNS = ("engine", "point", *serving.PROFILE)
+
+
+def point_label(depth: object, concurrency: object, pp: object, tg: object) -> str:
+    """The contract's point name: d4096.c2.pp512.tg64."""
+    return f"d{depth}.c{concurrency}.pp{pp}.tg{tg}"
 
 
 def compare_campaigns(
@@ -405,6 +419,8 @@ def compare_campaigns(
     threshold: float = DEFAULT_THRESHOLD,
     match: str = "auto",
     level: float = DEFAULT_LEVEL,
+    baseline_points: pd.DataFrame | None = None,
+    current_points: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per matched cell and judged metric: Welch comparison and a verdict.
 
@@ -414,28 +430,36 @@ def compare_campaigns(
     (both small and noisy changes: a big change that is not significant is not evidence). ``outcome``,
     ``reason`` and ``required_n`` are ``classify``'s. Cells found on one side only get a row with verdict
     "only in baseline" / "only in current".
+
+    ``baseline_points`` / ``current_points``: the campaigns' serving points (load.LoadResult.serving). Each
+    serving point cell (the run cell, the engine and the point: POINT_COLUMNS) is compared per serving metric
+    too, with the same rule, and a point measured on one side only of a matched cell gets an "only in" row.
+    Every row, run-level and serving, is one family (Holm): the gate answers one question, "did anything
+    regress?", so its error rate is held over everything it looked at. The POINT_COLUMNS are there only when
+    a side has serving points (the table of a campaign without is what it was).
     """
     base, cur = measured_runs(baseline), measured_runs(current)
     keys = list(cell_keys_for(base, cur, match))
-    metrics = [m for m in COMPARED_METRICS if direction(m) and m in base and m in cur
-               and base[m].notna().any() and cur[m].notna().any()]
-    columns = [*keys, "metric", "n_baseline", "n_current", "baseline_mean", "current_mean", "sd_baseline",
+    with_points = any(p is not None and not p.empty for p in (baseline_points, current_points))
+    labels = [*keys, *POINT_COLUMNS] if with_points else keys
+    columns = [*labels, "metric", "n_baseline", "n_current", "baseline_mean", "current_mean", "sd_baseline",
                "sd_current", "diff", "ratio", "change_pct", "p_value", "ci_low", "ci_high", "df", "significant",
                "large", "outcome", "reason", "cv_pooled", "required_n", "p_family", "family_size", "verdict"]
-    base_cells = set(base[keys].itertuples(index=False, name=None))
-    cur_cells = set(cur[keys].itertuples(index=False, name=None))
-    unmatched = [{**dict(zip(keys, cell, strict=True)), "metric": None,
-                  "verdict": "only in baseline" if cell in base_cells else "only in current"}
-                 for cell in sorted(base_cells ^ cur_cells)]
-    rows = pd.DataFrame(unmatched, columns=columns)
-    if metrics:
-        a = moments(_long(base, keys, metrics), [*keys, "metric"])
-        b = moments(_long(cur, keys, metrics), [*keys, "metric"])
-        pairs = a.merge(b, on=[*keys, "metric"], suffixes=("_a", "_b"))
-        side = {s: pairs[[f"{c}_{s}" for c in ("n", "mean", "var")]].set_axis(["n", "mean", "var"], axis=1)
+    pairs = [_run_pairs(base, cur, keys)]
+    unmatched = [_only_on_one_side(base, cur, keys)]
+    if with_points:
+        empty = serving.points_frame([])
+        a, b = (_point_frame(p if p is not None else empty) for p in (baseline_points, current_points))
+        pairs.append(_point_pairs(a, b, keys))
+        unmatched.append(_points_on_one_side(a, b, keys, _cells(base, keys) & _cells(cur, keys)))
+    found = [p for p in pairs if not p.empty]
+    rows = pd.DataFrame([row for part in unmatched for row in part], columns=columns)
+    if found:
+        pairs_all = pd.concat(found, ignore_index=True)
+        side = {s: pairs_all[[f"{c}_{s}" for c in ("n", "mean", "var")]].set_axis(["n", "mean", "var"], axis=1)
                 for s in ("a", "b")}
-        judged = pd.concat([pairs[[*keys, "metric"]].reset_index(drop=True),
-                            _judge(_paired(side["a"], side["b"], level), pairs["metric"], alpha, threshold)],
+        judged = pd.concat([pairs_all.reindex(columns=[*labels, "metric"]),
+                            _judge(_paired(side["a"], side["b"], level), pairs_all["metric"], alpha, threshold)],
                            axis=1).rename(columns={"n_a": "n_baseline", "n_b": "n_current",
                                                    "mean_a": "baseline_mean", "mean_b": "current_mean",
                                                    "sd_a": "sd_baseline", "sd_b": "sd_current"})
@@ -443,8 +467,67 @@ def compare_campaigns(
     return rows.reset_index(drop=True)
 
 
+def _cells(runs: pd.DataFrame, keys: list[str]) -> set[tuple]:
+    return set(runs[keys].itertuples(index=False, name=None))
+
+
+def _only_on_one_side(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str]) -> list[dict]:
+    """An "only in baseline" / "only in current" row per run cell that one side lacks."""
+    base_cells, cur_cells = _cells(base, keys), _cells(cur, keys)
+    return [{**dict(zip(keys, cell, strict=True)), "metric": None,
+             "verdict": "only in baseline" if cell in base_cells else "only in current"}
+            for cell in sorted(base_cells ^ cur_cells)]
+
+
+def _run_pairs(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per run cell and judged metric present on both sides: each side's n, mean and var (``*_a``, ``*_b``)."""
+    metrics = [m for m in COMPARED_METRICS if direction(m) and m in base and m in cur
+               and base[m].notna().any() and cur[m].notna().any()]
+    if not metrics:
+        return pd.DataFrame()
+    a = moments(_long(base, keys, metrics), [*keys, "metric"])
+    b = moments(_long(cur, keys, metrics), [*keys, "metric"])
+    return a.merge(b, on=[*keys, "metric"], suffixes=("_a", "_b"))
+
+
+def _point_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """The serving points that enter statistics (the serving report's: measured, what cannot be left out), with
+    each point's name from its profile."""
+    measured = serving._stat_frame(points)
+    if measured.empty:
+        return measured.assign(point=pd.Series(dtype="string"))
+    return measured.assign(point=[point_label(*p) for p in measured[list(serving.PROFILE)].itertuples(
+        index=False, name=None)])
+
+
+def _point_pairs(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per serving point cell (``keys`` and POINT_COLUMNS) and metric present on both sides: each side's n, mean
+    and var, the serving report's moments (stats.moments over the iterations)."""
+    metrics = [m for m in serving.SERVING_METRICS if m in base and m in cur
+               and base[m].notna().any() and cur[m].notna().any()]
+    if not metrics or base.empty or cur.empty:
+        return pd.DataFrame()
+    cell = [*keys, *POINT_COLUMNS]
+    a = moments(_long(base, cell, metrics), [*cell, "metric"])
+    b = moments(_long(cur, cell, metrics), [*cell, "metric"])
+    pairs = a.merge(b, on=[*cell, "metric"], suffixes=("_a", "_b"))
+    order = {m: i for i, m in enumerate(serving.SERVING_METRICS)}  # the serving tables' order, not the alphabet's
+    return pairs.sort_values([*keys, "engine", "metric", *serving.PROFILE], kind="stable",
+                             key=lambda c: c.map(order) if c.name == "metric" else c).reset_index(drop=True)
+
+
+def _points_on_one_side(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str], shared: set[tuple]) -> list[dict]:
+    """An "only in" row per serving point cell that one side lacks, within the run cells both sides have (a run
+    cell on one side only is named once, by _only_on_one_side)."""
+    cell = [*keys, *POINT_COLUMNS]
+    base_cells, cur_cells = _cells(base, cell), _cells(cur, cell)
+    return [{**dict(zip(cell, point, strict=True)), "metric": None,
+             "verdict": "only in baseline" if point in base_cells else "only in current"}
+            for point in sorted(base_cells ^ cur_cells, key=str) if point[:len(keys)] in shared]
+
+
 def _judge(table: pd.DataFrame, metrics: pd.Series, alpha: float, threshold: float) -> pd.DataFrame:
-    judged = classify(table, alpha, threshold, family=True)  # the regression gate: one family per comparison
+    judged = classify(table, alpha, threshold, family=True)  # the regression gate: all its rows are one family
     better = np.sign(table["diff"].to_numpy()) == metrics.map(direction).to_numpy()
     verdict = np.select([judged["outcome"] == "different", judged["reason"] == "n-too-small"],
                         [np.where(better, "improvement", "regression"), "undetermined"], default="unchanged")

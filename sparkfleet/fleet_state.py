@@ -115,7 +115,8 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     # planned (campaign.json) vs collected runs per host: what an unreachable host did not deliver
     missing = {key.split("/", 1)[1]: {"planned": c["planned"], "found": c["with_record"], "missing": c["missing"]}
                for key, c in loaded.accounting.planned_hosts.items() if c["missing"]}
-    verdicts = check_hosts(campaign_dir, runs, tolerance=tolerance, reference=reference, acknowledged=acknowledged)
+    verdicts = check_hosts(campaign_dir, runs, tolerance=tolerance, reference=reference, acknowledged=acknowledged,
+                           points=loaded.serving)  # serving points are host cells too, as in `report --hosts`
     return FleetState(hosts, facts, differing, telemetry, outliers, throttle, deviations, outside, missing, verdicts,
                       compared)
 

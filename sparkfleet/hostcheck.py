@@ -585,13 +585,15 @@ def scope_words(scopes) -> str:
 
 # --- a reference: a previous campaign, or published figures --------------------------------------------------
 
-#: The keys of one published figure in a reference file (``environment`` optional: any environment).
+#: The keys of one published figure in a reference file (``environment`` optional: any environment; ``point``, e.g.
+#: d0.c1.pp512.tg64, for a serving metric: the point it was measured at).
 REFERENCE_KEYS = ("metric", "model", "workload", "value", "source")
 
 
 def load_reference_figures(path: Path) -> pd.DataFrame:
     """Published figures from a YAML or JSON file: a list of ``{metric, model, workload, value, source}``
-    (``environment`` optional), or ``{"figures": [...]}``. UsageError naming the file and the bad entry."""
+    (``environment`` and, for a serving metric, ``point`` optional), or ``{"figures": [...]}``. UsageError naming
+    the file and the bad entry."""
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -623,7 +625,9 @@ def load_reference_figures(path: Path) -> pd.DataFrame:
         value = _number(entry["value"])
         if value is None or value <= 0:
             raise UsageError(f"--reference {path}: entry {i} value {entry['value']!r} is not a positive number")
+        point = entry.get("point")
         rows.append({"metric": str(entry["metric"]), "model": str(entry["model"]),
                      "workload": str(entry["workload"]), "environment": entry.get("environment"),
+                     "point": str(point) if point not in (None, "") else None,
                      "value": value, "source": str(entry["source"])})
     return pd.DataFrame(rows)

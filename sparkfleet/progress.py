@@ -17,6 +17,15 @@ it, redrawn in place on a terminal, one plain line per event otherwise (logs, CI
   ``run_id``s so far), ``total`` (the planned total; without a plan, the event's own), ``eta_s``
   ((total - done) x the mean ``duration_s + cooldown_s`` of the host's timed, not skipped runs; null before
   one) and ``next_cell`` (the first planned run by ``order_index`` with no event yet) added.
+* ``point``: a serving run's point ``k`` of ``n`` (1-based, in the run's shuffled order) ``started`` or
+  ``finished`` (``phase``), one event each, from bench_follow's ``sparkfleet_points`` (the host's ledger; an entry
+  seen before is not repeated): ``host``, ``run_id``, ``cell``, ``point`` (its name, e.g. ``d0.c4.pp512.tg64``),
+  ``k``, ``n``, ``phase``, for a finished one ``status`` and ``duration_s``; ``point_ts`` and ``run_started_ts``
+  (the host's times of this event and of the run's start); ``run_eta_s``: the time left in the run, (n - points
+  finished) x the mean ``duration_s`` of its finished points, before any finished the plan's estimate of the run
+  (as ``sparkfleet plan`` shows it) shared evenly among its points, else null; ``eta_s``: the host's, as in
+  ``run`` events but counting the run in progress by ``run_eta_s``: ``run_eta_s`` + the runs after it x the
+  mean run time (before any run finished, this run's: its elapsed time + ``run_eta_s``).
 * ``host_failed`` / ``host_unreachable``: ``host``, ``task``, ``msg`` (a failure whose errors were ignored is not
   one).
 * ``stats``: at the end, ``hosts`` maps each host to ``ok``, ``changed``, ``failed``, ``unreachable``,
@@ -26,11 +35,14 @@ it, redrawn in place on a terminal, one plain line per event otherwise (logs, CI
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate
 
 
 def _cell(item: dict[str, Any]) -> str | None:
@@ -48,13 +60,36 @@ def _message(result: dict[str, Any], default: str) -> str:
     return str((failed or [result.get("msg")])[0] or result.get("stderr") or default)
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _host_time(value: Any) -> float | None:
+    """A ledger time (2026-11-21T10:42:02.120384Z, the host's clock) in seconds, or None."""
+    try:
+        return datetime.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _planned_run_s(item: dict[str, Any] | None) -> float | None:
+    """The plan's estimate of a serving run (``sparkfleet plan``'s "about ... per run"), or None."""
+    try:
+        return estimate.serving_run_s(item["workload"]) if item else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
 class _HostRuns:
     def __init__(self) -> None:
         self.plan: list[dict[str, Any]] = []
+        self.by_id: dict[Any, dict[str, Any]] = {}  # run_id -> its plan entry
         self.total: int | None = None
         self.done: set[Any] = set()  # run ids
         self.spent: list[float] = []  # duration_s + cooldown_s of the timed runs that were not skipped
         self.seen: set[tuple[str, str]] = set()  # (run_id, finished_ts) of list entries passed on
+        self.points_seen: set[tuple[Any, ...]] = set()  # (run_id, run_started_ts, k, phase) passed on
+        self.point_s: dict[tuple[Any, Any], list[float]] = {}  # (run_id, run_started_ts) -> finished points' s
 
     def eta(self) -> float | None:
         if self.total is None or not self.spent:
@@ -63,6 +98,27 @@ class _HostRuns:
 
     def next_cell(self) -> str | None:
         return next((_cell(item) for item in self.plan if item.get("run_id") not in self.done), None)
+
+    def planned(self, run_id: Any) -> dict[str, Any] | None:
+        return self.by_id.get(run_id)
+
+    def run_eta(self, durations: list[float], n: int, run_id: Any) -> float | None:
+        """Seconds left in a serving run: its points not finished x their mean time (the finished ones', else the
+        plan's estimate of the run over its n points)."""
+        planned = _planned_run_s(self.planned(run_id))
+        per_point = _mean(durations) if durations else planned / n if planned and n > 0 else None
+        return None if per_point is None else round(max(n - len(durations), 0) * per_point, 1)
+
+    def eta_within(self, run_id: Any, run_eta: float | None, elapsed: float | None) -> float | None:
+        """The host's ETA with the run in progress counted by ``run_eta``: + the runs after it x the mean run time
+        (none finished yet: this run's, ``elapsed`` + ``run_eta``)."""
+        if run_eta is None or self.total is None:
+            return None
+        after = max(self.total - len(self.done) - (0 if run_id in self.done else 1), 0)
+        per_run = _mean(self.spent) if self.spent else None if elapsed is None else elapsed + run_eta
+        if not after:
+            return run_eta
+        return None if per_run is None else round(run_eta + after * per_run, 1)
 
 
 #: ansible-runner events whose ``event_data.res`` may carry a plan or run events, or say the host is lost.
@@ -128,16 +184,51 @@ class RunnerEvents:
         if result.get("sparkfleet_event"):
             out.append(self._run_event(host, result["sparkfleet_event"]))
         runs = self._host(host)
-        for event in result.get("sparkfleet_events") or ():  # every run finished so far (bench_follow): new ones
+        finished = [e for e in result.get("sparkfleet_events") or () if isinstance(e, dict)]
+        points = self._new_points(host, result.get("sparkfleet_points"))
+        # a run's points before its end, the run in progress's after the runs that ended meanwhile
+        ended = runs.done | {e.get("run_id") for e in finished}
+        out += [self._point_event(host, p) for p in points if p.get("run_id") in ended]
+        for event in finished:  # every run finished so far (bench_follow): new ones
             key = (str(event.get("run_id")), str(event.get("finished_ts")))
             if key not in runs.seen:
                 runs.seen.add(key)
                 out.append(self._run_event(host, event))
+        out += [self._point_event(host, p) for p in points if p.get("run_id") not in ended]
         return out  # a loop's items come as runner_item_on_* events of their own
+
+    def _new_points(self, host: str, points: Any) -> list[dict[str, Any]]:
+        """bench_follow's point entries not passed on before (each retry lists the recent ones again)."""
+        runs = self._host(host)
+        new = []
+        for point in points if isinstance(points, list) else ():
+            key = (point.get("run_id"), point.get("run_started_ts"), point.get("k"), point.get("phase")) \
+                if isinstance(point, dict) else None
+            if key and key not in runs.points_seen:
+                runs.points_seen.add(key)
+                new.append(point)
+        return new
+
+    def _point_event(self, host: str, point: dict[str, Any]) -> dict[str, Any]:
+        runs = self._host(host)
+        run_id, n = point.get("run_id"), point.get("n")
+        durations = runs.point_s.setdefault((run_id, point.get("run_started_ts")), [])
+        if point.get("phase") == "finished" and isinstance(point.get("duration_s"), int | float):
+            durations.append(float(point["duration_s"]))
+        run_eta = runs.run_eta(durations, n if isinstance(n, int) else 0, run_id)
+        at, began = _host_time(point.get("ts")), _host_time(point.get("run_started_ts"))
+        elapsed = at - began if at is not None and began is not None else None
+        fields = {key: point.get(key) for key in ("run_id", "point", "k", "n", "phase", "run_started_ts")}
+        if point.get("phase") == "finished":
+            fields.update(status=point.get("status"), duration_s=point.get("duration_s"))
+        return progress_event("point", host=host, cell=_cell(runs.planned(run_id) or {}), **fields,
+                              point_ts=point.get("ts"), run_eta_s=run_eta,
+                              eta_s=runs.eta_within(run_id, run_eta, elapsed))
 
     def _planned(self, host: str, plan: list[dict[str, Any]]) -> dict[str, Any]:
         runs = self._host(host)
         runs.plan = sorted(plan, key=lambda p: p["order_index"])
+        runs.by_id = {item.get("run_id"): item for item in runs.plan}
         runs.total = len(plan)
         campaign = {"campaign": self._campaign[host]} if host in self._campaign else {}
         return progress_event("planned", host=host, total=runs.total, next_cell=runs.next_cell(), **campaign)
@@ -191,6 +282,8 @@ class HostState:
     cell: str | None = None          # the run in progress (the next planned one), or the last one seen
     last: str | None = None          # "cell status" of the latest finished run
     eta_s: float | None = None
+    point: str | None = None         # "k/n" of the serving run in progress's latest point event
+    run_eta_s: float | None = None   # the time left in that run
     statuses: dict[str, int] = field(default_factory=dict)
     state: str = "running"           # running | done | failed | unreachable
     msg: str | None = None
@@ -198,6 +291,12 @@ class HostState:
     @property
     def progress(self) -> str:
         return f"{self.done}/{self.total if self.total is not None else '?'}"
+
+    @property
+    def current(self) -> str:
+        """The cell in progress, with the serving run's point and the time left in the run."""
+        cell = _clip(self.cell or "-", 60)
+        return f"{cell} point {self.point}, run ETA {fmt_duration(self.run_eta_s)}" if self.point else cell
 
     @property
     def status_summary(self) -> str:
@@ -238,8 +337,14 @@ class Progress:
             h.statuses[status] = h.statuses.get(status, 0) + 1
             h.last = f"{event.get('cell')} {status}"
             h.cell = event.get("next_cell")
+            h.point = h.run_eta_s = None
             if h.total is not None and h.done >= h.total:
                 h.state = "done"
+        elif kind == "point" and name:
+            h = self.host(name)
+            h.point = f"{event.get('k')}/{event.get('n')}"
+            h.run_eta_s, h.eta_s = event.get("run_eta_s"), event.get("eta_s")
+            h.cell = event.get("cell") or h.cell
         elif kind in ("host_failed", "host_unreachable") and name:
             h = self.host(name)
             h.state = "failed" if kind == "host_failed" else "unreachable"
@@ -258,9 +363,8 @@ class Progress:
             head += f"  campaign {self.campaign}"
         rows = [("HOST", "RUNS", "STATE", "CURRENT CELL", "ETA", "STATUS")]
         for h in sorted(self.hosts.values(), key=lambda x: x.name):
-            current = h.cell if h.state == "running" else (h.msg or "")
-            rows.append((h.name, h.progress, h.state, _clip(current or "-", 60), fmt_duration(h.eta_s),
-                         h.status_summary))
+            current = h.current if h.state == "running" else _clip(h.msg or "-", 60)
+            rows.append((h.name, h.progress, h.state, current, fmt_duration(h.eta_s), h.status_summary))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [f"{head}  elapsed {elapsed}"]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -313,11 +417,22 @@ def plain_line(event: dict[str, Any]) -> str | None:
         dur_s = f" {dur:.1f}s" if isinstance(dur, int | float) else ""
         return (f"{host}: run {event.get('done')}/{total} {event.get('cell')} {event.get('status')}{dur_s}"
                 f" eta {fmt_duration(event.get('eta_s'))}")
+    if kind == "point":
+        return _point_line(event)
     if kind == "host_failed":
         return f"{host}: FAILED in {event.get('task')}: {event.get('msg')}"
     if kind == "host_unreachable":
         return f"{host}: UNREACHABLE: {event.get('msg')}"
     return None
+
+
+def _point_line(event: dict[str, Any]) -> str:
+    """'spark1: point 3/28 d0.c4.pp512.tg64 ok 312.4s run eta 2h05m eta 6h40m' (or 'started')."""
+    dur = event.get("duration_s")
+    what = "started" if event.get("phase") == "started" else f"{event.get('status')}" + (
+        f" {dur:.1f}s" if isinstance(dur, int | float) else "")
+    return (f"{event.get('host')}: point {event.get('k')}/{event.get('n')} {event.get('point')} {what}"
+            f" run eta {fmt_duration(event.get('run_eta_s'))} eta {fmt_duration(event.get('eta_s'))}")
 
 
 def _clip(text: str, width: int) -> str:

@@ -10,19 +10,23 @@ with it); ``env`` entries override it. Host-key checking stays on (ansible-runne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import procstat
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import type_name
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir, read_text, read_yaml
@@ -50,6 +54,8 @@ class RunOutcome:
     #: the playbook's final counters per host (playbook_on_stats), None when it never got there
     stats: dict[str, dict[str, int]] | None = None
     cancelled: bool = False
+    #: the signal that cancelled it: "SIGINT" (Ctrl-C) or "SIGTERM"; None when not cancelled
+    signal: str | None = None
     #: host -> the reproducibility tolerance (percent) its plan carried
     tolerances: dict[str, float] = field(default_factory=dict)
 
@@ -132,9 +138,52 @@ def runner_kwargs(request: RunRequest, private_data_dir: str) -> dict[str, Any]:
             "cmdline": shlex.join([*inventory, *_extra_var_args(request.extra_vars)])}
 
 
+def descendants(root: int) -> list[tuple[int, int | None]]:
+    """(pid, start ticks) of every process below ``root``, whatever its session, from /proc ([] without one)."""
+    stats = {pid: procstat.read(pid) for pid in procstat.pids()}
+    children: dict[int, list[int]] = {}
+    for pid, stat in stats.items():
+        if procstat.live(stat):
+            children.setdefault(stat.ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append((child, stats[child].start_ticks))
+            todo.append(child)
+    return found
+
+
+def end_processes(processes: list[tuple[int, int | None]], grace_s: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, each process still the one listed (same start ticks)."""
+    def alive() -> list[int]:
+        return [pid for pid, ticks in processes
+                if procstat.live(stat := procstat.read(pid)) and stat.start_ticks == ticks]
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt: both cancel the playbook the same way."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
 def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]], None],
                  poll_s: float = 0.2) -> RunOutcome:
-    """Run the playbook; call ``on_events`` with each batch of new progress events (also with [] to tick)."""
+    """Run the playbook; call ``on_events`` with each batch of new progress events (also with [] to tick).
+
+    Ctrl-C (SIGINT) or SIGTERM cancels it: ansible-runner kills ansible-playbook's process group, and every
+    process below this one is ended (its workers, in sessions of their own, and their modules and ssh): nothing
+    of the playbook is left behind. The outcome says ``cancelled`` with the signal. What the playbook started on
+    the hosts runs on: the caller stops it (`sparkfleet run` runs playbooks/restore.yml for its run token)."""
     import ansible_runner  # heavy import, only for this command
 
     private = tempfile.mkdtemp(prefix="sparkfleet-run-")
@@ -151,24 +200,39 @@ def run_playbook(request: RunRequest, on_events: Callable[[list[dict[str, Any]]]
         events.put(event)  # runner's thread: folded on ours
         return True  # ansible-runner keeps its artifact copy too (in the throw-away private data dir)
 
+    main = threading.current_thread() is threading.main_thread()  # signal handlers: the main thread's only
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
+    received, tree = None, []
     try:
         kwargs = runner_kwargs(request, private)
         cancelled = threading.Event()
         thread, runner = ansible_runner.run_async(cancel_callback=cancelled.is_set, event_handler=on_runner_event,
                                                   **kwargs)
-        try:
-            while thread.is_alive():
+        while thread.is_alive():
+            try:
                 thread.join(poll_s)
                 drain()
-        except KeyboardInterrupt:
-            cancelled.set()
-            thread.join()
+            except KeyboardInterrupt as exc:  # a second one while the cancel goes through changes nothing
+                if not received:
+                    # ansible-runner kills ansible-playbook's process group, but its workers run in sessions of
+                    # their own (ansible-core >= 2.19), each with its module or ssh: they are ended below.
+                    tree = descendants(os.getpid())
+                received = received or ("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
+                cancelled.set()
+        if received:
+            end_processes(tree)
         drain()
-        rc = 130 if cancelled.is_set() else runner.rc if isinstance(runner.rc, int) else 1
+        if cancelled.is_set():
+            rc = 143 if received == "SIGTERM" else 130
+        else:
+            rc = runner.rc if isinstance(runner.rc, int) else 1
         dirs = [str(REPO / d) for d in folder.campaign_dirs]  # relative to runner's cwd, REPO
         return RunOutcome(rc=rc, status=str(runner.status), stdout_tail=_stdout_tail(runner), campaign_dirs=dirs,
-                          stats=folder.stats, cancelled=cancelled.is_set(), tolerances=folder.tolerances)
+                          stats=folder.stats, cancelled=cancelled.is_set(), tolerances=folder.tolerances,
+                          signal=received)
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous_term)
         shutil.rmtree(private, ignore_errors=True)
 
 

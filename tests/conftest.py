@@ -92,3 +92,17 @@ def test_image(docker_engine) -> str:
     from testimage import ensure_test_image
 
     return ensure_test_image()
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """llama.cpp's llama-server, the CPU build of tests/fleet/llamacpp.py (built once, cached): skipped without the
+    build tools."""
+    from llamacpp import BuildError, ensure_llama_server, missing_tools
+
+    if missing_tools():
+        pytest.skip(f"building llama-server needs {', '.join(missing_tools())} (apt-get install cmake g++)")
+    try:
+        return ensure_llama_server()
+    except BuildError as err:
+        pytest.fail(str(err))

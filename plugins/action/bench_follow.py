@@ -74,11 +74,34 @@ def current_run(events: list):
     return running[-1] if running else None
 
 
+def point_events(events: list) -> list:
+    """The ``point`` events of the two runs that changed last (the current one and the one finished before it,
+    whose last points may have come since the previous return), each from its run's latest ``started`` on (a
+    resumed run's earlier attempt is not its progress) and with that start's time as ``run_started_ts``."""
+    starts = {e["run_id"]: (i, e.get("ts")) for i, e in enumerate(events)
+              if e.get("event") == "started" and e.get("run_id")}
+    wanted = set(list(ledger.last_by_run(events, kinds=("started", "finished")))[-2:])
+    return [dict(e, run_started_ts=starts[e["run_id"]][1]) for i, e in enumerate(events)
+            if e.get("event") == "point" and e.get("run_id") in wanted and e["run_id"] in starts
+            and i > starts[e["run_id"]][0]]
+
+
 def final_events(result: dict, events: list) -> list:
     """The finished job's own per-run events (authoritative: skipped is skipped), with the ledger's finish time."""
     ts = {e["run_id"]: e.get("ts") for e in events if e.get("event") == "finished" and e.get("run_id")}
     return [dict(e, finished_ts=ts.get(e.get("run_id"))) for e in result.get("sparkfleet_events") or []
             if isinstance(e, dict)]
+
+
+def point_line(host: str, point: dict) -> str:
+    """What a person watching plain ansible-playbook sees when a serving run's point finishes."""
+    took = point.get("duration_s")
+    took = f" in {float(took):.1f} s" if isinstance(took, (int, float)) else ""
+    return f"{host}: point {point.get('k')}/{point.get('n')} {point.get('status')}{took} ({point.get('point')})"
+
+
+def point_key(point: dict) -> tuple:
+    return (point.get("run_id"), point.get("run_started_ts"), point.get("k"), point.get("phase"))
 
 
 def progress_line(host: str, event: dict, done: int, total) -> str:
@@ -127,18 +150,19 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
-    def _shown(self, task_vars) -> int:
-        """How many finished runs the previous until-retry of this task printed: its registered result (Ansible
-        hands it to the next attempt in task_vars) says how many it returned. Every result lists all runs
-        finished so far, so a consumer of the results (sparkfleet run) dedupes them itself."""
+    def _printed(self, task_vars) -> tuple:
+        """How many finished runs, and which points (point_key), the previous until-retry of this task printed:
+        its registered result (Ansible hands it to the next attempt in task_vars) says what it returned. Every
+        result lists all runs finished so far, so a consumer of the results (sparkfleet run) dedupes them itself."""
         register = getattr(self._task, "register", None)
         # ansible-core 2.19: the variable's name; 2.21: {name: expression} (register projections)
         names = list(register) if isinstance(register, dict) else [register] if isinstance(register, str) else []
         previous = next((v for v in map(self._registered(task_vars), names) if isinstance(v, dict)), None)
         if isinstance(previous, dict) and previous.get("finished") is False and previous.get("attempts"):
             done = previous.get("done")
-            return done if isinstance(done, int) and done >= 0 else 0
-        return 0  # the first attempt (a value registered by an earlier run of the task is a finished one)
+            points = {point_key(p) for p in previous.get("sparkfleet_points") or () if isinstance(p, dict)}
+            return (done if isinstance(done, int) and done >= 0 else 0), points
+        return 0, set()  # the first attempt (a value registered by an earlier run of the task is a finished one)
 
     def _registered(self, task_vars):
         """name -> the registered value as a dict: on 2.21 it is a lazy projection that templating resolves."""
@@ -152,11 +176,17 @@ class ActionModule(ActionBase):
                 return None
         return value
 
-    def _show(self, task_vars, shown: int, done: list, total) -> None:
-        """Print each run finished since the previous attempt, once."""
+    def _show(self, task_vars, shown: int, done: list, total, points: list, printed: set) -> None:
+        """Print each run and each serving point finished since the previous attempt, once, in the host's order
+        (ledger times); ``printed`` (point keys) grows by the points shown."""
         host = (task_vars or {}).get("inventory_hostname") or "?"
-        for index in range(shown, len(done)):
-            self._display.display(progress_line(host, done[index], index + 1, total))
+        lines = [(str(done[i].get("finished_ts") or ""), progress_line(host, done[i], i + 1, total))
+                 for i in range(shown, len(done))]
+        lines += [(str(p.get("ts") or ""), point_line(host, p)) for p in points
+                  if p.get("phase") == "finished" and point_key(p) not in printed]
+        for _, line in sorted(lines, key=lambda pair: pair[0]):
+            self._display.display(line)
+        printed.update(point_key(p) for p in points)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -169,7 +199,7 @@ class ActionModule(ActionBase):
         poll, report_after, lost_after = args["poll_interval_s"], args["report_after_s"], args["lost_after_s"]
         total = args.get("total")
         cmd = follow_command(job["results_file"], args["ledger"], args["jobs_dir"])
-        shown = self._shown(task_vars)
+        shown, printed = self._printed(task_vars)
         started = time.monotonic()
         baseline = None
         nobody_since = None
@@ -180,14 +210,15 @@ class ActionModule(ActionBase):
             state = parse_follow_output(out.get("stdout", ""))
             events = state["events"]
             done = progress_events(events, total)
+            points = point_events(events)
             if job_finished(state["job"]):
-                self._show(task_vars, shown, done, total)
+                self._show(task_vars, shown, done, total, points, printed)
                 self._low_level_execute_command(f"rm -f {shlex.quote(job['results_file'])}")
                 final = state["job"]
                 result.update({k: v for k, v in final.items() if not k.startswith("_ansible")
                                and k not in ("invocation", "started", "finished")})
                 result.update(finished=True, changed=bool(final.get("changed")),
-                              sparkfleet_events=final_events(final, events) or done)
+                              sparkfleet_events=final_events(final, events) or done, sparkfleet_points=points)
                 if final.get("failed"):
                     result["failed"] = True
                     result["msg"] = final.get("msg") or "the matrix job failed"
@@ -200,16 +231,17 @@ class ActionModule(ActionBase):
                 nobody_since = now
             elif now - nobody_since >= lost_after:
                 result.update(finished=True, failed=True, sparkfleet_events=done, done=len(done),
+                              sparkfleet_points=points,
                               msg=f"the matrix job is gone: no bench_run process runs and {job['results_file']} "
                                   "says it never finished (host rebooted or job killed?); run bench.yml again "
                                   "to resume")
                 return result
             if baseline is None:
                 baseline = len(done)
-            self._show(task_vars, shown, done, total)
+            self._show(task_vars, shown, done, total, points, printed)
             shown = max(shown, len(done))
             if len(done) > baseline or now - started >= report_after:
                 result.update(finished=False, changed=False, sparkfleet_events=done, done=len(done),
-                              total=total, current=current_run(events))
+                              total=total, current=current_run(events), sparkfleet_points=points)
                 return result
             time.sleep(poll)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ANSIBLE_VERSION
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import reuse
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import lease, reuse
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args
 
@@ -21,6 +22,7 @@ ARGUMENT_SPEC = {
     "results_dir": {"type": "path"},
     "on_change": {"type": "str", "default": "refuse", "choices": ["refuse", "new"]},
     "fresh": {"type": "bool", "default": False},
+    "run_token": {"type": "str"},
 }
 
 
@@ -51,7 +53,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(str(exc)) from None
         except OSError as exc:
             raise AnsibleActionFail(f"cannot move the previous results aside for a fresh measurement: {exc}") from None
-        result.update(fleet.to_dict(), campaign_file=path, changed=changed or bool(previous),
+        # The worker's parent is ansible-playbook: while it runs, the hosts' leases are held (host_lease).
+        run_lease = {"token": args["run_token"] or uuid.uuid4().hex,
+                     "controller": lease.controller_identity(os.getppid())}
+        result.update(fleet.to_dict(), campaign_file=path, lease=run_lease, changed=changed or bool(previous),
                       unreachable_hosts=unreachable, previous_instance=previous)
         if unreachable:
             result["warnings"] = [f"{h}: unreachable: its {len(fleet.hosts[h].runs)} planned runs are recorded in "

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
@@ -38,5 +41,8 @@ class ActionModule(ActionBase):
         except OSError as exc:  # the controller's disk filled, a file appeared where a directory goes
             where = f" ({exc.filename})" if exc.filename else ""
             raise AnsibleActionFail(f"{dest}: cannot unpack {args['archive']}: {exc.strerror or exc}{where}") from None
+        # Unpacked: the fetched copy goes (each run fetches one of its own name; left, they would pile up).
+        with contextlib.suppress(OSError):
+            os.unlink(args["archive"])
         result.update(changed=written > 0, files=written, dest=dest, msg=f"{host}: {written} files into {dest}")
         return result

@@ -20,6 +20,10 @@ description:
     (each result lists every run finished so far in RV(sparkfleet_events); C(sparkfleet run) reads them from
     ansible-runner's events and shows the new ones); after O(report_after_s) without a finished run; or when the job ends. Use it with
     C(until=result.finished), a large C(retries) and C(delay=0) (the action waits between polls itself).
+  - A serving run writes a C(point) event to the ledger as each point of its profile starts and finishes; each
+    result lists those of the current run and of the run finished before it in RV(sparkfleet_points), from
+    which C(sparkfleet run) shows point k of n and an ETA within the run. A point does not make the task
+    return early; it shows at the next return (within O(report_after_s)).
   - When the job ends, its result becomes this task's result (RV(runs), RV(counts), RV(summary),
     RV(sparkfleet_events)); the task fails if the job failed, and the async job file is removed, as
     C(async_status) cleanup would.
@@ -30,6 +34,7 @@ description:
     was finished; running the playbook again resumes the campaign.
   - "Under plain C(ansible-playbook), prints one line per finished run: host, count, status and duration, such as C(spark1: run 3/6 ok in 10.6 s), then the cell and iteration in parentheses; each once over the C(until) retries (an attempt reads from the
     previous attempt's registered result how many it printed, so the task needs C(register))."
+  - "Likewise one line per finished point of a serving run, such as C(spark1: point 3/28 ok in 312.4 s (d0.c4.pp512.tg64))."
   - An unreachable host makes the task unreachable, as for any task; the job itself goes on.
   - This is an action plugin; it runs on the controller. This file holds its documentation only.
 options:
@@ -141,6 +146,19 @@ sparkfleet_events:
     - {type: run, run_id: sanity-spark1-matmul-native-matmul-1-4f2a, order_index: 1, total: 6, status: ok,
        duration_s: 12.5, cooldown_s: 3.0, model: matmul, environment: native, workload: matmul, iteration: 1,
        warmup: false, finished_ts: "2026-11-21T10:00:12Z"}
+sparkfleet_points:
+  description:
+    - The ledger's C(point) events of the current run and of the run finished before it (only their latest
+      attempt), in ledger order; empty without a serving run. Each has C(run_id), C(k) and C(n) (point k of
+      n, in the run's order), C(point) (its name), C(phase) (C(started) or C(finished); a finished one has
+      C(status) and C(duration_s)), C(ts) (the host's time) and C(run_started_ts) (when the run started).
+  returned: unless the bench_run task ran in the foreground
+  type: list
+  elements: dict
+  sample:
+    - {event: point, run_id: serve-spark1-qwen-container-arena-1-3b0d, k: 3, n: 28, point: d0.c4.pp512.tg64,
+       phase: finished, status: ok, duration_s: 312.4, ts: "2026-11-21T10:42:02.120384Z",
+       run_started_ts: "2026-11-21T10:20:11.004210Z"}
 done:
   description: Number of runs finished so far.
   returned: when not finished, and when the job is lost

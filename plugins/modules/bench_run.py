@@ -29,7 +29,9 @@ description:
     start; the container's cgroup (memory.current/peak/max/stat) and meminfo at the sample of highest use."
   - "The run: launches the engine in its environment - C(native) through the provisioned chroot with
     the image's own environment (C(env -i)), C(container) through C(docker run) with the environment's
-    flags, C(bare) straight on the host - as argv, never through a shell; enforces the timeout by killing the whole process group
+    flags, C(bare) straight on the host (its command found on the host's PATH: the login shell's, the module's,
+    C(~/.local/bin), the system directories; C(PATH) in the run's env replaces that) - as argv, never through a
+    shell; enforces the timeout by killing the whole process group
     (and the container); samples telemetry in-process (NVML, or one persistent C(nvidia-smi) loop;
     C(/proc/meminfo); the container's cgroup memory)."
   - "After the run: parses the engine's output with sparkfleet's parsers, checks that the model the log
@@ -38,7 +40,8 @@ description:
     matches the model directory's card fingerprinted on the host (record C(provenance): C(confirmed),
     C(unconfirmed) or C(mismatch), the last making the run C(invalid)), writes C(bench.log),
     C(telemetry.csv) and C(record.json) (atomically) under C(<results_root>/<campaign>/<host>/runs/<run_id>/)
-    and appends C(started)/C(finished) events to the host's C(ledger.jsonl)."
+    and appends C(started)/C(finished) events to the host's C(ledger.jsonl) (and a serving run C(point) events,
+    as each point of its profile starts and finishes, for M(sparkfleet.bench.bench_follow))."
   - A run whose ledger says C(finished) and whose record exists is skipped (C(changed=false)), so
     re-running a campaign resumes it. A run that started but never finished is run again; its partial
     directory is kept beside it as C(<run_id>.interrupted-N).
@@ -135,13 +138,15 @@ options:
     type: dict
   trtllm:
     description:
-      - "The image's TensorRT-LLM version and CLI surface, as M(sparkfleet.bench.engine_probe) returns them
-        (C(version), C(profile), C(surface), C(sources)), plus C(unknown_version) (C(refuse) or C(warn)) and
-        C(hf_cache_dir). A trtllm run's commands are built for that version: C(trtllm-bench prepare-dataset)
-        where it exists, else the image's C(benchmarks/cpp/prepare_dataset.py --stdout); the tokenizer from
-        C(model.path); latency without C(--max_batch_size); C(--config) or C(--extra_llm_api_options) as the
-        version spells it. An unknown or unsupported version fails the run at setup (C(refuse)) or runs with
-        the nearest profile and a warning in its record (C(warn)). Kept in each record's C(versions.trtllm)."
+      - "The image's TensorRT-LLM version and trtllm-bench CLI surface, as M(sparkfleet.bench.engine_probe)
+        returns them (C(version), C(profile), C(surface), C(sources)), plus C(unknown_version) (C(refuse) or
+        C(warn)) and C(hf_cache_dir). A trtllm run's commands are built from that surface, whatever the version:
+        C(trtllm-bench prepare-dataset) where it exists, else the image's C(benchmarks/cpp/prepare_dataset.py
+        --stdout); the tokenizer from C(model.path); latency without C(--max_batch_size); C(--config) else
+        C(--extra_llm_api_options); every argv checked against the surface, a command or option it lacks failing
+        the run at setup, by name. Without a readable surface the captured one for the version is used; a version
+        older than every capture fails the run at setup (C(refuse)) or is built as for the oldest with a warning
+        in its record (C(warn)). Kept in each record's C(versions.trtllm)."
       - "Runs are offline (C(HF_HUB_OFFLINE=1), C(TRANSFORMERS_OFFLINE=1)) unless C(hf_cache_dir) names a host
         directory: it is bound at C(/root/.cache/huggingface) into the container (the native rootfs binds it
         there too) and C(HF_HOME) points at it."
@@ -160,12 +165,14 @@ options:
     default: {}
     suboptions:
       client:
-        description: The load generator's executable on the host (llama-benchy); omitted, C(llama-benchy) on C(PATH).
+        description: The load generator's executable on the host (llama-benchy); omitted, C(llama-benchy) on the
+          host's PATH (as a bare run's command is found).
         type: path
       corpus:
         description: >-
-          A text file on the host the client builds its prompts from, served on 127.0.0.1 for its C(--book-url);
-          omitted, the client's own default book.
+          A text file on the host the client builds its prompts from, served on 127.0.0.1 for its C(--book-url)
+          (the plan always gives one: C(sparkfleet_serving_corpus), by default the collection's corpus); omitted,
+          the client downloads its own default book.
         type: path
   readiness:
     description:

@@ -19,6 +19,7 @@ description:
     run it was in unfinished in the ledger, so a resume runs that run again; finished runs are kept.
   - A job still there after O(grace_s) gets SIGKILL, and its workload is ended here.
   - Registry entries of jobs that no longer run are removed (their workload is ended if it still runs).
+  - Run containers left behind are removed (O(docker)).
   - A pid is signalled only while it is still the process that registered (same start time), so a recycled
     pid is never hit.
 options:
@@ -33,6 +34,13 @@ options:
     description: Seconds a job has to end after SIGTERM before it gets SIGKILL.
     type: float
     default: 60
+  docker:
+    description:
+      - Docker CLI. Once the jobs are ended, the run containers left behind (labelled C(sparkfleet.run_id), of
+        O(campaign) when given - a job could not remove them, Docker being down or the job killed) are removed.
+        Where Docker cannot be asked, RV(containers_error) says why and the module does not fail.
+    type: str
+    default: docker
 attributes:
   check_mode:
     support: full
@@ -82,11 +90,24 @@ stopped:
   elements: dict
   sample:
     - {pid: 41234, campaign: sanity, run_id: sanity-spark1-matmul-native-matmul-2-9c1e, how: terminated}
+containers_removed:
+  description: Names of the run containers left behind that were removed (in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+containers_error:
+  description: Why Docker could not be asked for left containers (no CLI, daemon down), else null.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import list_jobs, stop_job  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import (  # noqa: E402
+    list_jobs,
+    remove_left_containers,
+    stop_job,
+)
 
 
 def main():
@@ -95,6 +116,7 @@ def main():
             results_root=dict(type="path", required=True),
             campaign=dict(type="str"),
             grace_s=dict(type="float", default=60),
+            docker=dict(type="str", default="docker"),
         ),
         supports_check_mode=True,
     )
@@ -102,9 +124,12 @@ def main():
             if not module.params["campaign"] or j.get("campaign") == module.params["campaign"]]
     if module.check_mode:
         module.exit_json(changed=bool(jobs), stopped=[{"pid": j["pid"], "campaign": j.get("campaign"),
-                                                       "run_id": j.get("run_id"), "how": "would stop"} for j in jobs])
+                                                       "run_id": j.get("run_id"), "how": "would stop"} for j in jobs],
+                         containers_removed=[], containers_error=None)
     stopped = [stop_job(j, module.params["grace_s"]) for j in jobs]
-    module.exit_json(changed=any(s["how"] != "gone" for s in stopped), stopped=stopped)
+    left = remove_left_containers(module.params["docker"], module.params["campaign"])
+    module.exit_json(changed=any(s["how"] != "gone" for s in stopped) or bool(left["removed"]), stopped=stopped,
+                     containers_removed=left["removed"], containers_error=left["error"])
 
 
 if __name__ == "__main__":

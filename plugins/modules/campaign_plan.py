@@ -54,6 +54,11 @@ options:
         Not in check mode.
     type: bool
     default: false
+  run_token:
+    description:
+      - This run's token, the name of its host lease (M(sparkfleet.bench.host_lease)). C(sparkfleet run) passes
+        its own (C(-e sparkfleet_run_token=...)), which its Ctrl-C clean-up names; omitted, a new one is drawn.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -99,6 +104,14 @@ campaign:
   returned: success
   type: dict
   sample: {name: sanity, config_hash: 3f2a9c1e0b4d5e6f, iterations: 3, order: interleaved}
+lease:
+  description:
+    - What each host's lease is taken with - the run's C(token) (O(run_token) or a new one) and the
+      C(controller) that runs it (this machine's id, the ansible-playbook pid and its start time, the hostname).
+  returned: success
+  type: dict
+  sample: {token: 3f2a9c0d5e6b4a1f8e7d6c5b4a392817, controller: {machine_id: 0f1e2d, pid: 4242, start_ticks: 81234,
+           hostname: laptop}}
 previous_instance:
   description: Where O(fresh) moved the controller's previous results of the campaign, else null.
   returned: success

@@ -12,19 +12,26 @@ module: engine_probe
 short_description: Read the TensorRT-LLM version and trtllm-bench CLI surface of an image without starting it
 version_added: 0.1.0
 description:
-  - "Reads the image's TensorRT-LLM version from its files: C(tensorrt_llm/version.py) (C(__version__)), else
-    the C(tensorrt_llm-*.dist-info/METADATA), else C(tensorrt_llm/__init__.py), under the image's python
-    library directories (C(/usr/local/lib/python3.*/dist-packages), ...). Its CLI surface likewise: whether
-    C(trtllm-bench prepare-dataset) exists (C(tensorrt_llm/bench/dataset/prepare_dataset.py)), whether the image
-    carries the standalone C(/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py), and the LLM API options
-    flag the benchmark sources spell."
+  - "Reads the image's trtllm-bench command line from its files: the click definitions of
+    C(tensorrt_llm/commands/bench.py) and of the modules it registers (C(bench/benchmark/throughput.py),
+    C(low_latency.py), C(bench/dataset/prepare_dataset.py) and its subcommands), parsed as source, never imported
+    or run; and the standalone C(/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py) where the image carries it.
+    The TensorRT-LLM version (C(tensorrt_llm/version.py), else the C(tensorrt_llm-*.dist-info/METADATA), else
+    C(tensorrt_llm/__init__.py)) is read too, as provenance."
   - "From O(rootfs) when that directory exists (the native rootfs extracted from the image), else from
     O(image): C(docker create) (never started; its entrypoint replaced by a path that does not exist) and
-    C(docker cp) of the few candidate files into a temporary directory, then C(docker rm)."
+    C(docker cp) of the package's version files, its C(commands/) and C(bench/) directories and the standalone
+    script into a temporary directory, then C(docker rm)."
   - "The result is what M(sparkfleet.bench.bench_run) takes as its O(sparkfleet.bench.bench_run#module:trtllm)
-    option: every trtllm run's commands are built for that version. A version sparkfleet does not support
-    fails the task naming it and the supported ones (O(unknown_version=refuse)), or is returned with the
-    nearest profile and a warning (O(unknown_version=warn)); it is never guessed silently."
+    option: every trtllm run's commands are built from that surface (the spellings it offers: C(--config) else
+    C(--extra_llm_api_options); the C(prepare-dataset) subcommand else the image's script), whatever the version.
+    When O(runs) are given, each planned trtllm workload's commands are checked against the surface here, before
+    any run: a command or option the image's CLI lacks fails the task naming it."
+  - "Where the image's command tree cannot be read (its sources laid out otherwise), the captured surface that
+    covers the version, else the nearest one below it (the newest for a version past every capture), is used
+    with a warning. Only a version older than every captured surface, whose CLI could not be read, fails the
+    task (O(unknown_version=refuse)) or is built as for the oldest capture with a warning
+    (O(unknown_version=warn)); nothing is guessed silently."
 options:
   rootfs:
     description: The image's extracted root filesystem on the host; used when it is a directory.
@@ -37,7 +44,9 @@ options:
     type: str
     default: docker
   unknown_version:
-    description: What a version that no profile lists does - C(refuse) (fail) or C(warn) (nearest profile).
+    description:
+      - What a version older than every captured trtllm-bench surface does when the image's own CLI could not be
+        read - C(refuse) (fail) or C(warn) (its commands built as for the oldest capture).
     type: str
     choices: [refuse, warn]
     default: refuse
@@ -47,7 +56,8 @@ options:
   runs:
     description:
       - The host's planned runs (M(sparkfleet.bench.bench_run)'s O(sparkfleet.bench.bench_run#module:runs)).
-        When given and none is a trtllm run, nothing is read and RV(trtllm) is empty.
+        When given and none is a trtllm run, nothing is read and RV(trtllm) is empty; else each trtllm workload's
+        commands are checked against the surface.
     type: list
     elements: dict
 attributes:
@@ -70,7 +80,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Read the TensorRT-LLM version of the native rootfs (or of the image when there is none)
+- name: Read the trtllm-bench CLI of the native rootfs (or of the image when there is none)
   sparkfleet.bench.engine_probe:
     rootfs: "{{ native_rootfs_path | default('') }}"
     image: "{{ native_rootfs_digest }}"
@@ -86,16 +96,16 @@ trtllm:
   type: dict
   contains:
     version:
-      description: The TensorRT-LLM version the image's files name.
+      description: The TensorRT-LLM version the image's files name (provenance; null when none was found).
       type: str
     profile:
-      description: The supported profile its commands are built with (the nearest one when warned).
+      description: What the commands are built against - C(image) (its own CLI) or C(captured NAME).
       type: str
-    supported:
-      description: Whether the version is one sparkfleet supports.
-      type: bool
     surface:
-      description: prepare_dataset_subcommand, prepare_dataset_script (path in the image), config_flag, latency_options_file.
+      description:
+        - C(read_from) (C(image)) and C(programs) - the command tree of C(trtllm-bench) and, where the image has
+          it, of the standalone C(prepare_dataset.py) - as read from the image's click sources. Each level has
+          C(options) (name to C(type), C(aliases), C(required), C(choices); null where unread) and C(commands).
       type: dict
     sources:
       description: Paths inside the image the facts were read from.
@@ -107,18 +117,17 @@ trtllm:
       description: O(hf_cache_dir), passed on.
       type: str
   sample:
-    version: 1.1.0rc3
-    profile: "1.1"
-    supported: true
-    surface: {prepare_dataset_subcommand: false, prepare_dataset_script: /app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py}
+    version: 1.3.0rc29
+    profile: image
+    surface: {read_from: image, programs: {trtllm-bench: {options: {--model: {type: str, required: true}}, commands: {}}}}
     sources: {version: /usr/local/lib/python3.12/dist-packages/tensorrt_llm/version.py}
 summary:
-  description: One line - the version, its profile, how the dataset is made and the options flag (or why nothing was read).
+  description: One line - the version, what the commands are built against, how the dataset is made and the options flag (or why nothing was read).
   returned: always
   type: str
-  sample: "TensorRT-LLM 1.1.0rc3 (profile 1.1): dataset by /app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py --stdout, options flag --extra_llm_api_options"
+  sample: "TensorRT-LLM 1.3.0rc29 (CLI read from the image): dataset by trtllm-bench prepare-dataset, options flag --config"
 warnings_list:
-  description: Warnings about the version (an unsupported version run with the nearest profile).
+  description: Warnings (a CLI that could not be read and the captured surface used instead; options a workload uses that the sources read do not show).
   returned: always
   type: list
   elements: str
@@ -134,8 +143,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import trtllm_cli
 
 
+def _copy(docker: str, cid: str, path: str, tmp: str) -> None:
+    dest = os.path.join(tmp, path.lstrip("/"))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    subprocess.run([docker, "cp", "%s:%s" % (cid, path), dest], capture_output=True)
+
+
 def _from_image(module: AnsibleModule, docker: str, image: str) -> dict:
-    """docker create (never started) + docker cp of the candidate files into a temporary root."""
+    """docker create (never started) + docker cp of the version files, then of the package's CLI sources."""
     proc = subprocess.run([docker, "create", "--network", "none", "--entrypoint", "/sparkfleet-never-started",
                            image], capture_output=True, text=True, errors="replace")
     if proc.returncode != 0 and module.check_mode:  # not provisioned yet: nothing to read, nothing refused
@@ -146,16 +161,29 @@ def _from_image(module: AnsibleModule, docker: str, image: str) -> dict:
     cid = proc.stdout.strip()
     tmp = tempfile.mkdtemp(prefix="sparkfleet-engine-probe-")
     try:
-        for path in trtllm_cli.candidate_files():
-            dest = os.path.join(tmp, path.lstrip("/"))
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            subprocess.run([docker, "cp", "%s:%s" % (cid, path), dest], capture_output=True)
+        for path in trtllm_cli.version_candidates():
+            _copy(docker, cid, path, tmp)
+        package = trtllm_cli.detect(tmp)["sources"].get("package")
+        for path in trtllm_cli.cli_paths(package) if package else list(trtllm_cli.SCRIPT_FILES):
+            _copy(docker, cid, path, tmp)
         found = trtllm_cli.detect(tmp)
         found["root"] = None
         return found
     finally:
         subprocess.run([docker, "rm", "-f", cid], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _workloads(runs: list) -> list:
+    """The distinct trtllm workloads of the planned runs."""
+    seen, out = set(), []
+    for run in runs or []:
+        workload = (run or {}).get("workload") or {} if isinstance(run, dict) else {}
+        key = repr(sorted((k, repr(v)) for k, v in workload.items()))
+        if workload.get("engine", "trtllm") == "trtllm" and key not in seen:
+            seen.add(key)
+            out.append(workload)
+    return out
 
 
 def main():
@@ -171,8 +199,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["runs"] is not None and not any(isinstance(r, dict) and (r.get("workload") or {}).get("engine", "trtllm")
-                                         == "trtllm" for r in p["runs"]):
+    if p["runs"] is not None and not _workloads(p["runs"]):
         module.exit_json(changed=False, trtllm={}, summary="no trtllm runs planned: nothing read", warnings_list=[])
     if p["rootfs"] and os.path.isdir(p["rootfs"]):
         found = trtllm_cli.detect(p["rootfs"])
@@ -189,13 +216,23 @@ def main():
     except trtllm_cli.TrtllmCliError as exc:
         module.fail_json(msg="engine_probe: %s: %s" % (where, exc), trtllm=found)
     found["profile"] = resolved["profile"]
-    for warning in resolved["warnings"]:
+    warnings = list(resolved["warnings"])
+    missing = []
+    for workload in _workloads(p["runs"]):
+        lacks, unconfirmed = trtllm_cli.check(workload, resolved)
+        missing += ["workload %r: %s" % (workload.get("name") or "?", m) for m in lacks]
+        warnings += ["workload %r uses %s" % (workload.get("name") or "?", u) for u in unconfirmed]
+    for warning in warnings:
         module.warn(warning)
+    if missing:
+        module.fail_json(msg="engine_probe: %s: %s lacks what the planned runs need: %s" % (
+            where, trtllm_cli.who(resolved), "; ".join(missing)), trtllm=found, warnings_list=warnings)
     maker = ("trtllm-bench prepare-dataset" if resolved["dataset"] == "subcommand"
              else "%s --stdout" % resolved["script_path"])
-    summary = "TensorRT-LLM %s (profile %s): dataset by %s, options flag %s" % (
-        resolved["version"], resolved["profile"], maker, resolved["config_flag"])
-    module.exit_json(changed=False, trtllm=found, summary=summary, warnings_list=resolved["warnings"])
+    basis = "CLI read from the image" if resolved["profile"] == "image" else "%s surface" % resolved["profile"]
+    summary = "TensorRT-LLM %s (%s): dataset by %s, options flag %s" % (
+        resolved["version"], basis, maker, resolved["config_flag"])
+    module.exit_json(changed=False, trtllm=found, summary=summary, warnings_list=warnings)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ description:
   - This is an action plugin; it runs on the controller. This file holds its documentation only.
 options:
   archive:
-    description: The fetched archive, on the controller.
+    description: The fetched archive, on the controller. It is removed once unpacked (kept when the unpack fails).
     type: path
     required: true
   campaign_dir:

@@ -103,6 +103,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     out["workloads"] = [_with_spec(w, engines) for w in loads]  # a crossed level's spec too
     problems += _serving_models(out["models"], out["workloads"])
     problems += _owned_args(data.get("workloads"), out["workloads"])
+    problems += _window_problems(data.get("workloads"), out["models"], out["workloads"])
     if "timeout_s" not in data and any(_serving(w) for w in out["workloads"]):
         # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
         out["serving_timeout_s"] = {w["name"]: estimate.serving_timeout_s(w, out["timeout_s"])
@@ -202,7 +203,8 @@ def _models(value: Any, problems: list[str]) -> list[dict]:
             problems.append(f"{where}.path: must be absolute (a path on the hosts), got {path!r}")
         if _name_ok(item.get("name"), where, problems):
             model = {"name": item["name"], "hf_id": item.get("hf_id"), "path": item.get("path")}
-            for key in ("tokenizer", "gguf"):  # only when given: other campaigns keep their config hash
+            for key in ("tokenizer", "gguf", "random_weights", "context_window", "kv_shape"):  # only when given:
+                # other campaigns keep their config hash
                 if item.get(key) is not None:
                     model[key] = item[key]
             out.append(model)
@@ -344,6 +346,8 @@ def _workloads(value: Any, problems: list[str], factors: Any = None,
                 else "")
             problems.append(f"{where}.engine: required, one of {', '.join((*settings.ENGINES, *engines))}{hint}")
             continue
+        if not crossed and not isinstance(engine, str):
+            continue  # its type is already reported (a list or a mapping cannot name an engine)
         if not crossed and engine not in settings.ENGINES and engine not in engines:
             problems.append(f"{where}.engine: {engine!r} is not one of {', '.join((*settings.ENGINES, *engines))}")
             continue
@@ -385,18 +389,21 @@ def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name
 
 def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
     """Every model runs every workload: a serving run's client counts tokens with the model's tokenizer (its
-    ``tokenizer``, else its ``path`` when that is a directory: a .gguf file is not a tokenizer), and llama.cpp
-    serves a .gguf file (``gguf``, else a .gguf ``path``). Refused here, before any host is changed."""
+    ``tokenizer``; else, on the host, its ``path`` when that is a directory, or for a GGUF - a .gguf ``path`` or
+    ``gguf`` - the tokenizer.json beside it or one derived from its own vocabulary: serving.tokenizer_choice), so
+    a model with none of them is refused; and llama.cpp serves a .gguf file (``gguf``, else a .gguf ``path``).
+    Refused here, before any host is changed."""
     serving = [w["name"] for w in workloads if _serving(w)]
     llamacpp = [w["name"] for w in workloads if w.get("engine") == "llama.cpp"]
     problems = []
     for i, model in enumerate(models if serving else []):
         path = model.get("path")
-        if not (model.get("tokenizer") or (path and not path.endswith(".gguf"))):
-            why = f"its path {path!r} is a .gguf file, not a tokenizer" if path else "it has no path"
+        if not (model.get("tokenizer") or path or model.get("gguf")):
             problems.append(f"campaign.models[{i}].tokenizer: required: serving workload {serving[0]!r} runs the "
-                            f"model {model['name']!r} and {why}; its client (llama-benchy) needs a tokenizer: give "
-                            f"tokenizer (a tokenizer.json, or a directory holding one, on the hosts)")
+                            f"model {model['name']!r}, which has no path or gguf on the hosts to take its tokenizer "
+                            f"from; its client (llama-benchy) counts tokens with it, offline: give tokenizer (a "
+                            f"tokenizer.json, or a directory holding one, on the hosts), or the model's path (its "
+                            f"directory, or its .gguf file)")
         if llamacpp and not (model.get("gguf") or (path or "").endswith(".gguf")):
             problems.append(f"campaign.models[{i}].gguf: required: llama.cpp workload {llamacpp[0]!r} runs the model "
                             f"{model['name']!r}, whose path {path!r} is not a .gguf file: give gguf (the .gguf file "
@@ -409,11 +416,7 @@ def _owned_args(raw: Any, workloads: list[dict]) -> list[str]:
     port, host, model, served name; the client's profile levels, runs, output format: serving.overriding_args,
     from the engine's and the client's own declarations) would be overridden silently or fight it (a server on
     another port never answers). Each refused, naming the workload, the flag and what sets it instead."""
-    index: dict[Any, int] = {}
-    for i, item in enumerate(raw if isinstance(raw, list) else []):
-        key = item.get("name", item.get("preset")) if isinstance(item, dict) else item
-        if isinstance(key, str):
-            index.setdefault(key, i)
+    index = _raw_index(raw)
     problems: list[str] = []
     for workload in workloads:
         if not _serving(workload):
@@ -430,6 +433,31 @@ def _owned_args(raw: Any, workloads: list[dict]) -> list[str]:
             problem = f"{where}.{field_name}: workload {name}: {text}"
             if problem not in problems:
                 problems.append(problem)
+    return problems
+
+
+def _raw_index(raw: Any) -> dict[Any, int]:
+    """Workload name (or preset) -> its index in the campaign's own workloads list, for messages."""
+    index: dict[Any, int] = {}
+    for i, item in enumerate(raw if isinstance(raw, list) else []):
+        key = item.get("name", item.get("preset")) if isinstance(item, dict) else item
+        if isinstance(key, str):
+            index.setdefault(key, i)
+    return index
+
+
+def _window_problems(raw: Any, models: list[dict], workloads: list[dict]) -> list[str]:
+    """A serving point deeper (depth + pp + tg) than a model's context window (its context_window, else the
+    catalogue's for its hf_id: estimate.window_problems), refused naming the workload, the points, the model and
+    its window. A workload crossed with several engines is named once: the window is the model's."""
+    index = _raw_index(raw)
+    problems: list[str] = []
+    for workload, _, text in estimate.window_problems(models, workloads):
+        base = workload.get("base", workload.get("name"))
+        where = f"campaign.workloads[{index[base]}].profile" if base in index else "campaign.workloads"
+        problem = f"{where}: workload {base}: {text}"
+        if problem not in problems:
+            problems.append(problem)
     return problems
 
 
@@ -496,6 +524,8 @@ def plan(campaign: dict[str, Any], host: str, host_settings: dict[str, Any] | No
                 **env, "docker_flags": settings.resolve_docker_flags(env, host_settings or {})}
         except ValueError as exc:
             problems.append(f"campaign.environments[{index}].variant: on {host}: {exc}")
+    # a llama.cpp server allocates its whole KV cache at start: it must fit the host (estimate.kv_problems)
+    problems += estimate.kv_problems(campaign, host_settings, host)
     if problems:
         raise CampaignError(problems, "sparkfleet_campaign")
     cooldown = campaign["cooldown"]

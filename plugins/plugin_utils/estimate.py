@@ -23,13 +23,26 @@ of magnitude on a DGX Spark, not a measurement: prefill at long depth is slower 
 context), a prefix cache faster, a small model much faster. Unless the campaign gives ``timeout_s``, a serving
 run's timeout is :func:`serving_timeout_s`: its ``ready_timeout_s`` + :data:`SERVING_TIMEOUT_FACTOR` x its
 points' estimate, at least the campaign default and at most a week.
+
+What a serving run needs of the model is checked here too, from the model's facts (its own ``context_window`` and
+``kv_shape``, else the catalogue's for its hf_id, ``catalogue/models.yml``; a model with neither is not checked):
+:func:`window_problems`, a point deeper than the model's context window (every serving engine), and
+:func:`kv_problems`, a llama.cpp server whose KV cache (its ``-c`` from serving.llamacpp_sizing x the bytes a
+token takes: layers x KV heads x head dim x the K and V types' bytes) does not fit the host's memory
+(``sparkfleet_serving_memory_gib``, else a DGX Spark's 128 GB: an assumption every refusal names). vLLM, SGLang and
+trtllm-serve size their KV cache from the free memory and queue what does not fit: only llama.cpp allocates what
+it is told to.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
+import yaml
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 #: Most runs per host a campaign may plan unless it sets ``max_runs`` higher (README: Limits).
@@ -167,7 +180,7 @@ def serving_text(campaign: dict[str, Any], workload: dict[str, Any]) -> str:
     return (f"{workload['name']}: {s['points']} points per run ({s['shape']}), {s['requests']} requests "
             f"({s['runs_per_point']} runs per point, plus {CLIENT_WARMUP_RUNS} warm-up each), about "
             f"{duration_text(s['estimated_s'])} per run (a rough planning figure), timeout "
-            f"{duration_text(s['timeout_s'])}")
+            f"{duration_text(s['timeout_s'])}{kv_text(campaign, workload)}")
 
 
 def duration_text(seconds: float) -> str:
@@ -199,6 +212,160 @@ def estimate_text(campaign: dict[str, Any]) -> str:
             + "; at most: cooldown max_wait_s + timeout_s per run"
             + (", a serving run's own timeout unless the campaign gives timeout_s)" if serving else ")")
             + "".join(f"; serving {serving_text(campaign, w)}" for w in serving))
+
+
+# ------------------------------------------------------------------------------ what a serving run needs of its model
+
+GIB = float(1 << 30)
+#: The memory the KV check assumes without sparkfleet_serving_memory_gib: a DGX Spark's 128 GB of LPDDR5x,
+#: unified (CPU and GPU share it, with the OS and the weights), 119.2 GiB.
+SPARK_MEMORY_BYTES = 128e9
+SPARK_MEMORY_TEXT = ("assumed: a DGX Spark's 128 GB of unified memory; set sparkfleet_serving_memory_gib for another "
+                     "host")
+#: llama.cpp's KV cache types (-ctk/-ctv, common/arg.cpp "allowed values"; default f16) -> bytes per element:
+#: ggml's block sizes (ggml/src/ggml-common.h: q8_0 = 32 values in 34 bytes, q4_0 18, q4_1 20, q5_0 22, q5_1 24,
+#: iq4_nl 18).
+LLAMACPP_KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
+                          "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
+LLAMACPP_KV_DEFAULT = "f16"
+LLAMACPP_K_FLAGS = ("-ctk", "--cache-type-k")
+LLAMACPP_V_FLAGS = ("-ctv", "--cache-type-v")
+
+
+def _model_catalogue() -> dict[str, dict[str, Any]]:
+    with open(os.path.join(settings.CATALOGUE, "models.yml"), encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+#: hf_id -> {context_window, kv_shape}: catalogue/models.yml.
+MODEL_FACTS: dict[str, dict[str, Any]] = _model_catalogue()
+
+
+def model_fact(model: dict[str, Any], key: str) -> tuple[Any, str | None]:
+    """(value, where it comes from) of the model's ``context_window`` or ``kv_shape``: the campaign's model entry,
+    else the catalogue's figure for its hf_id; (None, None) when neither gives one (or the entry's is malformed:
+    refused with its own message)."""
+    valid = {"context_window": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+             "kv_shape": lambda v: isinstance(v, dict) and settings.kv_shape_problem(v) is None}[key]
+    if valid(model.get(key)):
+        return model[key], f"its {key}"
+    known = MODEL_FACTS.get(str(model.get("hf_id")), {})
+    if valid(known.get(key)):
+        return known[key], f"the catalogue's figure for {model['hf_id']}, catalogue/models.yml"
+    return None, None
+
+
+def window_problems(models: list[dict[str, Any]], workloads: list[dict[str, Any]]) -> list[tuple[dict, dict, str]]:
+    """(workload, model, problem) for each serving workload whose deepest point needs more tokens (depth + pp + tg)
+    than a model's context window: the engine refuses the request (vLLM: above max_model_len) or runs it past what
+    the model was made for (llama.cpp warns only). The problem names the points, the deepest one and the window."""
+    out = []
+    for workload in workloads:
+        if not settings.is_serving(workload):
+            continue
+        try:
+            points = serving.profile_points(workload)
+        except ValueError:  # refused with its own message
+            continue
+        for model in models:
+            window, source = model_fact(model, "context_window")
+            if window is None:
+                continue
+            over = [p for p in points if p["depth"] + p["pp"] + p["tg"] > window]
+            if not over:
+                continue
+            deepest = max(over, key=lambda p: (p["depth"] + p["pp"] + p["tg"], p["concurrency"]))
+            fits = sorted({p["depth"] for p in points} - {p["depth"] for p in over})
+            out.append((workload, model, (
+                f"{len(over)} of its {len(points)} points need more tokens than model {model['name']}'s context "
+                f"window of {window:,} tokens ({source}): the deepest, {deepest['point']}, holds depth "
+                f"{deepest['depth']:,} + pp {deepest['pp']:,} + tg {deepest['tg']:,} = "
+                f"{deepest['depth'] + deepest['pp'] + deepest['tg']:,} tokens"
+                + (f" (the depths that fit: {', '.join(f'{d:,}' for d in fits)})" if fits else "")
+                + "; drop the deeper depths from the profile, or run a model whose window holds them (with rope "
+                  "scaling the engines are given, set the model's context_window)")))
+    return out
+
+
+def _kv_bytes_per_token(shape: dict[str, int], k_type: str, v_type: str) -> float:
+    return shape["layers"] * shape["kv_heads"] * shape["head_dim"] * (
+        LLAMACPP_KV_TYPE_BYTES[k_type] + LLAMACPP_KV_TYPE_BYTES[v_type])
+
+
+def llamacpp_kv(workload: dict[str, Any], model: dict[str, Any]) -> dict[str, Any] | None:
+    """The KV cache a llama.cpp run of ``model`` allocates at start: its -c tokens (serving.llamacpp_sizing) x the
+    bytes a token takes (kv_shape x the -ctk/-ctv types' bytes; f16 unless server_args say). None when the model's
+    kv_shape is unknown, -c is the model's own (``-c 0``), or a cache type is not one llama.cpp has."""
+    shape, source = model_fact(model, "kv_shape")
+    if shape is None or workload.get("engine") != "llama.cpp":
+        return None
+    try:
+        sizing = serving.llamacpp_sizing(workload)
+    except ValueError:
+        return None
+    extra = [str(a) for a in workload.get("server_args") or []]
+    k_type = str(serving.flag_value(extra, LLAMACPP_K_FLAGS) or LLAMACPP_KV_DEFAULT).lower()
+    v_type = str(serving.flag_value(extra, LLAMACPP_V_FLAGS) or LLAMACPP_KV_DEFAULT).lower()
+    if not sizing["ctx"] or k_type not in LLAMACPP_KV_TYPE_BYTES or v_type not in LLAMACPP_KV_TYPE_BYTES:
+        return None
+    per_token = _kv_bytes_per_token(shape, k_type, v_type)
+    return {**sizing, "bytes": per_token * sizing["ctx"], "per_token": per_token, "k_type": k_type,
+            "v_type": v_type, "shape": shape, "source": source}
+
+
+def serving_memory(host_settings: dict[str, Any] | None) -> tuple[float, str]:
+    """(bytes, how it is known) of the memory a llama.cpp server's KV cache must fit on the host."""
+    gib = (host_settings or {}).get("sparkfleet_serving_memory_gib")
+    if isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0:
+        return float(gib) * GIB, "sparkfleet_serving_memory_gib"
+    return SPARK_MEMORY_BYTES, SPARK_MEMORY_TEXT
+
+
+def _kv_text(kv: dict[str, Any]) -> str:
+    shape, point = kv["shape"], kv["point"]
+    why = (f"{kv['slots']} slots (-np) of {kv['per_slot']:,} tokens: the deepest point, {point['point']}, runs "
+           f"{point['concurrency']} requests of depth + pp + tg + {serving.LLAMACPP_SLOT_MARGIN} at once"
+           if point else f"server_args' -c, {kv['slots']} slots")
+    return (f"-c {kv['ctx']:,} tokens ({why}) x {kv['per_token']:,.0f} bytes a token ({shape['layers']} layers x "
+            f"{shape['kv_heads']} KV heads x head dim {shape['head_dim']} x K {kv['k_type']} + V {kv['v_type']}; "
+            f"the shape: {kv['source']})")
+
+
+def kv_problems(campaign: dict[str, Any], host_settings: dict[str, Any] | None = None,
+                host: str | None = None) -> list[str]:
+    """One problem per llama.cpp workload and model whose KV cache (:func:`llamacpp_kv`) is larger than the host's
+    memory (:func:`serving_memory`): llama-server allocates all of it at start and fails to start, or takes the
+    memory the weights and the OS need. A floor: the weights and the compute buffers come on top."""
+    memory, known = serving_memory(host_settings)
+    out = []
+    for workload in campaign.get("workloads") or []:
+        for model in campaign.get("models") or []:
+            kv = llamacpp_kv(workload, model)
+            if kv is None or kv["bytes"] <= memory:
+                continue
+            smaller = [t for t in ("q8_0", "q4_0") if LLAMACPP_KV_TYPE_BYTES[t] < min(
+                LLAMACPP_KV_TYPE_BYTES[kv["k_type"]], LLAMACPP_KV_TYPE_BYTES[kv["v_type"]])]
+            hint = "".join(f"give server_args [-ctk, {t}, -ctv, {t}] ("
+                           f"{_kv_bytes_per_token(kv['shape'], t, t) * kv['ctx'] / GIB:.1f} GiB: a quantised KV "
+                           f"cache), " for t in smaller[:1])
+            out.append(f"campaign.workloads: workload {workload['name']}, model "
+                       f"{model['name']}" + (f", host {host}" if host else "") + f": llama.cpp's KV cache would "
+                       f"take {kv['bytes'] / GIB:.1f} GiB, more than the host's {memory / GIB:.1f} GiB ({known}) "
+                       f"before the weights are loaded: {_kv_text(kv)}; {hint}drop the deepest depths or the highest "
+                       f"concurrency from the profile, or run a model with a smaller KV cache")
+    return out
+
+
+def kv_text(campaign: dict[str, Any], workload: dict[str, Any]) -> str:
+    """'; llama.cpp KV cache 23.5 GiB (-c 1,026,880 x f16) for model gpt-oss-20b' for each model whose shape is
+    known: what validate and the plan show of a llama.cpp workload ('' otherwise)."""
+    parts = []
+    for model in campaign.get("models") or []:
+        kv = llamacpp_kv(workload, model)
+        if kv is not None:
+            parts.append(f"{kv['bytes'] / GIB:.1f} GiB (-c {kv['ctx']:,} x {kv['k_type']}/{kv['v_type']}) for model "
+                         f"{model['name']}")
+    return f", llama.cpp KV cache {', '.join(parts)}" if parts else ""
 
 
 def too_many(runs: int, cap: int) -> str:

@@ -221,6 +221,8 @@ def host_settings(host: str, variables: dict[str, Any], campaign: dict[str, Any]
     out["paths"].update(work_dir=work_dir, models_dir=host_models_dir(variables),
                         results_root=os.path.join(work_dir, "results"),
                         results_dir=os.path.join(work_dir, "results", name, host))
+    # the default corpus (the collection's, which the serving_client role installs) under this host's work dir
+    out["serving"]["corpus"] = os.path.normpath(_WORK_DIR_REF.sub(lambda _: work_dir, str(out["serving"]["corpus"])))
     out["campaign"] = name
     out["image"]["ref"] = (settings.setting(variables, "sparkfleet_image") or campaign.get("image")
                            or settings.DEFAULT_IMAGE)
@@ -249,7 +251,8 @@ def standalone_plan(host: str, variables: dict[str, Any], groups: list[str] | No
 def plan_settings(variables: dict[str, Any]) -> dict[str, Any]:
     """The host's settings a plan depends on, with their registry defaults."""
     names = ("sparkfleet_docker_flags", "sparkfleet_docker_variants", "sparkfleet_docker_variant",
-             "sparkfleet_work_dir", "sparkfleet_poll_interval_s", "sparkfleet_report_after_s")
+             "sparkfleet_work_dir", "sparkfleet_poll_interval_s", "sparkfleet_report_after_s",
+             "sparkfleet_serving_memory_gib")
     return {name: settings.setting(variables, name) for name in names}
 
 

@@ -308,16 +308,40 @@ CAMPAIGN_FIELDS = (
     Field("aa", "any", False, "A/A pairs: true twins every environment (<name>.aa), a list only those named.",
           check=_aa, resolved=False),
 )
+#: A model's kv_shape: the attention shape its KV cache grows by (config.json), each a positive integer.
+KV_SHAPE_KEYS = ("layers", "kv_heads", "head_dim")
+
+
+def kv_shape_problem(value: Any) -> str | None:
+    if set(value) != set(KV_SHAPE_KEYS) or not all(
+            isinstance(value[k], int) and not isinstance(value[k], bool) and 0 < value[k] <= 100000 for k in value):
+        return "must be {layers, kv_heads, head_dim}, each a positive integer, got %r" % (value,)
+    return None
+
+
 MODEL_FIELDS = (
     Field("name", "str", REQUIRED, "Model name (identity of its runs)."),
     Field("hf_id", "str", None, "Hugging Face id the engine loads.", nullable=True),
     Field("path", "abs_path", None, "Model directory on the hosts (absolute; for llama.cpp the .gguf file).",
           nullable=True),
     Field("tokenizer", "abs_path", None, "Tokenizer of a serving run's client on the hosts: a tokenizer.json or "
-          "a directory holding one (default: the model's path when that is a directory).", nullable=True),
+          "a directory holding one. Default: the model's path when that is a directory; for a GGUF the "
+          "tokenizer.json beside it when its vocabulary is the GGUF's, else one derived on the host from the "
+          "GGUF's own vocabulary (kept under <results_root>/.sparkfleet/tokenizers).", nullable=True),
     Field("gguf", "abs_path", None, "The .gguf file llama.cpp serves, so one model can cross llama.cpp and the "
           "other engines: a llama.cpp run gets it as its path (its tokenizer defaults to the model's path).",
           nullable=True, check=lambda v: None if v.endswith(".gguf") else "%r is not a .gguf file" % v),
+    Field("random_weights", "bool", None, "The model's weights are random (a test or smoke model): serving runs "
+          "skip the client's coherence check (llama-benchy --skip-coherence, whose question such a model cannot "
+          "answer); the run records say so.", nullable=True),
+    Field("context_window", "int", None, "The most tokens one sequence may hold (config.json "
+          "max_position_embeddings; more only with rope scaling the engines are given): a serving point whose depth "
+          "+ pp + tg exceeds it is refused (default: the catalogue's figure for its hf_id, else not checked).",
+          "tokens", 1, 100_000_000, nullable=True),
+    Field("kv_shape", "dict", None, "{layers, kv_heads, head_dim}: what one token's KV cache takes (config.json "
+          "num_hidden_layers, less sliding-window layers; num_key_value_heads; head_dim), for validate's check that "
+          "a llama.cpp server's KV cache fits the host (default: the catalogue's for its hf_id, else not checked).",
+          nullable=True, check=kv_shape_problem),
 )
 ENVIRONMENT_FIELDS = (
     Field("name", "str", REQUIRED, "Environment name (identity of its runs)."),
@@ -367,9 +391,9 @@ WORKLOAD_FIELDS = (
           "engine's default).", nullable=True),
     Field("client", "str", "llama-benchy", "Serving: the load generator.", choices=SERVING_CLIENTS),
     Field("client_args", "list", [], "Serving: extra load-generator arguments (argv elements), e.g. "
-          "--skip-coherence for a model that cannot answer llama-benchy's coherence question; one that sets what "
-          "sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output format, ...) is refused.",
-          elements="str"),
+          "--no-warmup; one that sets what sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output "
+          "format, the tokenizer, the corpus, ...) is refused. A random-weight model skips the coherence check "
+          "by the model's random_weights.", elements="str"),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.
@@ -478,6 +502,10 @@ def _variants(value: Any) -> str | None:
     return None
 
 
+#: Where the serving_client role installs the collection's prompt corpus: the default of
+#: ``sparkfleet_serving_corpus`` (the work directory filled in by planning.host_settings).
+DEFAULT_SERVING_CORPUS = "{{ sparkfleet_work_dir }}/clients/corpus.txt"
+
 #: ``sparkfleet_*`` inventory settings (inventory, group_vars or -e). Roles read none of them: each host's
 #: ``sparkfleet_plan`` carries them, defaults applied once (planning.py).
 SETTINGS = (
@@ -505,9 +533,10 @@ SETTINGS = (
     Field("sparkfleet_rootfs_source", "str", "image", "Where the native rootfs comes from: image or overlay.",
           choices=("image", "overlay")),
     Field("sparkfleet_rootfs_prune", "bool", False, "Remove rootfs trees of other image digests."),
-    Field("sparkfleet_trtllm_unknown_version", "str", "refuse", "An image whose TensorRT-LLM version sparkfleet "
-          "does not support: refuse (naming it and the supported ones) or warn (run it with the nearest "
-          "version's commands; the records say so).", choices=("refuse", "warn")),
+    Field("sparkfleet_trtllm_unknown_version", "str", "refuse", "A TensorRT-LLM version older than every captured "
+          "trtllm-bench surface whose own CLI cannot be read from the image (or offline, in plan): refuse (naming "
+          "the captured ones) or warn (build its commands as for the oldest; the records say so).",
+          choices=("refuse", "warn")),
     Field("sparkfleet_hf_cache_dir", "abs_path", None, "A Hugging Face cache on the hosts, bound at "
           "/root/.cache/huggingface into the chroot and the container (null: none; trtllm runs are offline "
           "and read the tokenizer from the model's path).", nullable=True),
@@ -532,9 +561,14 @@ SETTINGS = (
     Field("sparkfleet_serving_client", "abs_path", None, "A llama-benchy executable on the host for serving runs "
           "(null: <work_dir>/clients/llama-benchy/bin/llama-benchy, installed with pip when serving runs are "
           "planned).", nullable=True),
-    Field("sparkfleet_serving_corpus", "abs_path", None, "A text file on the host the serving client's prompts "
-          "come from, served on 127.0.0.1 for its --book-url (null: llama-benchy's own default book).",
-          nullable=True),
+    Field("sparkfleet_serving_corpus", "abs_path", DEFAULT_SERVING_CORPUS, "A text file on the host the serving "
+          "client's prompts come from, served on 127.0.0.1 for its --book-url; nothing is downloaded. Default: the "
+          "collection's public-domain prose (roles/serving_client/files/corpus.txt), which the serving_client "
+          "role installs there."),
+    Field("sparkfleet_serving_memory_gib", "float", None, "The memory a llama.cpp server's KV cache must fit in on "
+          "the host, for validate's check of each llama.cpp workload whose model's kv_shape is known (null: a DGX "
+          "Spark's 128 GB of unified memory; on a discrete GPU give its memory).", "GiB", 0.0, 1_000_000.0,
+          low_open=True, nullable=True),
     Field("sparkfleet_readiness_policy", "str", "mark", "A host whose readiness probe finds it suspect (a thermal "
           "or power-brake fault, a degraded clock, low delivered TFLOP/s): mark (run, mark its results suspect, "
           "warn) or refuse (no runs on it).", choices=readiness.POLICIES),

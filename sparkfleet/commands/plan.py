@@ -6,8 +6,10 @@ as the host would execute it - the chroot argv of a native run, the ``docker run
 run_launch.run_env for the environment), secrets redacted. Nothing is touched: no host, no image, no network.
 What only the host knows (the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown
 as a placeholder and said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the
-image tag names. A serving run shows its server (in its environment) and its client's command for the first
-point of the run's order, with the points per run, the requests and a rough estimate of its duration.
+image tag names, and the trtllm commands are built against the captured trtllm-bench surface that covers it (else
+the nearest below it, the newest past every capture; trtllm_cli.resolve says which). A serving run shows its
+server (in its environment) and its client's command for the first point of the run's order, with the points per
+run, the requests and a rough estimate of its duration.
 """
 
 from __future__ import annotations
@@ -30,19 +32,21 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host i
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import MARKER
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, planning, settings
-from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import load, plan
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import engine_model, load, plan
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 
 HOST = "HOST"
 ENTRYPOINT = "<image-entrypoint>"  # the image's Entrypoint, recorded in the rootfs marker on the host
 CORPUS_URL = "http://127.0.0.1:<port>/corpus.txt"  # the loopback server of sparkfleet_serving_corpus (a free port)
+HOST_PATH = "<the host's PATH>"  # a bare run's PATH: the login shell's, the module's, ~/.local/bin, the system dirs
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="print every run's exact command lines (native and container), offline")
     p.add_argument("campaign", metavar="CAMPAIGN.yml")
     p.add_argument("--trtllm-version", metavar="V",
-                   help="TensorRT-LLM version to build the trtllm commands for (default: the image tag's)")
+                   help="TensorRT-LLM version whose captured trtllm-bench surface the trtllm commands are built "
+                        "against (default: the image tag's); on the host the image's own CLI decides")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_host_options(p)
     p.add_argument("--host", default=HOST, help=f"host name in the run ids and paths (default {HOST})")
@@ -121,12 +125,13 @@ def _client_step(run, host: dict[str, Any], run_dir: str) -> dict[str, Any]:
     workload, model = run.workload, run.model
     points, seed = serving.shuffled_points(workload, run.run_id)
     driver = serving_client.driver(workload.get("client"))
-    tokenizer = model.get("tokenizer") or model.get("path")  # the host uses the path when it is a directory
     first = points[0]
     argv = driver.point_argv(_client_path(host), first, serving.base_url(workload),
-                             serving.served_name(workload, model), str(tokenizer), int(workload["runs"]),
-                             bool(workload["prefix_caching"]), CORPUS_URL if host["serving"]["corpus"] else None,
-                             f"{run_dir}/points/{first['point']}.json", workload.get("client_args"))
+                             serving.served_name(workload, model), serving.tokenizer_shown(model),
+                             int(workload["runs"]), bool(workload["prefix_caching"]),
+                             CORPUS_URL if host["serving"]["corpus"] else None,
+                             f"{run_dir}/points/{first['point']}.json", workload.get("client_args"),
+                             skip_coherence=bool(model.get("random_weights")))
     cmd = runexec.redact([run_launch.ENV_BIN, "-C", run_dir]
                          + [f"{k}={v}" for k, v in serving_client.client_env(run_dir).items()] + argv)
     return {"name": "client", "argv": cmd, "stdout": None, "line": shlex.join(cmd),
@@ -153,8 +158,8 @@ def _commands(campaign, host, trtllm, runs, rootfs_tmp):
             continue
         shown = []
         for name, argv, stdout in steps:
-            if kind == "bare":
-                cmd = ["/usr/bin/env", "-C", run_dir] + [f"{k}={v}" for k, v in env.items()] + list(argv)
+            if kind == "bare":  # the host's PATH is known there only
+                cmd = runexec.bare_command(argv, env, run_dir, path=HOST_PATH, check=False)
             elif kind == "native":
                 cmd = runexec.native_command(rootfs_tmp, {}, argv, env, run_dir)
                 cmd = [rootfs_shown if a == rootfs_tmp else a for a in cmd]
@@ -181,18 +186,44 @@ def _commands(campaign, host, trtllm, runs, rootfs_tmp):
     return out
 
 
+#: Where a serving run's server runs, per environment kind (the plan's header names the kinds the campaign uses).
+_SERVER_WHERE = {"bare": "bare: on the host", "native": "native: in the chroot, on the host's network",
+                 "container": "container: on the host's network"}
+
+
+def _where_servers(campaign: dict[str, Any]) -> str:
+    kinds = dict.fromkeys(e.get("kind") or e.get("name") for e in campaign["environments"])
+    return "; ".join(_SERVER_WHERE.get(str(k), str(k)) for k in kinds)
+
+
 def _serving_notes(campaign: dict[str, Any], host: dict[str, Any]) -> list[str]:
     """What the header says of the serving workloads: each one's points, requests and estimate; the client."""
     loads = [w for w in campaign["workloads"] if serving.is_serving(w)]
     if not loads:
         return []
     corpus = host["serving"]["corpus"]
-    return [f"serving {estimate.serving_text(campaign, w)}" for w in loads] + [
-        f"serving: the server runs in the run's environment (a container on the host's network), the client on the "
-        f"host: {_client_path(host)}"
+    shipped = os.path.normpath(settings.DEFAULT_SERVING_CORPUS.replace("{{ sparkfleet_work_dir }}",
+                                                                       host["paths"]["work_dir"]))
+    notes = [f"serving {estimate.serving_text(campaign, w)}" for w in loads] + [
+        f"serving: the server runs in the run's environment ({_where_servers(campaign)}), the client on the host: "
+        f"{_client_path(host)}"
         + ("" if host["serving"]["client"] else " (installed by the serving_client role)")
         + "; the client step shows the first point of the run's shuffled order, once per point on the host; prompts "
-        + (f"from {corpus}, served at {CORPUS_URL}" if corpus else "from llama-benchy's default book")]
+        + f"from {corpus}"
+        + (" (the collection's public-domain corpus, installed by the serving_client role)" if corpus == shipped
+           else " (sparkfleet_serving_corpus)") + f", served at {CORPUS_URL}; nothing is downloaded"]
+    shown = {serving.tokenizer_shown(engine_model(m, w)) for m in campaign["models"] for w in loads}
+    gguf_tokenizers = sorted(t for t in shown if t.startswith("<tokenizer of "))
+    if gguf_tokenizers:
+        notes.append(f"serving: {', '.join(gguf_tokenizers)}: on the host, the tokenizer.json beside the GGUF when its "
+                     f"vocabulary is the GGUF's, else one derived from the GGUF's own vocabulary, once, under "
+                     f"{host['paths']['results_root']}/{serving.TOKENIZER_CACHE}/ (give the model's tokenizer to "
+                     f"choose it)")
+    randoms = [m["name"] for m in campaign["models"] if m.get("random_weights")]
+    if randoms:
+        notes.append(f"serving: random_weights ({', '.join(randoms)}): the client skips its coherence check "
+                     f"(--skip-coherence)")
+    return notes
 
 
 def run(args) -> int:
@@ -224,10 +255,13 @@ def run(args) -> int:
     if resolved:
         maker = ("trtllm-bench prepare-dataset" if resolved["dataset"] == "subcommand"
                  else f"{resolved['script_path']} --stdout")
-        notes.insert(0, f"TensorRT-LLM {resolved['version']} ({how}; profile {resolved['profile']}): dataset by "
-                        f"{maker}, LLM API options flag {resolved['config_flag']}; on the host the image's own files "
-                        f"decide (engine_probe)")
+        notes.insert(0, f"TensorRT-LLM {resolved['version']} ({how}; {resolved['profile']} trtllm-bench surface): "
+                        f"dataset by {maker}, LLM API options flag {resolved['config_flag']}; on the host the image's "
+                        f"own trtllm-bench decides (engine_probe reads its click sources)")
+        notes[1:1] = resolved["notes"]
         notes += resolved["warnings"]
+        resolved = {**{k: v for k, v in resolved.items() if k != "programs"},
+                    "surface_sha256": trtllm_cli.surface_digest(resolved["programs"])}
         hf_cache = trtllm.get("hf_cache_dir")
         notes.append(f"Hugging Face: cache {hf_cache} bound at {trtllm_cli.HF_CACHE_TARGET}" if hf_cache else
                      "Hugging Face: offline (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1); tokenizers from model paths")

@@ -128,7 +128,7 @@ def hosts_table(args) -> tuple[str, bool]:
     tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance / 100  # a percent, as for fleet
     check = check_hosts(loaded.root, loaded.runs, tolerance=tolerance,
                         alpha=args.alpha or DEFAULT_ALPHA, reference=options.reference,
-                        acknowledged=options.acknowledged, always=True)
+                        acknowledged=options.acknowledged, always=True, points=loaded.serving)
     return text_table(check), failing(check)
 
 

@@ -8,11 +8,12 @@ or client gave it (the record's reason, a serving point's reason), read from the
 
 Exit status (EXIT_STATUSES): 0 every planned run ok; the playbook's own when it failed (ansible-playbook's: 1
 error, 2 a host failed, 4 a host unreachable or a parse error, 5 bad options, 99 interrupted, 250 unexpected; 130
-after Ctrl-C); else 10 when some planned run failed (not ok, no usable record, or a serving point failed) and 11
-when no planned run succeeded; 12 (before 10 and 11) when the playbook measured nothing because every planned run
-was already done (each host said "N runs already done on HOST (dates); nothing measured"); else 2 when the report
-could not be written; 2 on bad arguments. ``--fresh`` measures again, the previous results moved aside (kept) as a
-campaign instance of their own, ``<campaign>.<UTC stamp>``, on the hosts and on the controller.
+after Ctrl-C, 143 after SIGTERM: then what the run started on the hosts is stopped, stop_hosts); else 10 when some
+planned run failed (not ok, no usable record, or a serving point failed) and 11 when no planned run succeeded; 12
+(before 10 and 11) when the playbook measured nothing because every planned run was already done (each host said "N
+runs already done on HOST (dates); nothing measured"); else 2 when the report could not be written; 2 on bad
+arguments. ``--fresh`` measures again, the previous results moved aside (kept) as a campaign instance of their own,
+``<campaign>.<UTC stamp>``, on the hosts and on the controller.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ EXIT_STATUSES = (
     (EXIT_NONE_OK, "no planned run succeeded"),
     (EXIT_NOTHING_MEASURED, "nothing measured: every planned run was already done (--fresh measures again, keeping "
                             "the old results)"),
-    (130, "interrupted (Ctrl-C)"),
+    (130, "interrupted (Ctrl-C): what the run started on the hosts was stopped (finished runs kept for a resume)"),
+    (143, "terminated (SIGTERM): the same"),
 )
 #: Failed runs named one by one on the terminal (the report names every one).
 MAX_FAILED_LINES = 30
@@ -232,7 +234,47 @@ def already_done(events: list[dict]) -> list[str]:
     return [done_message(host, [e.get("finished_ts") for e in runs.values()]) for host, runs in sorted(by_host.items())]
 
 
+#: Playbooks that stop what a cancelled run started on the hosts (its jobs, mounts, GPU state, lease): restore.yml
+#: for the run's token, which leaves alone a host that another run holds. Those that change nothing need none.
+STOPS_WITH_RESTORE = ("bench.yml", "playbooks/matrix.yml", "playbooks/reproducibility.yml")
+
+
+def stops_with_restore(playbook: str) -> bool:
+    from sparkfleet.runner import REPO
+
+    return any((REPO / name).resolve() == Path(playbook).resolve() for name in STOPS_WITH_RESTORE)
+
+
+def stop_hosts(request) -> list[str]:
+    """After Ctrl-C or SIGTERM: run playbooks/restore.yml for the run's token (its jobs, servers, clients and
+    containers stopped, the native rootfs unmounted, the GPU state restored, the host lease given back; the ledger
+    keeps every finished run for a resume). Lines to print; where it could not finish, the command that does."""
+    import shlex
+
+    from sparkfleet.runner import RunRequest, run_playbook
+
+    # request.extra_vars carry the run's token (sparkfleet_run_token): restore.yml acts where that run holds the host
+    stop = RunRequest(inventory=request.inventory, playbook="playbooks/restore.yml", extra_vars=request.extra_vars,
+                      env=request.env)
+    inventory = ["-i", request.inventory] if request.inventory else []
+    by_hand = shlex.join(["ansible-playbook", "playbooks/restore.yml", *inventory,
+                          *[a for v in request.extra_vars for a in ("-e", v)]])
+    print("sparkfleet run: interrupted: stopping what this run started on the hosts (its jobs, servers, clients and "
+          "containers; mounts and GPU state undone); finished runs are kept for a resume. Ctrl-C again leaves them "
+          "running.", file=sys.stderr, flush=True)
+    outcome = run_playbook(stop, lambda events: None)
+    if outcome.cancelled or outcome.rc != 0:
+        why = "interrupted" if outcome.cancelled else f"failed (rc={outcome.rc})"
+        return [f"sparkfleet run: the stop {why}: what this run started may still run on the hosts; stop it with: "
+                f"{by_hand}", *[f"  {line}" for line in ([] if outcome.cancelled else outcome.stdout_tail[-8:])]]
+    hosts = ", ".join(sorted(outcome.stats or {})) or "no host"
+    return [f"sparkfleet run: stopped on {hosts}: nothing this run started still runs; `sparkfleet run` with the "
+            "same arguments resumes (finished runs are kept)"]
+
+
 def run(args) -> int:
+    import uuid
+
     from sparkfleet.progress import Display, progress_event
     from sparkfleet.runner import RunRequest, parse_env, run_playbook, runner_kwargs
 
@@ -242,6 +284,8 @@ def run(args) -> int:
     request = RunRequest(inventory=args.inventory, playbook=args.playbook, extra_vars=extra_vars,
                          env=parse_env(args.env))
     playbook = runner_kwargs(request, "/nonexistent")["playbook"]  # bad arguments fail (exit 2) before anything
+    if stops_with_restore(playbook):  # the run's token names its host leases: a stop touches only what it started
+        request.extra_vars.append(json.dumps({"sparkfleet_run_token": uuid.uuid4().hex}))
     display = Display(quiet=args.quiet)
     path = Path(args.json_events or os.devnull).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,12 +309,17 @@ def run(args) -> int:
             else:
                 feed([progress_event("report", lines=lines)])
     display.close(rc)
+    if outcome.cancelled:
+        if stops_with_restore(playbook):
+            for line in stop_hosts(request):
+                print(line, file=sys.stderr)
+        return rc
     if outcome.rc != 0:
         print(f"sparkfleet run: playbook {outcome.status} (rc={outcome.rc}); last lines of its output:",
               file=sys.stderr)
         for line in outcome.stdout_tail:
             print(f"  {line}", file=sys.stderr)
-    if outcome.cancelled or playbook_kind(playbook) is None:  # stopped part-way, or a playbook that measures nothing
+    if playbook_kind(playbook) is None:  # a playbook that measures nothing
         return rc
     status, lines = run_status(list(outcome.campaign_dirs), outcome.rc)
     idle = [] if outcome.rc else already_done(seen)

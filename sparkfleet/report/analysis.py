@@ -49,7 +49,7 @@ class Analysis:
     host_variance: pd.DataFrame
     host_deviations: pd.DataFrame
     environments_pooled: pd.DataFrame = field(default_factory=pd.DataFrame)  # per (model, workload), hosts pooled
-    regressions: pd.DataFrame | None = None  # compare_campaigns(baseline, runs) when a baseline is given
+    regressions: pd.DataFrame | None = None  # compare_campaigns(baseline, runs), serving points too, with a baseline
     baseline_problems: list[LoadProblem] = field(default_factory=list)
     accounting: Accounting = field(default_factory=Accounting)  # every planned run: the missing ones named
 
@@ -104,7 +104,8 @@ def compute_facts(loaded: LoadResult, options: Options | None = None) -> Analysi
         baseline_problems = baseline.problems
         if not baseline.runs.empty:
             regressions = compare.compare_campaigns(baseline.runs, runs, alpha=options.alpha,
-                                                    threshold=options.threshold, level=options.level)
+                                                    threshold=options.threshold, level=options.level,
+                                                    baseline_points=baseline.serving, current_points=loaded.serving)
     kv_runs, kv_fit = compare.kv_decomposition(runs, options.kv_fraction)
     return Analysis(
         root=loaded.root or Path("."),

@@ -34,9 +34,9 @@ def analyse(loaded: LoadResult, options: Options | None = None,
     facts = compute_facts(loaded, options)
     o = facts.options
     memory = memory_study(facts.runs, facts.kv_runs, o.alpha, o.threshold, o.level)
-    hosts = host_normal.for_report(facts, host_options)
+    hosts = host_normal.for_report(facts, host_options, loaded.serving)
     serving = report_serving.serving_study(loaded.serving, o.alpha, o.threshold, o.level, o.resamples, o.seed,
-                                           o.cv_gate)  # empty without serving runs
+                                           o.cv_gate, facts.regressions)  # empty without serving runs
     left_out = sample_checks.left_out(loaded.serving)  # the serving samples that cannot be (issue 32)
     return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)},
                   findings=collect_findings(facts) + host_normal.findings(hosts) + report_serving.findings(serving)

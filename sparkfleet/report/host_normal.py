@@ -8,6 +8,10 @@ on their own with the other hosts' unmarked runs and named as such. Against a re
 previous campaign's results directory (Welch, as the fleet), or a file of published figures (the host's runs
 against one value: a one-sample t-test, which is Welch's with a side of zero spread).
 
+A serving run's figures are compared per point: each measured point (sparkfleet.serving.screened_points) is a
+run-shaped row whose workload names its point (``serve-quick.vllm @ d0.c1.pp512.tg64``), so every point is a cell
+of its own, against the peers and the reference alike, in the one family of the host verdict.
+
 Causes, from the evidence sparkfleet.hostcheck reads: the readiness probe's reasons and the SM clock it reached
 under load against the other hosts', throttle counters that grew during runs, firmware / VBIOS / driver / kernel /
 CUDA / image that differ from the other hosts (attestation.json), and memory fragmented at a run's start (no free
@@ -30,8 +34,8 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
-from sparkfleet import hostcheck, reproducibility
-from sparkfleet.compare import FAMILY_METHOD, _paired, _side, classify, hold_to_family
+from sparkfleet import hostcheck, reproducibility, serving
+from sparkfleet.compare import FAMILY_METHOD, _paired, _side, classify, hold_to_family, point_label
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
@@ -40,7 +44,7 @@ from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
 KEYS = ["model", "environment", "workload"]
 #: The figures a verdict sentence names first, in this order: decode throughput is what an owner feels.
-PREFERRED = ("decode_tok_s", "output_tok_s", "tpot_ms", "total_tok_s", "req_s")
+PREFERRED = ("decode_tok_s", "output_tok_s", "tpot_ms", "total_tok_s", "req_s", "tg_req_tok_s", "tg_tok_s")
 #: A host whose SM clock under load is below this fraction of the other hosts' median names it as a cause.
 CLOCK_FRACTION = 0.9
 #: identity field -> the word a cause uses for it (attestation.identity's keys).
@@ -101,6 +105,37 @@ def with_decode_rate(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(decode_tok_s=runs["run_id"].map(rate).astype("float64")) if len(rate) else runs
 
 
+def point_workload(workload: object, point: str) -> str:
+    """The workload of a serving point's cell: ``serve-quick.vllm @ d0.c1.pp512.tg64``."""
+    return f"{workload} @ {point}"
+
+
+def serving_rows(points: pd.DataFrame | None) -> pd.DataFrame:
+    """The measured serving points (serving.screened_points: what cannot be left out) as run-shaped rows, one per
+    run x point: run_id, host, model, environment, the point's workload (point_workload), status, warmup and the
+    serving metrics; the comparisons then treat each point as a cell and a run's points share its run_id (a
+    suspect run's points are kept apart with it)."""
+    columns = ["run_id", "host", *KEYS, "status", "warmup", *serving.SERVING_METRICS]
+    if points is None or points.empty:
+        return pd.DataFrame(columns=columns)
+    measured = serving.screened_points(points)
+    if measured.empty:
+        return pd.DataFrame(columns=columns)
+    names = [point_workload(w, point_label(*p)) for w, *p in measured[["workload", *serving.PROFILE]].itertuples(
+        index=False, name=None)]
+    return measured.assign(workload=names, status="ok", warmup=False)[columns].reset_index(drop=True)
+
+
+def with_points(measured: pd.DataFrame, points: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
+    """(``measured`` with the serving points' rows below it, the serving metrics they hold): what the fleet and the
+    reference comparisons read."""
+    rows = serving_rows(points)
+    metrics = [m for m in serving.SERVING_METRICS if rows[m].notna().any()] if len(rows) else []
+    if not metrics:
+        return measured, []
+    return pd.concat([measured, rows.astype({"warmup": "boolean"})], ignore_index=True), metrics
+
+
 def _moments(runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     long = runs.melt(id_vars=KEYS, value_vars=metrics, var_name="metric", value_name="value").dropna(
         subset=["value"])
@@ -132,16 +167,16 @@ def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tol
     for fig in figures.itertuples(index=False):
         if fig.metric not in runs:
             continue
-        match = runs[(runs["model"] == fig.model) & (runs["workload"] == fig.workload)]
+        match = runs[(runs["model"] == fig.model) & (runs["workload"] == figure_workload(fig))]
         if isinstance(fig.environment, str) and fig.environment:
             match = match[match["environment"] == fig.environment]
         for env, cell in match.groupby("environment", sort=True):
             values = cell[fig.metric].dropna()
             if values.empty:
                 continue
-            rows.append({"model": fig.model, "environment": env, "workload": fig.workload, "metric": fig.metric,
-                         "n": len(values), "mean": values.mean(), "var": values.var(), "n_ref": len(values),
-                         "mean_ref": fig.value, "var_ref": 0.0, "source": fig.source})
+            rows.append({"model": fig.model, "environment": env, "workload": figure_workload(fig),
+                         "metric": fig.metric, "n": len(values), "mean": values.mean(), "var": values.var(),
+                         "n_ref": len(values), "mean_ref": fig.value, "var_ref": 0.0, "source": fig.source})
     if not rows:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
     t = pd.DataFrame(rows)
@@ -152,6 +187,12 @@ def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tol
                     ci_low_pct=paired["ci_low"] / scale * 100, ci_high_pct=paired["ci_high"] / scale * 100,
                     p_value=paired["p_value"], outcome=judged["outcome"].to_numpy(),
                     reason=judged["reason"].to_numpy(), required_n=judged["required_n"].to_numpy())
+
+
+def figure_workload(fig: Any) -> str:
+    """The workload a published figure is matched on: a serving figure's names its point (point_workload)."""
+    point = getattr(fig, "point", None)
+    return point_workload(fig.workload, point) if isinstance(point, str) and point else str(fig.workload)
 
 
 def _tagged(frame: pd.DataFrame, host: str, against: str, runs: str, source: str = "") -> pd.DataFrame:
@@ -187,15 +228,16 @@ def unmatched_figures(figures: pd.DataFrame, measured: pd.DataFrame, metrics: li
     never dropped silently (a model not in the campaign, a metric misspelt or not compared here)."""
     out = []
     for fig in figures.itertuples(index=False):
-        where = f"{fig.metric} for {fig.model} / {fig.workload}" + (
+        workload = figure_workload(fig)
+        where = f"{fig.metric} for {fig.model} / {workload}" + (
             f" / {fig.environment}" if isinstance(fig.environment, str) and fig.environment else "")
         model = measured[measured["model"].astype(str) == fig.model]
-        cell = model[model["workload"].astype(str) == fig.workload]
+        cell = model[model["workload"].astype(str) == workload]
         if isinstance(fig.environment, str) and fig.environment:
             cell = cell[cell["environment"].astype(str) == fig.environment]
-        if fig.metric in serving_metric_names():
-            why = "a serving metric: serving points are not compared with a reference"
-        elif fig.metric not in METRICS and fig.metric != "decode_tok_s":
+        if fig.metric in serving.SERVING_METRICS and workload == str(fig.workload):
+            why = "a serving metric without its point: give point (e.g. d0.c1.pp512.tg64) with the figure"
+        elif fig.metric not in {*METRICS, "decode_tok_s", *serving.SERVING_METRICS}:
             why = f"not a metric sparkfleet records (one of {', '.join(sorted(metrics)) or 'none measured'})"
         elif fig.metric not in metrics:
             why = "not measured in this campaign"
@@ -212,12 +254,6 @@ def unmatched_figures(figures: pd.DataFrame, measured: pd.DataFrame, metrics: li
     return out
 
 
-def serving_metric_names() -> tuple[str, ...]:
-    from sparkfleet.serving import SERVING_METRICS  # noqa: PLC0415 - the serving reader's metric names
-
-    return SERVING_METRICS
-
-
 def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect_ids: set[str], metrics: list[str],
                           tolerance: float, alpha: float, level: float) -> pd.DataFrame:
     """Each host (its unmarked and its suspect runs apart) against a previous campaign's results directory (its
@@ -230,6 +266,7 @@ def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect
         ref = load_runs(path)
         ref_runs = with_decode_rate(measured_runs(ref.runs))
         ref_states = hostcheck.run_states(ref.root, ref_runs)
+        ref_runs, _ = with_points(ref_runs, ref.serving)  # its serving points too, each a cell
         ref_runs = ref_runs[~ref_runs["run_id"].isin(set(ref_states.loc[ref_states["readiness_state"] == "suspect",
                                                                         "run_id"]))]
         shared = [m for m in metrics if m in ref_runs]
@@ -361,11 +398,13 @@ def host_verdict(host: str, comparisons: pd.DataFrame, causes: list[str], suspec
 
 def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFAULT_TOLERANCE,
                 alpha: float = DEFAULT_ALPHA, level: float = DEFAULT_LEVEL, reference: str | Path | None = None,
-                acknowledged: bool | None = None, always: bool = False) -> HostCheck | None:
+                acknowledged: bool | None = None, always: bool = False,
+                points: pd.DataFrame | None = None) -> HostCheck | None:
     """Every host's verdict from the runs loaded from ``root`` (sparkfleet.load) and the host-state evidence
     under it. ``acknowledged`` None: read from campaign.json (hostcheck.acknowledged_in). Without ``always``, None
     when the tree holds none of the evidence (no readiness/attestation section, no attestation.json or
-    bandwidth.json) and no reference is given: the report then says nothing new."""
+    bandwidth.json) and no reference is given: the report then says nothing new. ``points``: the serving points
+    loaded with the runs (load.LoadResult.serving), compared per point like the runs (serving_rows)."""
     root = Path(root)
     dirs = hostcheck.host_dirs(root, runs)
     states = hostcheck.run_states(root, runs)
@@ -377,11 +416,13 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
     metrics = [m for m in metric_columns(runs) if m not in CONFIG_METRICS]
     metrics += [m for m in ("decode_tok_s",) if m in measured and measured[m].notna().any()]
     suspect_ids = set(states.loc[states["readiness_state"] == "suspect", "run_id"].astype(str))
-    parts = [fleet_comparisons(measured, suspect_ids, metrics, tolerance, alpha, level)]
+    compared, point_metrics = with_points(measured, points)  # the runs, and each serving point as a cell
+    metrics += point_metrics
+    parts = [fleet_comparisons(compared, suspect_ids, metrics, tolerance, alpha, level)]
     unmatched: list[str] = []
     if reference is not None:
-        parts.append(reference_comparisons(reference, measured, suspect_ids, metrics, tolerance, alpha, level))
-        unmatched = reference_unmatched(Path(reference), measured, parts[-1], metrics)
+        parts.append(reference_comparisons(reference, compared, suspect_ids, metrics, tolerance, alpha, level))
+        unmatched = reference_unmatched(Path(reference), compared, parts[-1], metrics)
     parts = [p for p in parts if len(p)]
     comparisons = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COMPARISON_COLUMNS)
     # every comparison behind a "not normal" (peers, suspect runs, the reference) is one family (Holm)
@@ -553,13 +594,14 @@ class HostOptions:
     acknowledged: bool | None = None
 
 
-def for_report(facts: Any, options: HostOptions | None = None) -> HostCheck | None:
+def for_report(facts: Any, options: HostOptions | None = None,
+               points: pd.DataFrame | None = None) -> HostCheck | None:
     """The report's host check (None when the tree holds no host-state evidence and no reference is given);
-    ``facts`` is the report's Analysis (root, runs, options)."""
+    ``facts`` is the report's Analysis (root, runs, options), ``points`` its serving points."""
     options = options or HostOptions()
     o = facts.options
     return check_hosts(facts.root, facts.runs, tolerance=o.tolerance, alpha=o.alpha, level=o.level,
-                       reference=options.reference, acknowledged=options.acknowledged)
+                       reference=options.reference, acknowledged=options.acknowledged, points=points)
 
 
 #: Finding kinds the terminal summary prints one by one (the host lines are printed already).

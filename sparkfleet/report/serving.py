@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from sparkfleet.report.document import (
 )
 from sparkfleet.report.memory import noise_floor
 from sparkfleet.report.types import Finding, Verdict, VerdictLine, plain
-from sparkfleet.report.verdicts import _line_outcome, _verdicts_from, _with_floor, aa_twins, metric_clause
+from sparkfleet.report.verdicts import _line_outcome, _verdicts_from, _with_floor, aa_twins
 from sparkfleet.report.wording import pct
 
 ENVIRONMENT, ENGINE = "serving-environment", "serving-engine"
@@ -53,6 +53,8 @@ SERVING_TITLES = {
     "serving_ttft": "Serving: end-to-end time to first token against depth",
 }
 CSV_NAMES = ("serving_points.csv", "serving_cells.csv", "serving_comparisons.csv", "serving_aa_noise.csv")
+#: Each point against --baseline (compare.compare_campaigns' serving rows); written only with a baseline.
+BASELINE_CSV = "serving_baseline.csv"
 
 
 @dataclass
@@ -67,6 +69,7 @@ class ServingStudy:
     noise: pd.DataFrame = field(default_factory=pd.DataFrame)  # per serving metric: memory.noise_floor's columns
     failed: pd.DataFrame = field(default_factory=pd.DataFrame)  # points left out: the point failed
     failed_runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # serving runs not ok (their points left out)
+    baseline: pd.DataFrame = field(default_factory=pd.DataFrame)  # each point against --baseline (the gate's rows)
 
     @property
     def present(self) -> bool:
@@ -79,9 +82,7 @@ class ServingStudy:
                 if not math.isnan(f)}
 
 
-def point_label(depth: Any, concurrency: Any, pp: Any, tg: Any) -> str:
-    """The contract's point name: d4096.c2.pp512.tg64."""
-    return f"d{depth}.c{concurrency}.pp{pp}.tg{tg}"
+point_label = compare.point_label  # the contract's point name: d4096.c2.pp512.tg64
 
 
 def words(metric: str) -> str:
@@ -146,14 +147,9 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
         point = point_label(row["depth"], row["concurrency"], row["pp"], row["tg"])
         return f"{row['model']} / {row[context]} / {point}"
 
-    verdicts = []
-    for v in _verdicts_from(paired, judged, question, subject, "a", "b", _SIDE[question], threshold):
-        better = None if v.outcome != "different" or v.diff is None else \
-            bool(np.sign(v.diff) == serving.direction(v.metric))
-        v = replace(v, better=better)
-        # verdicts.metric_clause names the metric first: the serving words instead of the bare key
-        v = replace(v, text=words(v.metric) + metric_clause(v, threshold, _SIDE[question])[len(v.metric):])
-        verdicts.append(_with_floor(v, floors))
+    # _verdicts_from judges "better" by compare.direction and words the clause by wording.words, both serving-aware
+    verdicts = [_with_floor(v, floors) for v in _verdicts_from(paired, judged, question, subject, "a", "b",
+                                                                _SIDE[question], threshold)]
     table = paired.assign(
         scope=paired["metric"].map(serving.SCOPES), outcome=judged["outcome"], reason=judged["reason"],
         required_n=judged["required_n"], cv_pooled=judged["cv_pooled"], p_family=judged["p_family"],
@@ -202,17 +198,27 @@ def failed_runs(points: pd.DataFrame) -> pd.DataFrame:
     return runs[["host", "run_id", "engine", "environment", "model", "status", "reason"]].reset_index(drop=True)
 
 
+def baseline_points(regressions: pd.DataFrame | None) -> pd.DataFrame:
+    """The serving rows of the comparison against --baseline (compare.compare_campaigns: a row with a point),
+    those matched on both sides; empty without a baseline or serving points."""
+    if regressions is None or "point" not in regressions:
+        return pd.DataFrame()
+    return regressions[regressions["point"].notna() & regressions["metric"].notna()].reset_index(drop=True)
+
+
 def serving_study(points: pd.DataFrame, alpha: float, threshold: float, level: float = stats.DEFAULT_LEVEL,
                   resamples: int = stats.DEFAULT_RESAMPLES, seed: int = stats.DEFAULT_SEED,
-                  cv_gate: float = stats.DEFAULT_CV_GATE) -> ServingStudy:
-    """The serving study of a campaign's points table; an empty study without points."""
+                  cv_gate: float = stats.DEFAULT_CV_GATE, regressions: pd.DataFrame | None = None) -> ServingStudy:
+    """The serving study of a campaign's points table; an empty study without points. ``regressions``: the
+    comparison against --baseline (Analysis.regressions), whose serving rows the section shows."""
     if points.empty:
         return ServingStudy()
     pairs = aa_point_pairs(points, level)
     noise = noise_floor(pairs, alpha) if not pairs.empty else pd.DataFrame()
     study = ServingStudy(points=points, aa_pairs=pairs, noise=noise, failed=serving.failed_points(points),
                          failed_runs=failed_runs(points),
-                         cells=serving.cell_statistics(points, level, resamples, seed, cv_gate))
+                         cells=serving.cell_statistics(points, level, resamples, seed, cv_gate),
+                         baseline=baseline_points(regressions))
     tables, verdicts = [], []
     for question in (ENVIRONMENT, ENGINE):
         paired = paired_points(points, question, level)
@@ -362,6 +368,47 @@ def _comparison_table(comparisons: pd.DataFrame) -> Any:
                  "serving_comparisons.csv", len(comparisons))
 
 
+def _baseline_table(rows: pd.DataFrame) -> Any:
+    """Each serving point against --baseline: the gate's own rows (verdict regression / improvement / unchanged /
+    undetermined, by its one family)."""
+    c = shown(rows)
+    keys = [k for k in ("host", "model", "environment", "workload") if k in c]
+    scale = c["baseline_mean"].abs().where(c["baseline_mean"] != 0)
+    low, high = c["ci_low"] / scale * 100, c["ci_high"] / scale * 100
+    frame = pd.DataFrame({
+        "cell": [" / ".join(str(r[k]) for k in keys) for _, r in c.iterrows()], "engine": c["engine"].astype(str),
+        **{k: c[k].astype(str) for k in serving.PROFILE}, "metric": c["metric"].map(words),
+        "n": c["n_baseline"].map(fmt) + " / " + c["n_current"].map(fmt),
+        "baseline": c["baseline_mean"].map(fmt), "current": c["current_mean"].map(fmt),
+        "difference": c["change_pct"].map(fmt_pct),
+        "95% CI": [f"{N_TOO_SMALL} (n={fmt(min(na, nb))})" if min(na, nb) < stats.MIN_N_INTERVAL else
+                   "–" if pd.isna(lo) else f"{fmt_pct(lo)} to {fmt_pct(hi)}"
+                   for lo, hi, na, nb in zip(low, high, c["n_baseline"], c["n_current"], strict=True)],
+        "Welch p (alone)": c["p_value"].map(fmt_p), "p in its family (Holm)": c["p_family"].map(fmt_p),
+        "verdict": [v + (" (significant alone, not in its family)" if r == "family" else "")
+                    + (f" (≈ {n:.0f} iterations/side would tell)" if v == "undetermined" and n == n else "")
+                    for v, r, n in zip(c["verdict"], c["reason"], c["required_n"], strict=True)],
+    })
+    return table(frame, "Each point against the baseline: current against baseline (the regression gate's rows)",
+                 BASELINE_CSV, len(rows))
+
+
+def _baseline_blocks(study: ServingStudy, options: Any) -> list:
+    """The serving points against --baseline: what the rule is, how many regressed, each row."""
+    rows = study.baseline
+    if rows.empty:
+        return []
+    counts = rows["verdict"].value_counts()
+    said = ", ".join(f"{counts[v]} {v}" for v in ("regression", "improvement", "undetermined", "unchanged")
+                     if v in counts)
+    return [Paragraph(
+        f"Against the baseline ({options.baseline}), each point and metric measured in both: {len(rows)} "
+        f"comparisons ({said}). A regression or an improvement is significant and beyond ±"
+        f"{options.threshold * 100:g}% (by the metric's direction: throughput up, latency down); significance is "
+        f"{compare.FAMILY_METHOD} (every comparison against the baseline, run-level and serving, is one family)."),
+        _baseline_table(rows)]
+
+
 def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
     """The "Serving" section; nothing for a campaign without serving runs."""
     study: ServingStudy = report.serving
@@ -408,7 +455,8 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
         blocks.append(_comparison_table(study.comparisons))
     else:
         blocks.append(Paragraph("No point was measured in two environments of one engine or by two engines in one "
-                                "environment: nothing to compare."))
+                                "environment: nothing to compare within this campaign."))
+    blocks += _baseline_blocks(study, o)
     if not study.noise.empty:
         noise = study.noise
         blocks.append(Details("A/A noise floor of the serving metrics", [table(pd.DataFrame({
@@ -431,11 +479,12 @@ def figure_makers(report: Any) -> dict[str, Callable[[], bytes | None]]:
 # --- files and JSON ----------------------------------------------------------------------------------------
 
 def tables(study: ServingStudy) -> dict[str, pd.DataFrame]:
-    """The serving CSVs (CSV_NAMES) by file name; {} without serving runs."""
+    """The serving CSVs (CSV_NAMES, and BASELINE_CSV against a baseline) by file name; {} without serving runs."""
     if not study.present:
         return {}
     comparisons = study.comparisons.drop(columns=["text"], errors="ignore")
-    return dict(zip(CSV_NAMES, (study.points, study.cells, comparisons, study.noise), strict=True))
+    written = dict(zip(CSV_NAMES, (study.points, study.cells, comparisons, study.noise), strict=True))
+    return written | ({BASELINE_CSV: study.baseline} if not study.baseline.empty else {})
 
 
 def write_tables(study: ServingStudy, out_dir: str | os.PathLike[str]) -> list[Path]:

@@ -406,36 +406,36 @@ def host_lines(analysis: Analysis) -> list[VerdictLine]:
 # --- question 3: regression against a baseline -----------------------------------------------------------
 
 def regression_lines(analysis: Analysis) -> list[VerdictLine]:
+    """Against ``--baseline``: a line per cell that regressed, a line per serving cell and engine with a point that
+    regressed, the improvements, and "no regression" over every comparison (run-level and serving points: the
+    one family of compare.compare_campaigns) when none did; what could not be matched is named."""
     table = analysis.regressions
-    if table is None:
-        return []
     options = analysis.options
+    if table is None:
+        return [] if not options.baseline else [VerdictLine(
+            "regression", "baseline", "undetermined", "undetermined",
+            f"The baseline {options.baseline} holds no valid run record: nothing was compared with it.")]
     judged_rows = table[table["metric"].notna() & ~table["metric"].isin(CONFIG_METRICS)]
     if judged_rows.empty:
         return [VerdictLine("regression", "baseline", "undetermined", "undetermined",
-                            "No cell and metric was measured both in the baseline and in this campaign.")]
+                            "No cell and metric was measured both in the baseline and in this campaign: "
+                            f"{_unmatched_text(table) or 'the cells both ran share no judged metric'}.")]
     keys = [k for k in ("host", "model", "environment", "workload") if k in judged_rows]
     paired = judged_rows.rename(columns={"n_baseline": "n_a", "n_current": "n_b", "baseline_mean": "mean_a",
                                          "current_mean": "mean_b", "sd_baseline": "sd_a", "sd_current": "sd_b"})
     paired = paired.assign(_a="baseline", _b="current").reset_index(drop=True)
-    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n", "cv_pooled"]], "regression",
-                              lambda r: " / ".join(str(r[k]) for k in keys), "_a", "_b", "side",
-                              options.threshold)
-    lines = []
-    by_subject: dict[str, list[Verdict]] = {}
-    for v in verdicts:
-        by_subject.setdefault(v.subject, []).append(v)
-    for subject, group in by_subject.items():
-        worse = [v for v in group if v.outcome == "different" and v.better is False]
-        if worse:
-            phrases = [short_phrase(v, options.threshold) for v in worse]
-            lines.append(VerdictLine("regression", subject, "different", "regression",
-                                     f"Regression on {subject} against the baseline: {_join([v.text for v in worse])}",
-                                     tuple(worse), f"{subject}: {_join_phrases(phrases)} than the baseline."))
+    cells = [" / ".join(str(r[k]) for k in keys) for _, r in paired.iterrows()]
+    points = _point_names(paired)
+    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n", "cv_pooled", "p_family",
+                                              "family_size"]], "regression",
+                              lambda r: " / ".join([*(str(r[k]) for k in keys), *_point_of(r)]), "_a", "_b",
+                              "side", options.threshold)
+    run_level = [v for v, point in zip(verdicts, points, strict=True) if point is None]
+    lines = _cell_regression_lines(run_level, options.threshold)
+    lines += _point_regression_lines(verdicts, cells, paired, points, options.threshold)
     lines = _capped(lines, "regression")
     better = [v for v in verdicts if v.outcome == "different" and v.better]
     undetermined = [v for v in verdicts if v.outcome == "undetermined"]
-    cells = len(by_subject)
     if better:
         listed = "; ".join(f"{v.subject} {v.text}" for v in better[:3])
         more = f" and {len(better) - 3} more" if len(better) > 3 else ""
@@ -443,8 +443,11 @@ def regression_lines(analysis: Analysis) -> list[VerdictLine]:
                                  f"Improved against the baseline: {listed}{more}.", tuple(better)))
     if not any(line.label == "regression" for line in lines):
         tol = f"±{options.threshold * 100:g}%"
-        text = (f"No regression against the baseline: {len(verdicts)} comparisons in {cells} cell(s), none "
-                f"significantly worse by more than {tol}.")
+        served = {v.subject: v for v, point in zip(verdicts, points, strict=True) if point is not None}
+        of_points = (f" ({sum(p is not None for p in points)} of them serving figures at {len(served)} point(s))"
+                     if served else "")
+        text = (f"No regression against the baseline: {len(verdicts)} comparisons in {len(set(cells))} cell(s)"
+                f"{of_points}, none significantly worse by more than {tol}.")
         if undetermined:
             need = max((v.required_n or 0) for v in undetermined)
             text += (f" {len(undetermined)} of them are undetermined (too few runs or too wide an interval)"
@@ -452,12 +455,88 @@ def regression_lines(analysis: Analysis) -> list[VerdictLine]:
         outcome = "undetermined" if undetermined else "same"
         lines.insert(0, VerdictLine("regression", "baseline", outcome, "no regression", text,
                                     tuple(undetermined)))
-    unmatched = table[table["metric"].isna()]
-    if len(unmatched):
-        counts = unmatched["verdict"].value_counts()
-        lines.append(VerdictLine("regression", "baseline", "undetermined", "unmatched",
-                                 "Not compared: " + ", ".join(f"{n} cell(s) {k}" for k, n in counts.items()) + "."))
+    unmatched = _unmatched_text(table)
+    if unmatched:
+        lines.append(VerdictLine("regression", "baseline", "undetermined", "unmatched", f"Not compared: {unmatched}."))
     return lines
+
+
+def _point_of(row: pd.Series) -> list[str]:
+    """A serving row's engine and point (compare.POINT_COLUMNS), for its subject; [] for a run-level row."""
+    point = row.get("point")
+    return [str(row["engine"]), str(point)] if isinstance(point, str) else []
+
+
+def _point_names(table: pd.DataFrame) -> list[str | None]:
+    """Each row's serving point name, None for a run-level row."""
+    if "point" not in table:
+        return [None] * len(table)
+    return [p if isinstance(p, str) else None for p in table["point"]]
+
+
+def _unmatched_text(table: pd.DataFrame) -> str:
+    """"2 cell(s) only in baseline, 3 serving point(s) only in current": the rows compare_campaigns could not
+    match, cells and points apart; "" when every one matched."""
+    rows = table[table["metric"].isna()]
+    if rows.empty:
+        return ""
+    kind = pd.Series(np.where(pd.Series(_point_names(rows)).notna(), "serving point(s)", "cell(s)"))
+    counts = pd.DataFrame({"kind": kind.to_numpy(), "verdict": rows["verdict"].to_numpy()}).value_counts(sort=False)
+    return ", ".join(f"{n} {k} {verdict}" for (k, verdict), n in sorted(counts.items()))
+
+
+def _cell_regression_lines(verdicts: list[Verdict], threshold: float) -> list[VerdictLine]:
+    """A "regression" line per run cell with a metric significantly worse beyond the threshold."""
+    by_subject: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        by_subject.setdefault(v.subject, []).append(v)
+    lines = []
+    for subject, group in by_subject.items():
+        worse = [v for v in group if v.outcome == "different" and v.better is False]
+        if worse:
+            phrases = [short_phrase(v, threshold) for v in worse]
+            lines.append(VerdictLine("regression", subject, "different", "regression",
+                                     f"Regression on {subject} against the baseline: {_join([v.text for v in worse])}",
+                                     tuple(worse), f"{subject}: {_join_phrases(phrases)} than the baseline."))
+    return lines
+
+
+def _point_regression_lines(verdicts: list[Verdict], cells: list[str], table: pd.DataFrame,
+                            points: list[str | None], threshold: float) -> list[VerdictLine]:
+    """A "regression" line per serving cell and engine with a point metric significantly worse beyond the
+    threshold: per metric, at how many of the points it was compared at, which and by how much (the table in
+    the Serving section and serving_baseline.csv hold each point)."""
+    groups: dict[str, list[tuple[Verdict, str]]] = {}
+    for v, cell, engine, point in zip(verdicts, cells, table.get("engine", pd.Series([None] * len(table))), points,
+                                      strict=True):
+        if point is not None:
+            groups.setdefault(f"{cell} ({engine})", []).append((v, point))
+    lines = []
+    for subject, group in groups.items():
+        worse = [(v, p) for v, p in group if v.outcome == "different" and v.better is False]
+        if not worse:
+            continue
+        clauses = [_points_clause(metric, [(v, p) for v, p in worse if v.metric == metric],
+                                  sum(v.metric == metric for v, _ in group))
+                   for metric in dict.fromkeys(v.metric for v, _ in worse)]
+        where = len({p for _, p in worse})
+        lines.append(VerdictLine(
+            "regression", subject, "different", "regression",
+            f"Serving regression on {subject} against the baseline, per point (±{threshold * 100:g}%): "
+            f"{'; '.join(clauses)}.", tuple(v for v, _ in worse),
+            f"{subject}: serving worse than the baseline at {where} point(s): "
+            f"{_join_phrases(list(dict.fromkeys(words(v.metric) for v, _ in worse)))}."))
+    return lines
+
+
+def _points_clause(metric: str, worse: list[tuple[Verdict, str]], compared: int) -> str:
+    """"generation throughput (per user) worse at 3 of 4 points (d0.c1…, …) (−20.4% to −19.9%)"."""
+    changes = [v.change_pct for v, _ in worse if v.change_pct is not None]
+    low, high = (min(changes), max(changes)) if changes else (None, None)
+    size = "" if low is None else f" ({pct(low)})" if low == high else f" ({pct(low)} to {pct(high)})"
+    where = (f"all {compared} points" if len(worse) == compared else
+             f"{len(worse)} of {compared} points ({', '.join(p for _, p in worse)})")
+    return f"{words(metric)} worse at {where}{size}"
 
 
 def _capped(lines: list[VerdictLine], question: str) -> list[VerdictLine]:

@@ -4,6 +4,7 @@ relative change as the verdicts and the memory lines print them."""
 from __future__ import annotations
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
+from sparkfleet import serving
 
 WORDS = {
     "output_tok_s": "output throughput",
@@ -25,11 +26,12 @@ UNITS = {"tokens/s": "tok/s", "requests/s": "req/s"}
 
 
 def words(metric: str) -> str:
-    return WORDS.get(metric, metric)
+    """A metric in words; a serving point's metric in the serving words (scope included: aggregate, per user)."""
+    return WORDS.get(metric) or serving.WORDS.get(metric, metric)
 
 
 def unit(metric: str) -> str:
-    text = METRICS.get(metric, "")
+    text = METRICS.get(metric) or serving.UNITS.get(metric, "")
     return UNITS.get(text, text)
 
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from fakefleet import STANDINS, FleetError, _run
+from trtllm_sources import click_sources
 
 IMAGE_REPO = "sparkfleet-test/trtllm"
 SUITE = "bookworm"
@@ -42,7 +43,7 @@ IMAGE_PYTHON = STANDINS / "python"
 IMAGE_PACKAGES = ("cupy",)
 TRTLLM_VERSION = "1.1.0rc3"
 #: Versions the test image can be built as (each has a command tree in tests/data/trtllm-cli).
-TRTLLM_VERSIONS = ("1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.3.0rc13")
+TRTLLM_VERSIONS = ("1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.2.1", "1.3.0rc13", "1.3.0rc29")
 CLI_TREES = STANDINS.parent.parent / "data" / "trtllm-cli"
 PYTHON_LIB = "usr/local/lib/python3.11/dist-packages"  # bookworm's python3 reads it, as NGC images' python does
 SCRIPT = "app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py"
@@ -98,6 +99,7 @@ def _recipe_hash(version: str = TRTLLM_VERSION) -> str:
     h = hashlib.sha256(f"{SUITE}|{PACKAGES}|{version}|{sorted(IMAGE_ENV.items())}".encode())
     for tool in (*IMAGE_TOOLS, "prepare_dataset.py"):
         h.update((STANDINS / tool).read_bytes())
+    h.update((Path(__file__).parent / "trtllm_sources.py").read_bytes())
     for tree in sorted(CLI_TREES.glob("*.json")):
         h.update(tree.read_bytes())
     for path, name in _package_files():
@@ -158,26 +160,16 @@ def _overlay_tar(path: Path, version: str = TRTLLM_VERSION) -> None:
     """Files the image adds on top of the base: the engine stand-ins and a tensorrt_llm package of ``version``
     whose files say what its CLI offers (as engine_probe reads them)."""
     tree = cli_tree(version)
-    bench = tree["programs"]["trtllm-bench"]["commands"]
     pkg = f"./{PYTHON_LIB}/tensorrt_llm"
     with tarfile.open(path, "w") as tar:
         for tool in IMAGE_TOOLS:
             _add_file(tar, STANDINS / tool, f"./usr/local/bin/{tool}", 0o755)
         for tree_file in sorted(CLI_TREES.glob("*.json")):  # the stand-ins enforce the version's tree
             _add_file(tar, tree_file, f"./usr/local/share/sparkfleet-standin/trtllm-cli/{tree_file.name}", 0o644)
-        init = '"""Stand-in for the TensorRT-LLM package (tests only)."""\nfrom .version import __version__\n'
-        _add_text(tar, f"{pkg}/__init__.py", init)
-        _add_text(tar, f"{pkg}/version.py", f'__version__ = "{version}"\n')
-        _add_text(tar, f"{pkg}/bench/__init__.py", "")
-        # What the benchmark modules spell (engine_probe reads the option names, nothing else).
-        tput = bench["throughput"]["options"]
-        _add_text(tar, f"{pkg}/bench/benchmark/throughput.py", "".join(
-            f'@optgroup.option("{name}")\n' for name in tput if name in ("--extra_llm_api_options", "--config")))
-        lat = bench["latency"]["options"]
-        _add_text(tar, f"{pkg}/bench/benchmark/low_latency.py", '@click.command(name="latency")\n' + "".join(
-            f'@optgroup.option("{name}")\n' for name in lat if name in ("--extra_llm_api_options", "--config")))
-        if "prepare-dataset" in bench:
-            _add_text(tar, f"{pkg}/bench/dataset/prepare_dataset.py", '@click.group(name="prepare-dataset")\n')
+        # What engine_probe reads: click sources shaped like NVIDIA's (commands/bench.py and the modules it
+        # registers), written from the version's command tree; nothing of them runs (the stand-in does).
+        for rel, text in click_sources(tree, version).items():
+            _add_text(tar, f"{pkg}/{rel}", text)
         if "prepare_dataset.py" in tree["programs"]:
             _add_file(tar, STANDINS / "prepare_dataset.py", f"./{SCRIPT}", 0o755)
         for src, name in _package_files():

@@ -110,11 +110,21 @@ def random_weights(tokens: list[str], types: list[int], shape: dict, seed: int) 
     return tensors
 
 
-def write_gguf(path: Path, tokens: list[str], types: list[int], merges: list[str], shape: dict, seed: int) -> None:
+def write_gguf(path: Path, tokens: list[str], types: list[int], merges: list[str] | None, shape: dict, seed: int,
+               tokenizer_model: str = "gpt2", pre: str | None = "gpt-2", scores: list[float] | None = None,
+               add_space_prefix: bool | None = None, matrix_dtype: str = "f32", name: str = NAME) -> None:
+    """The tiny llama GGUF. By default its vocabulary is the byte-level BPE above ("gpt2", pre-tokenizer "gpt-2");
+    the tokenizer tests write the same vocabulary under other pre-tokenizers, and a SentencePiece one
+    (``tokenizer_model`` "llama", ``scores``, no merges), to compare llama-server's tokens with a derived
+    tokenizer's. ``matrix_dtype`` "f16" stores the 2-D tensors (embeddings, projections, output) as float16, the
+    norms stay float32 (llama.cpp's MOSTLY_F16 layout); ``name`` is the GGUF's general.name."""
     import gguf
+    import numpy as np
 
+    if matrix_dtype not in ("f32", "f16"):
+        raise ValueError(f"matrix_dtype must be f32 or f16, got {matrix_dtype!r}")
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name(NAME)
+    w.add_name(name)
     w.add_context_length(shape["n_ctx"])
     w.add_embedding_length(shape["n_embd"])
     w.add_block_count(shape["n_layer"])
@@ -124,37 +134,70 @@ def write_gguf(path: Path, tokens: list[str], types: list[int], merges: list[str
     w.add_rope_dimension_count(shape["n_embd"] // shape["n_head"])
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(len(tokens))
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if matrix_dtype == "f16" else gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model(tokenizer_model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(SPECIALS.index("<|endoftext|>"))
-    w.add_eos_token_id(SPECIALS.index("<|im_end|>"))
+    if merges is not None:
+        w.add_token_merges(merges)
+    if scores is not None:
+        w.add_token_scores(scores)
+    if add_space_prefix is not None:
+        w.add_add_space_prefix(add_space_prefix)
+    if tokenizer_model == "llama":  # SentencePiece: <unk> <s> </s> first
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    else:
+        w.add_bos_token_id(SPECIALS.index("<|endoftext|>"))
+        w.add_eos_token_id(SPECIALS.index("<|im_end|>"))
     w.add_add_bos_token(False)
     w.add_add_eos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
-    for name, array in random_weights(tokens, types, shape, seed).items():
-        w.add_tensor(name, array)
+    tensors = random_weights(tokens, types, shape, seed)
+    for tensor in list(tensors):
+        array = tensors.pop(tensor)  # one float32 copy at a time beside the written ones
+        w.add_tensor(tensor, array.astype(np.float16) if matrix_dtype == "f16" and array.ndim == 2 else array)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def make_tiny_model(dest_dir: Path | str, seed: int = SEED) -> dict:
-    """Write tokenizer.json and tiny.gguf into dest_dir (created); the same seed gives the same bytes.
-    Returns {gguf: Path, tokenizer: Path (the tokenizer.json), name: "tiny"}."""
+def spm_vocabulary(vocab_size: int = 700) -> tuple[list[str], list[int], list[float]]:
+    """A SentencePiece-style vocabulary (tokens, GGUF token types, scores) as llama.cpp's "llama" tokenizer model
+    holds one: <unk> (type 2), <s> and </s> (3), the 256 byte pieces <0xXX> (6), then the pieces of a BPE trained
+    with the tokenizers package on the corpus (U+2581 for a space; type 1, score -rank: the earlier merge scores
+    higher, as a SentencePiece BPE model's do)."""
+    from tokenizers import SentencePieceBPETokenizer
+
+    sp = SentencePieceBPETokenizer()
+    sp.train_from_iterator([CORPUS.read_text(encoding="utf-8")], vocab_size=vocab_size, show_progress=False)
+    vocab = json.loads(sp._tokenizer.to_str())["model"]["vocab"]
+    pieces = [p for p in sorted(vocab, key=vocab.get) if p != "<unk>"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+    return tokens, types, scores
+
+
+def make_tiny_model(dest_dir: Path | str, seed: int = SEED, shape: dict | None = None, matrix_dtype: str = "f32",
+                    name: str = NAME) -> dict:
+    """Write tokenizer.json and <name>.gguf into dest_dir (created); the same seed gives the same bytes.
+    ``shape``: SHAPE's keys (default SHAPE, the tests' tiny model); ``matrix_dtype``: write_gguf's.
+    Returns {gguf: Path, tokenizer: Path (the tokenizer.json), name}."""
+    shape = dict(SHAPE if shape is None else shape)
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(CORPUS.read_text(encoding="utf-8"), SHAPE["vocab"])
+    tok = train_tokenizer(CORPUS.read_text(encoding="utf-8"), shape["vocab"])
     tokenizer = dest / "tokenizer.json"
     tok.save(str(tokenizer))
     tokens, types, merges = vocabulary(tok)
-    model = dest / f"{NAME}.gguf"
-    write_gguf(model, tokens, types, merges, SHAPE, seed)
-    return {"gguf": model, "tokenizer": tokenizer, "name": NAME}
+    model = dest / f"{name}.gguf"
+    write_gguf(model, tokens, types, merges, shape, seed, matrix_dtype=matrix_dtype, name=name)
+    return {"gguf": model, "tokenizer": tokenizer, "name": name}
 
 
 if __name__ == "__main__":

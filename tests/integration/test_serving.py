@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llamacpp import BuildError, ensure_llama_server, missing_tools
 from tinymodel import CORPUS, make_tiny_model
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
@@ -30,16 +29,6 @@ pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IMAGE_REPO = "sparkfleet-test/llamacpp"
 PROFILE = {"depth": [0, 256], "concurrency": [1, 2], "pp": [64], "tg": [48]}
-
-
-@pytest.fixture(scope="module")
-def llama_server() -> Path:
-    if missing_tools():
-        pytest.skip(f"building llama-server needs {', '.join(missing_tools())} (apt-get install cmake g++)")
-    try:
-        return ensure_llama_server()
-    except BuildError as err:
-        pytest.fail(str(err))
 
 
 @pytest.fixture(scope="module")
@@ -57,30 +46,46 @@ def serving_image(test_image, llama_server, tmp_path_factory) -> str:
     return ref
 
 
-@pytest.fixture
-def serving_setup(tmp_path, serving_image, repo):
-    """A work dir whose models directory holds the tiny model, a campaign file and the extra vars."""
+def _setup(tmp_path: Path, image: str, explicit: bool) -> dict:
+    """A work dir whose models directory holds the tiny model, a campaign file and the extra vars. Without
+    ``explicit`` nothing test-only is set (issue 33): the client's tokenizer is the tokenizer.json tinymodel writes
+    beside the GGUF, the prompts the corpus that ships with the collection, and the random model says
+    random_weights. ``explicit``: the tokenizer, the corpus and --skip-coherence given as settings instead."""
     work, results = tmp_path / "work", tmp_path / "results"
     models = work / "models"
     model = make_tiny_model(models / "tiny")
+    entry = {"name": "tiny", "path": str(model["gguf"])}
+    entry.update({"tokenizer": str(model["tokenizer"].parent)} if explicit else {"random_weights": True})
+    workload = {"name": "chat", "engine": "llama.cpp", "profile": PROFILE, "runs": 2, "server_args": ["-t", "1"],
+                "ready_timeout_s": 120}
+    if explicit:  # a random model cannot answer llama-benchy's "capital of France" coherence check
+        workload["client_args"] = ["--skip-coherence"]
     campaign = {"sparkfleet_campaign": {
-        "name": "serve-e2e", "image": serving_image,
-        "models": [{"name": "tiny", "path": str(model["gguf"]), "tokenizer": str(model["tokenizer"].parent)}],
-        "environments": ["native", "container"],
-        "workloads": [{"name": "chat", "engine": "llama.cpp", "profile": PROFILE, "runs": 2,
-                       "server_args": ["-t", "1"], "ready_timeout_s": 120,
-                       # a random model cannot answer llama-benchy's "capital of France" coherence check
-                       "client_args": ["--skip-coherence"]}],
-        "iterations": 2, "warmup_runs": 0, "order": "interleaved",
+        "name": "serve-e2e", "image": image, "models": [entry], "environments": ["native", "container"],
+        "workloads": [workload], "iterations": 2, "warmup_runs": 0, "order": "interleaved",
         "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"},
         "timeout_s": 900}}
     path = tmp_path / "campaign.yml"
     path.write_text(yaml.safe_dump(campaign))
+    # the client: the venv's llama-benchy (this machine has no PyPI for the serving_client role's install)
     extra = ["-e", f"@{path}", "-e", f"sparkfleet_work_dir={work}", "-e", f"sparkfleet_results_dir={results}",
              "-e", "sparkfleet_image_offline=true",
-             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}",
-             "-e", f"sparkfleet_serving_corpus={CORPUS}"]
+             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"]
+    if explicit:
+        extra += ["-e", f"sparkfleet_serving_corpus={CORPUS}"]
     return {"work": work, "results": results, "extra": extra, "campaign": path, "model": model}
+
+
+@pytest.fixture
+def serving_setup(tmp_path, serving_image):
+    """The tokenizer, the corpus and --skip-coherence given explicitly, as settings."""
+    return _setup(tmp_path, serving_image, explicit=True)
+
+
+@pytest.fixture
+def default_serving_setup(tmp_path, serving_image):
+    """Nothing test-only set: what the host finds by itself."""
+    return _setup(tmp_path, serving_image, explicit=False)
 
 
 def servers(work: Path) -> list[tuple[int, str]]:
@@ -114,8 +119,9 @@ def dump_dom(page: Path, profile: Path) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
-def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_setup, ansible_env, repo, tmp_path):
-    s = serving_setup
+def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(default_serving_setup, ansible_env, repo,
+                                                                     tmp_path):
+    s = default_serving_setup
     proc = subprocess.run(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
@@ -154,9 +160,17 @@ def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_se
         assert sum("tg_tok_s" in p["metrics"] for p in serving["points"]) >= 2, serving["points"]
         log = (path.parent / "server.log").read_text()
         assert "llama" in log and "n_slots" in log
-        # the client ran on the host against 127.0.0.1, with the corpus sparkfleet served on loopback
+        # the client ran on the host against 127.0.0.1, with the corpus sparkfleet served on loopback: the one that
+        # ships with the collection, installed by the serving_client role; its tokenizer the one beside the GGUF
         bench = (path.parent / "bench.log").read_text()
-        assert "127.0.0.1" in bench
+        assert "Downloading book from http://127.0.0.1:" in bench and "gutenberg" not in bench.lower()
+        assert serving["corpus"] == str(s["work"] / "clients" / "corpus.txt")
+        assert Path(serving["corpus"]).read_bytes() == CORPUS.read_bytes()
+        assert serving["tokenizer"] == {"path": str(s["model"]["gguf"].parent), "gguf": str(s["model"]["gguf"]),
+                                        "source": "the tokenizer.json beside the GGUF", "tokens": 1024}
+        argv = serving["client"]["argv"]
+        assert argv[argv.index("--book-url") + 1].startswith("http://127.0.0.1:") and "--skip-coherence" in argv
+        assert serving["client"]["coherence_check"] == "skipped: the model has random_weights"
     # the native runs chroot into the image's rootfs: the engine's own libraries, not the host's
     native = next(r for r in records if r["environment"] == "native")
     assert native["fingerprint"] is None or native["fingerprint"].get("environment_kind") in (None, "native")
@@ -180,6 +194,57 @@ def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(serving_se
         assert dom.count("<img") >= 2  # the throughput-vs-concurrency and TTFT-vs-depth figures
 
 
+def test_a_bare_llama_cpp_run_on_one_host_needs_no_test_only_setting(llama_server, ansible_env, repo, tmp_path):
+    """Issue 33: the model a GGUF alone (no tokenizer.json beside it) marked random_weights, the environment bare,
+    llama-server where the user's login profile puts it on PATH (not on the PATH Ansible runs the module with), no
+    corpus setting. The run finds the server, derives the client's tokenizer from the GGUF's vocabulary, serves the
+    collection's corpus and skips the coherence check, and every point is measured."""
+    home = tmp_path / "home"  # the user's home: its .profile puts the engine on the login shell's PATH
+    engines = home / "opt" / "llama" / "bin"
+    engines.mkdir(parents=True)
+    shutil.copy2(llama_server, engines / "llama-server")
+    (home / ".profile").write_text('PATH="$HOME/opt/llama/bin:$PATH"\nexport PATH\n')
+    env = dict(ansible_env, HOME=str(home))
+    assert shutil.which("llama-server", path=env["PATH"]) is None  # Ansible's own PATH does not have it
+    work, results = tmp_path / "work", tmp_path / "results"
+    built = make_tiny_model(tmp_path / "build")
+    gguf = work / "models" / "tiny.gguf"
+    gguf.parent.mkdir(parents=True)
+    shutil.copy2(built["gguf"], gguf)
+    profile = {"depth": [0, 128], "concurrency": [1, 2], "pp": [64], "tg": [32]}
+    campaign = {"sparkfleet_campaign": {
+        "name": "serve-bare", "models": [{"name": "tiny", "path": str(gguf), "random_weights": True}],
+        "environments": [{"name": "host", "kind": "bare"}],
+        "workloads": [{"name": "chat", "engine": "llama.cpp", "profile": profile, "runs": 2,
+                       "server_args": ["-t", "1"], "ready_timeout_s": 120}],
+        "iterations": 1, "warmup_runs": 0, "timeout_s": 900,
+        "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"}}}
+    path = tmp_path / "campaign.yml"
+    path.write_text(yaml.safe_dump(campaign))
+    proc = subprocess.run(["ansible-playbook", "bench.yml", "-e", f"@{path}", "-e", f"sparkfleet_work_dir={work}",
+                           "-e", f"sparkfleet_results_dir={results}",
+                           "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    (record_path,) = (results / "serve-bare" / "localhost" / "runs").glob("*/record.json")
+    rec = json.loads(record_path.read_text())
+    assert validate(rec) == [] and rec["status"] == "ok", (rec["reason"], rec.get("serving"))
+    serving = rec["serving"]
+    assert serving["server"]["executable"] == str(engines / "llama-server")
+    assert {p["status"] for p in serving["points"]} == {"ok"} and len(serving["points"]) == 4
+    tokenizer = serving["tokenizer"]
+    assert tokenizer["source"] == "derived from the GGUF's vocabulary" and tokenizer["gguf"] == str(gguf)
+    assert tokenizer["path"].startswith(str(work / "results" / ".sparkfleet" / "tokenizers"))
+    assert (Path(tokenizer["path"]) / "tokenizer.json").is_file() and tokenizer["tokens"] == 1024
+    assert serving["corpus"] == str(work / "clients" / "corpus.txt")
+    assert serving["client"]["coherence_check"] == "skipped: the model has random_weights"
+    argv = serving["client"]["argv"]
+    assert argv[argv.index("--tokenizer") + 1] == tokenizer["path"] and "--skip-coherence" in argv
+    bench = (record_path.parent / "bench.log").read_text()
+    assert "Downloading book from http://127.0.0.1:" in bench and "gutenberg" not in bench.lower()  # the loopback
+    assert "Falling back to 'gpt2'" not in bench  # llama-benchy loaded the derived tokenizer
+
+
 def _wait_for(predicate, timeout: float, step: float = 0.5):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -190,11 +255,41 @@ def _wait_for(predicate, timeout: float, step: float = 0.5):
     return None
 
 
+def clients(work: Path) -> list[int]:
+    """llama-benchy processes driving this test's servers (their corpus and output live under ``work``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = b" ".join((proc / "cmdline").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if proc.name.isdigit() and b"llama-benchy" in argv and str(work).encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def sparkfleet_processes(marker: str) -> list[str]:
+    """Command lines of the processes this test's `sparkfleet run` started (ansible-playbook, its workers, the
+    background bench_run job): each carries the test's campaign file or work dir in its arguments or its
+    module's arguments file, so ``marker`` (the tmp dir) finds them."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in argv and ("ansible" in argv or "sparkfleet" in argv or "bench_run" in argv):
+            found.append(f"{proc.name}: {argv[:200]}")
+    return found
+
+
 def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup, ansible_env, repo, tmp_path):
-    """Ctrl-C (SIGINT to ansible-playbook's process group) while a container's server is up: the measurements
-    go on in their background job by design (a dead controller does not stop a campaign), and
-    playbooks/restore.yml - the documented undo - stops it; then a resume in which the native server is killed
-    under the client. No llama-server process and no container outlives either."""
+    """Ctrl-C (SIGINT to `sparkfleet run`'s process group, as a terminal sends it) mid-point, while a container's
+    server is up and llama-benchy drives it: `sparkfleet run` stops what it started - its playbook, the background
+    job, the server, the client, the container, the mounts, the host lease - and exits 130. Then a resume in which
+    the native server is killed under the client. No llama-server process and no container outlives either."""
     s = serving_setup
     work = s["work"]
     campaign = yaml.safe_load(s["campaign"].read_text())
@@ -203,21 +298,26 @@ def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup,
     spec["workloads"][0]["runs"] = 3
     s["campaign"].write_text(yaml.safe_dump(campaign))
 
-    first = (tmp_path / "interrupted.log").open("w")
-    play = subprocess.Popen(["ansible-playbook", "bench.yml", *s["extra"]], cwd=repo, env=ansible_env,
-                            stdout=first, stderr=subprocess.STDOUT, start_new_session=True)
+    first = tmp_path / "interrupted.log"
+    run = subprocess.Popen([sys.executable, "-m", "sparkfleet", "run", "--quiet", *s["extra"]], cwd=repo,
+                           env=ansible_env, stdout=first.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        assert _wait_for(lambda: servers(work) and leftovers(work)[1], timeout=600), "no serving container came up"
-        os.killpg(play.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole foreground group
-        play.wait(timeout=300)
+        assert _wait_for(lambda: leftovers(work)[1] and clients(work), timeout=600, step=0.2), \
+            "no serving container with a client driving it came up"
+        os.killpg(run.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole foreground group
+        assert run.wait(timeout=600) == 130, first.read_text()[-6000:]
     finally:
-        if play.poll() is None:
-            os.killpg(play.pid, signal.SIGKILL)
-            play.wait()
-    restore = subprocess.run(["ansible-playbook", "playbooks/restore.yml", *s["extra"]], cwd=repo,
-                             env=ansible_env, capture_output=True, text=True, timeout=600)
-    assert restore.returncode == 0, restore.stdout[-4000:]
-    assert _wait_for(lambda: leftovers(work) == ([], []), timeout=60), leftovers(work)
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    log = first.read_text()
+    assert "nothing this run started still runs" in log, log[-6000:]
+    assert _wait_for(lambda: leftovers(work) == ([], []) and not clients(work), timeout=60), leftovers(work)
+    assert not sparkfleet_processes(str(tmp_path)), sparkfleet_processes(str(tmp_path))
+    results_root = work / "results"
+    assert not list((results_root / ".sparkfleet" / "jobs").glob("*.json"))  # no job registered any more
+    assert not (results_root / ".sparkfleet" / "host.lease").exists()  # the host is free for the next run
+    assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(work) in line]
 
     # the resume: the container run again, then the native one, whose server is killed under the client
     resumed = tmp_path / "resumed.log"
@@ -241,3 +341,27 @@ def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup,
     killed = records["native"]
     failed = [p for p in killed["serving"]["points"] if p["status"] == "failed"]
     assert failed and killed["reason"], killed["serving"]["points"]  # what the dead server cost is named
+
+
+def test_sparkfleet_run_reports_a_serving_runs_points(serving_setup, ansible_env, repo, tmp_path):
+    """Progress inside a run (issue 33): `sparkfleet run --json-events` has a `point` event as each point of a
+    serving run starts and finishes (point k of n, the time left in the run), all before that run's `run` event."""
+    s = serving_setup
+    campaign = yaml.safe_load(s["campaign"].read_text())
+    campaign["sparkfleet_campaign"].update(environments=["native"], iterations=1)
+    s["campaign"].write_text(yaml.safe_dump(campaign))
+    events_file = tmp_path / "events.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "sparkfleet", "run", "--quiet", "--json-events", str(events_file),
+                           *s["extra"]], cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    points = [e for e in events if e["event"] == "point"]
+    n = len(PROFILE["depth"]) * len(PROFILE["concurrency"])
+    assert sorted((p["k"], p["phase"]) for p in points) == [(k, phase) for k in range(1, n + 1)
+                                                            for phase in ("finished", "started")], points
+    assert {(p["host"], p["n"], p["cell"]) for p in points} == {("localhost", n, "tiny/native/chat")}
+    finished = [p for p in points if p["phase"] == "finished"]
+    assert all(p["status"] == "ok" and p["duration_s"] > 0 for p in finished)
+    assert finished[-1]["run_eta_s"] == 0 and finished[-1]["eta_s"] == 0  # the last point of the only run
+    (run,) = [i for i, e in enumerate(events) if e["event"] == "run"]
+    assert all(events.index(p) < run for p in points)

@@ -97,8 +97,7 @@ def engines_setup(tmp_path, engines_image):
     path.write_text(yaml.safe_dump(campaign))
     extra = ["-e", f"@{path}", "-e", f"sparkfleet_work_dir={work}", "-e", f"sparkfleet_results_dir={results}",
              "-e", "sparkfleet_image_offline=true",
-             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}",
-             "-e", f"sparkfleet_serving_corpus={CORPUS}"]
+             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"]  # no PyPI here
     return {"work": work, "results": results, "extra": extra, "model": model}
 
 

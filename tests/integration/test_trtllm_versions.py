@@ -1,12 +1,14 @@
-"""A trtllm campaign on the fake fleet against two TensorRT-LLM versions of the test image (issue 21).
+"""A trtllm campaign on the fake fleet against TensorRT-LLM versions of the test image (issues 21 and 35).
 
 The image is built as 1.1.0rc3 (spark-single-gpu-dev: no ``trtllm-bench prepare-dataset``, the dataset comes
-from the image's ``benchmarks/cpp/prepare_dataset.py --stdout``) and as 1.3.0rc13 (the subcommand;
-``--config``). Its stand-ins enforce that version's command tree with click's wording and exit code 2, so
-yesterday's commands (``prepare-dataset`` on 1.1, ``latency --max_batch_size`` anywhere) fail here. Both
-campaigns must complete: engine_probe reads the version from the image's files (the native rootfs, or the
-image through docker create + docker cp when there is none), bench_run builds every command for it, and each
-record says which version and surface its commands were built for.
+from the image's ``benchmarks/cpp/prepare_dataset.py --stdout``), as 1.2.1 (the subcommand;
+``--extra_llm_api_options``), as 1.3.0rc13 and as 1.3.0rc29 (the subcommand; ``--config``; rc29 without the
+standalone script). Each image carries click sources shaped like NVIDIA's (tests/fleet/trtllm_sources.py) and
+stand-ins that enforce that version's command tree with click's wording and exit code 2, so yesterday's commands
+(``prepare-dataset`` on 1.1, ``latency --max_batch_size`` anywhere) fail here. Every campaign must complete:
+engine_probe reads the image's CLI from its files (the native rootfs, or the image through docker create +
+docker cp when there is none), bench_run builds every command from it, and each record says which version and
+surface its commands were built for.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ def _campaign(tmp_path: Path, image: str, models_dir: Path, environments: list) 
 
 @pytest.mark.parametrize(("version", "environments"), [
     ("1.1.0rc3", ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}]),
+    ("1.2.1", ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}]),
     ("1.3.0rc13", ["native", {"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}]),
-    ("1.3.0rc13", [{"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}]),  # probe via image
-], ids=["1.1.0rc3", "1.3.0rc13", "1.3.0rc13-container-only"])
+    ("1.3.0rc29", [{"name": "container", "kind": "container", "docker_flags": ["--ipc=host"]}]),  # probe via image
+], ids=["1.1.0rc3", "1.2.1", "1.3.0rc13", "1.3.0rc29-container-only"])
 def test_a_trtllm_campaign_runs_on_each_supported_version(
         fleet_factory, docker_engine, ansible_env, repo, tmp_path, version, environments):
     from testimage import build_image
@@ -67,7 +70,7 @@ def test_a_trtllm_campaign_runs_on_each_supported_version(
          "-e", "sparkfleet_preflight_min_free_disk_gib=1"],
         cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert f"TensorRT-LLM {version} (profile" in proc.stdout
+    assert f"TensorRT-LLM {version} (CLI read from the image)" in proc.stdout
 
     records = [json.loads(p.read_text()) for p in sorted(results.glob("versions/*/runs/*/record.json"))]
     assert len(records) == 2 * len(environments)
@@ -75,7 +78,7 @@ def test_a_trtllm_campaign_runs_on_each_supported_version(
         assert validate(rec) == [], rec["run_id"]
         assert rec["status"] == "ok", (rec["run_id"], rec["reason"])
         built = rec["versions"]["trtllm"]
-        assert built["version"] == version and rec["engine_version"] == version
+        assert built["version"] == version and rec["engine_version"] == version and built["profile"] == "image"
         assert built["dataset"] == ("script" if version == "1.1.0rc3" else "subcommand")
         assert "--max_batch_size" not in rec["command"] or rec["workload"] == "tput"
         host = fleet.hosts[0]

@@ -68,6 +68,8 @@ def test_docker_io_only_where_there_is_no_docker_at_all(tmp_path, case):
 def test_both_modes_install_docker_only_through_the_decision():
     code = [line for line in (REPO / "bootstrap.sh").read_text().splitlines() if not line.lstrip().startswith("#")]
     installs = [line for line in code if "apt_install " in line and not line.lstrip().startswith("apt_install()")]
-    assert len(installs) == 2  # bench and test
-    assert all('${docker_pkg:+"$docker_pkg"}' in line and not re.search(r"\bdocker\.io\b", line) for line in installs)
+    assert len(installs) == 3  # bench, test, and the quick path (base packages only: it needs no Docker)
+    assert not any(re.search(r"\bdocker\.io\b", line) for line in installs)
+    with_docker = [line for line in installs if "docker" in line]
+    assert len(with_docker) == 2 and all('${docker_pkg:+"$docker_pkg"}' in line for line in with_docker)
     assert sum(line.strip() == "docker_pkg=$(docker_to_install)" for line in code) == 2

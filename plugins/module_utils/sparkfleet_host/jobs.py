@@ -124,3 +124,26 @@ def stop_job(entry: dict, grace_s: float) -> dict:
     with contextlib.suppress(OSError):
         os.unlink(entry["path"])
     return {"pid": pid, "campaign": entry.get("campaign"), "run_id": entry.get("run_id"), "how": how}
+
+
+#: The label every run's container carries (run_launch.Launcher): what a clean-up may remove.
+RUN_LABEL = "sparkfleet.run_id"
+
+
+def remove_left_containers(docker: str, campaign=None, keep=()) -> dict:
+    """Remove the run containers a job could not remove (Docker was down, the job was killed): those labelled
+    RUN_LABEL (and ``campaign``'s, when given), except ``keep`` (the live jobs' current ones).
+    ``{"removed": [names], "error": None | why Docker could not be asked}``."""
+    labels = [RUN_LABEL] + (["sparkfleet.campaign=%s" % campaign] if campaign else [])
+    filters = [a for label in labels for a in ("--filter", "label=" + label)]
+    query = [docker, "ps", "-a", "--format", "{{.Names}}"] + filters
+    try:
+        listed = subprocess.run(query, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"removed": [], "error": "%s: %s" % (docker, exc)}
+    if listed.returncode != 0:
+        return {"removed": [], "error": (listed.stderr or listed.stdout).strip()[-300:] or "docker ps failed"}
+    names = [n for n in listed.stdout.split() if n not in set(keep)]
+    removed = [n for n in names
+               if subprocess.run([docker, "rm", "-f", n], capture_output=True, timeout=120).returncode == 0]
+    return {"removed": removed, "error": None}

@@ -2,7 +2,9 @@
 """The per-host ledger: an append-only JSON-lines log of job / started / finished events.
 
 ``job`` (no run_id) is written when a matrix job with something to run starts; ``finished`` carries what a
-follower shows (status, duration, cooldown, cell) so progress needs no record reads.
+follower shows (status, duration, cooldown, cell) so progress needs no record reads. ``point`` (a serving run's
+point ``k`` of ``n`` ``started`` or ``finished``) is progress within a run for followers only: no run state
+(:func:`last_by_run`'s kinds leave it out), so resume and the accounting never read it.
 
 Resume reads it back: a run whose last event is ``finished`` (and whose record.json exists) is done; a
 run that ``started`` but never finished was interrupted and is run again. Each event is one ``write`` of
@@ -30,13 +32,26 @@ def append_event(path: str, event: str, run_id, **fields) -> dict:
     entry.update(fields)
     line = (json.dumps(entry, sort_keys=True) + "\n").encode()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a line a crash cut short is ended first, so this
+            line = b"\n" + line  # event is a line of its own (the torn one is skipped by parse_events)
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
     return entry
+
+
+def append_point(path: str, run_id: str, k: int, n: int, point: str, phase: str, **fields):
+    """A serving run's point ``k`` of ``n`` (1-based, in the run's order) ``started`` or ``finished``
+    (``phase``; a finished one with its ``status`` and ``duration_s``). Bookkeeping for followers: a full disk
+    loses the line, never the run (None then)."""
+    try:
+        return append_event(path, "point", run_id, k=k, n=n, point=point, phase=phase, **fields)
+    except OSError:
+        return None
 
 
 def parse_events(lines) -> list:

@@ -21,7 +21,7 @@ from typing import Optional
 
 from . import host_state, modelcard, serving
 from .fields import WEEK_S, Field, field_problem
-from .jobs import JobRegistration
+from .jobs import JobRegistration, remove_left_containers
 from .ledger import append_event, finished_fields, run_states
 from .record import run_id, write_json_atomic
 from .resume import check_host, keep_config
@@ -302,6 +302,13 @@ def take_lock(host: str, host_dir: str, runs: list):
             time.sleep(0.5)
 
 
+def remove_left_behind(params: dict, runs: list) -> None:
+    """The campaign's run containers an earlier job could not remove (Docker was down then, or the job was
+    killed) go before this job's first run: under the lock no run of the campaign is in one."""
+    if any(run.environment.get("kind") == "container" for run in runs):
+        remove_left_containers((params.get("container") or {}).get("docker") or "docker", params["campaign"])
+
+
 def plan_only(params: dict, runs: list) -> dict:
     """Check mode: the kept campaign configuration checked, every run reported as planned."""
     check_campaign_config(params, runs)
@@ -328,6 +335,7 @@ def run_job(params: dict, runs: list, results: list) -> None:
                     raise MatrixError("%s: cannot move the previous results of %s aside for a fresh measurement "
                                       "(%s); nothing was measured" % (params["host"], runs[0].host_dir, exc)) from None
             check_campaign_config(params, runs, keep=True)
+            remove_left_behind(params, runs)
             states = run_states(runs[0].ledger)
             announced = False
             for run in runs:

@@ -22,14 +22,16 @@ import time
 from . import fingerprint, memstate, serving, serving_client, trtllm_cli
 from .chroot import ChrootError, load_image_config, read_native_state
 from .gpu import GpuSensorError, open_sensor
-from .ledger import utc
+from .ledger import append_point, utc
 from .runexec import (
     COMPILE_CACHE_SUBDIR,
     WORKLOADS_SUBDIR,
     RunSetupError,
+    bare_env,
     container_cgroup_memory_file,
     container_command,
     engine_steps,
+    host_path,
     native_command,
     redact,
     run_process,
@@ -108,6 +110,8 @@ class Launcher:
         self.fp = None  # fingerprint.Sampler of the measured step in progress
         self.warnings = []  # launcher warnings (a rootfs marker without the image's entrypoint)
         self.network = {}  # a serving container's network: {"network", "network_added"}
+        self.executables = {}  # a bare run's step -> the executable its command resolved to on the host's PATH
+        self.tokenizer = None  # a serving run's tokenizer (serving.tokenizer_choice), chosen at setup
 
     # ------------------------------------------------------------------------- commands
     def prepare(self, record) -> list:
@@ -144,8 +148,9 @@ class Launcher:
 
     def command(self, step: str, argv: list) -> list:
         run_dir, environment = self.run.run_dir, self.run.environment
-        if self.kind == "bare":  # straight on the host, with the module's own environment plus the workload's
-            return ["/usr/bin/env", "-C", run_dir] + ["%s=%s" % kv for kv in self.env().items()] + list(argv)
+        if self.kind == "bare":  # straight on the host: the workload's variables, the host's PATH (runexec.bare_env)
+            env, self.executables[step] = bare_env(argv, self.env())
+            return [ENV_BIN, "-C", run_dir] + ["%s=%s" % kv for kv in env.items()] + list(argv)
         if self.kind == "native":
             native = self.p["native"] or {}
             return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self.env(), run_dir,
@@ -242,10 +247,13 @@ class Launcher:
         workload, model = self.run.workload, self.run.model
         serving_client.driver(workload.get("client"))  # a client sparkfleet drives
         self.client_path()
-        serving.tokenizer(model)
+        # the client's tokenizer: the model's, its directory's, or its GGUF's (derived once, under the results root)
+        self.tokenizer = serving.tokenizer_choice(model, os.path.join(self.p["results_root"],
+                                                                      serving.TOKENIZER_CACHE))
         corpus = (self.p.get("serving") or {}).get("corpus")
         if corpus and not os.path.isfile(corpus):
-            raise RunSetupError("serving corpus %r is not a file on this host" % corpus)
+            raise RunSetupError("serving corpus %r is not a file on this host (sparkfleet_serving_corpus; its default, "
+                                "the collection's corpus, is installed by the serving_client role)" % corpus)
         overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
         if overriding:
             raise RunSetupError("; ".join(text for _, text in overriding))
@@ -255,10 +263,18 @@ class Launcher:
         record.versions["engine"] = workload["engine"]
         return argv, command
 
+    def tokenizer_path(self) -> str:
+        """The tokenizer the client counts with (chosen at setup, else now)."""
+        if self.tokenizer is None:
+            self.tokenizer = serving.tokenizer_choice(self.run.model, os.path.join(self.p["results_root"],
+                                                                                   serving.TOKENIZER_CACHE))
+        return self.tokenizer["path"]
+
     def client_path(self) -> str:
-        """The load generator's executable: bench_run's serving.client, else the driver's name on PATH."""
+        """The load generator's executable: bench_run's serving.client, else the driver's name on the host's PATH
+        (runexec.host_path: the login shell's, the module's, ~/.local/bin, the system directories)."""
         name = serving_client.driver(self.run.workload.get("client")).name
-        path = (self.p.get("serving") or {}).get("client") or shutil.which(name)
+        path = (self.p.get("serving") or {}).get("client") or shutil.which(name, path=host_path())
         if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
             raise RunSetupError("serving client %s not found (%r): install it, or set sparkfleet_serving_client"
                                 % (name, path))
@@ -277,8 +293,13 @@ class Launcher:
             "engine": workload["engine"],
             "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
                             "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
-                           **self.network),
-            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None},
+                           **self.network, **({"executable": self.executables["server"]}
+                                              if self.executables.get("server") else {})),
+            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
+                       "coherence_check": serving_client.driver(workload.get("client")).coherence(
+                           bool(run.model.get("random_weights")), workload.get("client_args"))},
+            "tokenizer": self.tokenizer, "corpus": (self.p.get("serving") or {}).get("corpus"),
+            "random_weights": bool(run.model.get("random_weights")),
             "kv": None, "point_order_seed": seed, "points": []}
         record.serving = section
         outcome = {"error": None, "deadline_hit": False}
@@ -355,24 +376,31 @@ class Launcher:
                     continue
                 raw = os.path.join("points", point["point"] + ".json")
                 argv = drv.point_argv(client, point, serving.base_url(workload),
-                                      serving.served_name(workload, run.model), serving.tokenizer(run.model),
+                                      serving.served_name(workload, run.model), self.tokenizer_path(),
                                       int(workload.get("runs") or 3), bool(workload.get("prefix_caching")),
-                                      corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"))
+                                      corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"),
+                                      skip_coherence=bool(run.model.get("random_weights")))
                 if section["client"]["argv"] is None:
                     section["client"]["argv"] = redact(argv)
                 cmd = [ENV_BIN, "-C", run.run_dir] + ["%s=%s" % kv for kv in env.items()] + argv
                 share = left / (len(points) - i)
+                self.point_progress(i, len(points), entry, "started")
                 result = run_process(cmd, os.path.join(run.run_dir, "bench.log"), share)
                 entry["duration_s"] = round(result["seconds"], 3)
                 if result["timed_out"]:
                     entry["reason"] = "timed out after %.0f s (its share of the run's timeout_s)" % share
-                    continue
-                if result["rc"] != 0:
+                elif result["rc"] != 0:
                     entry["reason"] = "client exited %s: %s" % (result["rc"], serving.log_tail(
                         os.path.join(run.run_dir, "bench.log")))
-                    continue
-                self.read_point(entry, drv, raw, point)
+                else:
+                    self.read_point(entry, drv, raw, point)
+                self.point_progress(i, len(points), entry, "finished")
         return hit
+
+    def point_progress(self, i: int, n: int, entry: dict, phase: str) -> None:
+        """The ledger's ``point`` event: bench_follow shows point i+1 of n and an ETA within the run from it."""
+        done = {"status": entry["status"], "duration_s": entry["duration_s"]} if phase == "finished" else {}
+        append_point(self.run.ledger, self.run.rid, i + 1, n, entry["point"], phase, **done)
 
     def read_point(self, entry: dict, drv, raw: str, point: dict) -> None:
         """Fill a point's figures from the client's output file (``raw``, relative to the run directory)."""

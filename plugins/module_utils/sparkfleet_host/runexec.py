@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -136,6 +138,86 @@ def native_command(rootfs: str, image_env: dict, argv: list, env: dict, cwd: str
     if note and warnings is not None and note not in warnings:
         warnings.append(note)
     return chroot_argv(rootfs, image_env, argv, extra_env=env, cwd=cwd, config=config)
+
+
+#: The env(1) a bare run's commands start through (in the run directory, with the run's variables).
+ENV_BIN = "/usr/bin/env"
+#: Where a bare run's command is looked for after the login shell's PATH and the module's own: the user's
+#: ``pip install --user`` directory and the usual system ones (Ansible runs modules with a minimal PATH).
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+USER_BIN = "~/.local/bin"
+#: The longest wait for the login shell that says its PATH.
+LOGIN_PATH_TIMEOUT_S = 15.0
+_PATH_MARK = "__sparkfleet_path__="
+_LOGIN_PATHS = {}  # uid -> (PATH or None, why not): a login shell is asked once per process
+
+
+def login_path(timeout_s: float = LOGIN_PATH_TIMEOUT_S):
+    """(the PATH a login shell of the user this runs as has - what ``which llama-server`` at their prompt
+    searches -, None; or None and why it could not be read). Their shell from the password database, ``-l -c``,
+    stdin closed; read once per process."""
+    uid = os.getuid()
+    if uid in _LOGIN_PATHS:
+        return _LOGIN_PATHS[uid]
+    try:
+        shell = pwd.getpwuid(uid).pw_shell
+    except KeyError:
+        shell = None
+    if not shell or os.path.basename(shell) in ("nologin", "false") or not os.access(shell, os.X_OK):
+        shell = "/bin/sh"
+    try:
+        proc = subprocess.run([shell, "-l", "-c", 'echo "%s$PATH"' % _PATH_MARK], capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=timeout_s, text=True, errors="replace")
+        lines = [ln[len(_PATH_MARK):] for ln in proc.stdout.splitlines() if ln.startswith(_PATH_MARK)]
+        found = (lines[-1].strip() or None, None) if lines else (
+            None, "%s -l exited %s without saying its PATH" % (shell, proc.returncode))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        found = (None, "%s -l: %s" % (shell, exc))
+    _LOGIN_PATHS[uid] = found
+    return found
+
+
+def host_path(login=None, module_path=None) -> str:
+    """The PATH a bare run's commands are found on: the login shell's PATH (``login``: default
+    :func:`login_path`'s), then the module's own PATH, then ~/.local/bin and the system directories
+    (:data:`SYSTEM_PATH`); each directory once, in that order, relative ones left out."""
+    if login is None:
+        login = login_path()[0] or ""
+    if module_path is None:
+        module_path = os.environ.get("PATH", "")
+    dirs = []
+    for part in [*login.split(":"), *module_path.split(":"), os.path.expanduser(USER_BIN), *SYSTEM_PATH]:
+        if part.startswith("/") and part not in dirs:
+            dirs.append(part)
+    return ":".join(dirs)
+
+
+def bare_env(argv: list, env: dict, path=None, check: bool = True):
+    """(a bare run's variables with PATH among them, the executable argv[0] resolves to or None). PATH: the
+    workload's or the inventory's when either gives one, else ``path`` (default :func:`host_path`). With
+    ``check``, a command not found there raises RunSetupError naming it and every directory searched."""
+    env = {str(k): str(v) for k, v in env.items()}
+    given = "PATH" in env
+    if not given:
+        env["PATH"] = host_path() if path is None else path
+    exe = str(argv[0]) if argv else ""
+    if "/" not in exe:
+        found = shutil.which(exe, path=env["PATH"]) if exe else None
+    else:
+        found = exe if not os.path.isabs(exe) or os.access(exe, os.X_OK) else None
+    if check and exe and not found:
+        where = ("the PATH the workload's env or sparkfleet_workload_env gives" if given else
+                 "the host's PATH: its login shell's, the module's, %s and the system directories" % USER_BIN)
+        raise RunSetupError("bare run: %s not found on %s (%s): install it there, or give its directory in the "
+                            "PATH of sparkfleet_workload_env or the workload's env" % (exe, where, env["PATH"]))
+    return env, found
+
+
+def bare_command(argv: list, env: dict, cwd: str, path=None, check: bool = True) -> list:
+    """A bare run's command: env(1) in the run directory with the run's variables and PATH (:func:`bare_env`),
+    then argv."""
+    env, _ = bare_env(argv, env, path, check)
+    return [ENV_BIN, "-C", cwd] + ["%s=%s" % kv for kv in env.items()] + [str(a) for a in argv]
 
 
 def strip_gpu_flags(flags: list) -> list:

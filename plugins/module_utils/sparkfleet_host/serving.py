@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
-from . import fingerprint, listeners, procstat, serving_client
+from . import fingerprint, gguf_tokenizer, listeners, procstat, serving_client
 
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
@@ -66,18 +66,78 @@ SETS_MODEL = "use the campaign's model (its path, or its gguf for llama.cpp)"
 SETS_SERVED = "use the workload's served_model_name field"
 
 
-def _llamacpp_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
-    # ggml-org/llama.cpp common/arg.cpp (commit 145b628): -m, --host, --port, -c/--ctx-size, -np/--parallel
-    # ("number of server slots"), -ngl/--n-gpu-layers, -a/--alias. With -np N and no --kv-unified, each slot gets
-    # n_ctx / N tokens (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max), so -c is the per-slot need x N.
+#: llama.cpp's flags of the context and of the slots (common/arg.cpp): server_args naming one replaces
+#: sparkfleet's value.
+LLAMACPP_CTX_FLAGS = ("-c", "--ctx-size")
+LLAMACPP_SLOT_FLAGS = ("-np", "--parallel")
+
+
+def flag_value(args: list, names) -> Optional[str]:
+    """The value ``args`` give the flag ``names`` (``--flag value`` or ``--flag=value``; the last one wins, as in
+    llama.cpp's parser), else None."""
+    found = None
+    for i, arg in enumerate(args):
+        name, eq, value = str(arg).partition("=")
+        if name in names:
+            found = value if eq else (str(args[i + 1]) if i + 1 < len(args) else None)
+    return found
+
+
+def _positive_int(text) -> Optional[int]:
+    try:
+        value = int(str(text))
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+def llamacpp_sizing(workload: dict) -> dict:
+    """What llama-server's KV cache holds for this workload and why: ``ctx`` (its -c, in tokens; None when the
+    workload's server_args give ``-c 0``, the model's own context, or no number), ``slots`` (its -np),
+    ``per_slot`` (the tokens each slot holds: ctx / slots), ``point`` (the point that needs ``per_slot``; None
+    when server_args give -c) and ``given`` (which of -c and -np server_args set). ValueError for a malformed
+    profile.
+
+    The rule: each request of a point takes a slot of depth + pp + tg + LLAMACPP_SLOT_MARGIN tokens, a point's
+    requests run at once, and the points one after another. So -np is the highest concurrency (unless server_args
+    give -np) and every slot must hold the deepest point, whichever slot its request lands in: -c = slots x
+    (deepest depth + pp + tg + margin). That is also what the points need at once, not a worst case stacked on
+    one: the profile crosses its axes, so its deepest point runs at the highest concurrency, every slot full."""
     points = profile_points(workload)
-    slots = max(p["concurrency"] for p in points)
-    per_slot = max(p["depth"] + p["pp"] + p["tg"] for p in points) + LLAMACPP_SLOT_MARGIN
+    extra = [str(a) for a in workload.get("server_args") or []]
+    given_slots = flag_value(extra, LLAMACPP_SLOT_FLAGS)
+    given_ctx = flag_value(extra, LLAMACPP_CTX_FLAGS)
+    # -np -1 (llama.cpp's auto) or no number: the highest concurrency decides how many requests run at once
+    slots = _positive_int(given_slots) or max(p["concurrency"] for p in points)
+    point = max(points, key=lambda p: (p["depth"] + p["pp"] + p["tg"], p["concurrency"]))
+    per_slot = point["depth"] + point["pp"] + point["tg"] + LLAMACPP_SLOT_MARGIN
+    if given_ctx is None:
+        ctx = slots * per_slot
+    else:
+        ctx, point = _positive_int(given_ctx), None
+        per_slot = ctx // slots if ctx else None
+    return {"ctx": ctx, "slots": slots, "per_slot": per_slot, "point": point,
+            "given": [f for f, v in (("-c", given_ctx), ("-np", given_slots)) if v is not None]}
+
+
+def _llamacpp_argv(workload: dict, model: dict, port: int, served: str, extra: list) -> list:
+    # ggml-org/llama.cpp common/arg.cpp (commit 145b628): -m, --host, --port, -c/--ctx-size (the TOTAL context
+    # of all slots), -np/--parallel ("number of server slots"), -ngl/--n-gpu-layers, -a/--alias. With -np N each
+    # slot gets n_ctx / N tokens (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max): llamacpp_sizing gives
+    # -c = the deepest point's slot x N, the most tokens one point needs at once (its requests are concurrent).
+    # Why not --kv-unified (one pool shared by the slots, each free to grow to all of -c): llama.cpp allocates
+    # the whole -c at start either way, and a profile crosses its axes, so its deepest point runs at the highest
+    # concurrency and needs every slot full at once: the pool would be the same size. And one unified buffer
+    # makes each sequence's attention span the other sequences' cells, computed and discarded (llama.cpp #14363,
+    # which added the split streams llama-server uses with an explicit -np for that reason): it would slow the
+    # concurrent points being measured. server_args [-kvu] asks for it all the same. Whether -c fits the host's
+    # memory is checked at plan time (plugin_utils/estimate.py kv_problems), from the model's shape.
+    sizing = llamacpp_sizing(workload)
     argv = ["llama-server", "-m", str(model["path"]), "--host", LOOPBACK, "--port", str(port)]
-    if not _has_flag(extra, ("-c", "--ctx-size")):
-        argv += ["-c", str(per_slot * slots)]
-    if not _has_flag(extra, ("-np", "--parallel")):
-        argv += ["-np", str(slots)]
+    if not _has_flag(extra, LLAMACPP_CTX_FLAGS):
+        argv += ["-c", str(sizing["ctx"])]
+    if not _has_flag(extra, LLAMACPP_SLOT_FLAGS):
+        argv += ["-np", str(sizing["slots"])]
     if not _has_flag(extra, ("-ngl", "--gpu-layers", "--n-gpu-layers")):
         argv += ["-ngl", "999"]  # every layer on the GPU (older builds default to none)
     return argv + ["--alias", served] + extra
@@ -331,15 +391,91 @@ def base_url(workload: dict) -> str:
     return "http://%s:%d/v1" % (LOOPBACK, port(workload))
 
 
-def tokenizer(model: dict) -> str:
-    """The tokenizer the client counts with: the model's ``tokenizer``, else its path when that is a directory."""
+#: Where a tokenizer a GGUF's vocabulary gives is kept on the host, under the results root.
+TOKENIZER_CACHE = gguf_tokenizer.CACHE_SUBDIR
+#: What a tokenizer's ``source`` says (the record's serving.tokenizer.source).
+SOURCE_GIVEN, SOURCE_DIRECTORY = "the model's tokenizer", "the model's directory"
+SOURCE_BESIDE, SOURCE_DERIVED = "the tokenizer.json beside the GGUF", "derived from the GGUF's vocabulary"
+_SET_TOKENIZER = "set the model's tokenizer (a tokenizer.json, or a directory holding one, on the host)"
+
+
+def model_gguf(model: dict) -> Optional[str]:
+    """The GGUF file a model's tokenizer can come from: a .gguf ``tokenizer``, path or ``gguf``; else None."""
+    for key in ("tokenizer", "path", "gguf"):
+        value = str(model.get(key) or "")
+        if value.endswith(".gguf"):
+            return value
+    return None
+
+
+def tokenizer_choice(model: dict, cache_root: Optional[str] = None) -> dict:
+    """The tokenizer the client counts with, and where it came from: {"path", "source"} (a derived one also
+    "gguf", "key", "derived": whether it was derived now, "tokens"). In this order (issue 33: nothing test-only):
+
+    1. the model's ``tokenizer`` (a tokenizer.json or a directory holding one), unless it names a .gguf;
+    2. the model's ``path`` when it is a directory (a Hugging Face model directory);
+    3. for a GGUF (its path, gguf or a .gguf tokenizer): the tokenizer.json beside it when that holds as many
+       token ids as the GGUF's vocabulary (an unrelated one beside it is not taken);
+    4. else one derived from the GGUF's own vocabulary (gguf_tokenizer: llama.cpp's own splitting), written
+       once under ``cache_root`` (<results_root>/.sparkfleet/tokenizers) and reused;
+    5. a GGUF whose vocabulary cannot be derived falls back to the tokenizer.json beside it, whatever its size.
+
+    Raises ServingError naming the model, what was found and what to set."""
     value = model.get("tokenizer")
-    if not value and model.get("path") and os.path.isdir(str(model["path"])):
-        value = model["path"]
-    if not value:
-        raise ServingError("model %s: no tokenizer (set the model's tokenizer to a tokenizer.json or a directory "
-                           "holding one)" % model["name"])
-    return str(value)
+    if value and not str(value).endswith(".gguf"):
+        return {"path": str(value), "source": SOURCE_GIVEN}
+    path = model.get("path")
+    if not value and path and os.path.isdir(str(path)):
+        return {"path": str(path), "source": SOURCE_DIRECTORY}
+    gguf = model_gguf(model)
+    if gguf is None:
+        raise ServingError("model %s: no tokenizer for the serving client (no tokenizer, and its path %r is neither a "
+                           "directory nor a .gguf file): %s" % (model["name"], path, _SET_TOKENIZER))
+    beside = os.path.join(os.path.dirname(gguf), "tokenizer.json")
+    beside = beside if os.path.isfile(beside) else None
+    try:
+        meta, digest = gguf_tokenizer.read_metadata(gguf)
+    except (OSError, gguf_tokenizer.TokenizerError) as exc:
+        raise ServingError("model %s: no tokenizer for the serving client: its GGUF %s cannot be read (%s); %s"
+                           % (model["name"], gguf, getattr(exc, "strerror", None) or exc, _SET_TOKENIZER)) from None
+    tokens = len(meta.get("tokenizer.ggml.tokens") or [])
+    if beside and gguf_tokenizer.vocabulary_size(beside) == tokens:
+        return {"path": os.path.dirname(gguf), "source": SOURCE_BESIDE, "gguf": gguf, "tokens": tokens}
+    if not cache_root:
+        raise ServingError("model %s: its tokenizer is derived from its GGUF %s on the host, under the results root "
+                           "(no cache directory given here)" % (model["name"], gguf))
+    try:
+        derived = gguf_tokenizer.derive(gguf, cache_root, meta=meta, digest=digest)
+    except gguf_tokenizer.TokenizerError as exc:
+        if beside:
+            return {"path": os.path.dirname(gguf), "source": SOURCE_BESIDE, "gguf": gguf, "tokens": tokens,
+                    "note": "its vocabulary size differs from the GGUF's %d, and the GGUF's own cannot be derived: "
+                            "%s" % (tokens, exc)}
+        raise ServingError("model %s: no tokenizer for the serving client: none can be derived from its GGUF %s: %s; "
+                           "%s" % (model["name"], gguf, exc, _SET_TOKENIZER)) from None
+    except OSError as exc:
+        raise ServingError("model %s: the tokenizer derived from its GGUF %s cannot be written under %s: %s"
+                           % (model["name"], gguf, cache_root, exc.strerror or exc)) from None
+    return {"path": derived["path"], "source": SOURCE_DERIVED, "gguf": gguf, "key": derived["key"],
+            "derived": not derived["cached"], "tokens": derived["tokens"], "tokenizer_model": derived["model"],
+            "pre_tokenizer": derived["pre"]}
+
+
+def tokenizer(model: dict, cache_root: Optional[str] = None) -> str:
+    """The path of the tokenizer the client counts with (:func:`tokenizer_choice`)."""
+    return tokenizer_choice(model, cache_root)["path"]
+
+
+def tokenizer_shown(model: dict) -> str:
+    """The tokenizer as ``sparkfleet plan`` shows it offline: the path when the campaign decides it, else a
+    placeholder saying what the host decides (a directory path, or a GGUF's tokenizer)."""
+    value = model.get("tokenizer")
+    if value and not str(value).endswith(".gguf"):
+        return str(value)
+    gguf = model_gguf(model)
+    if gguf:
+        return "<tokenizer of %s>" % gguf
+    return str(model.get("path") or "<no tokenizer>")
 
 
 def with_host_network(flags: list):

@@ -55,7 +55,7 @@ class LlamaBenchy:
     #: argparse's: an unambiguous prefix (``--conc``) is the flag too (ABBREV).
     OWNS = ((("--base-url",), "it is the server sparkfleet started (127.0.0.1, the workload's port)"),
             (("--model", "--served-model-name"), "use the workload's served_model_name field"),
-            (("--tokenizer",), "use the model's tokenizer field"),
+            (("--tokenizer",), "use the model's tokenizer field (default: its directory, or its GGUF's)"),
             (("--pp",), "use the workload's profile (pp)"),
             (("--tg", "--exact-tg"), "use the workload's profile (tg; every point decodes exactly tg tokens)"),
             (("--depth",), "use the workload's profile (depth)"),
@@ -64,18 +64,23 @@ class LlamaBenchy:
             (("--no-cache", "--enable-prefix-caching"), "use the workload's prefix_caching field"),
             (("--latency-mode",), "every point is measured in api latency mode"),
             (("--format", "--save-result"), "sparkfleet reads the JSON it saves for each point"),
-            (("--book-url",), "use the sparkfleet_serving_corpus setting"))
+            (("--book-url",), "use the sparkfleet_serving_corpus setting (default: the collection's corpus)"))
     ABBREV = True
+    #: What makes llama-benchy skip its coherence check (after the warm-up it asks the model the capital of France
+    #: and fails the point on a wrong answer, which a random-weight model always gives): added for a model with
+    #: random_weights; a workload may give it in client_args too.
+    SKIP_COHERENCE = "--skip-coherence"
 
     @staticmethod
     def point_argv(client: str, point: dict, base_url: str, model_name: str, tokenizer: str, runs: int,
-                   prefix_caching: bool, corpus_url, out_json: str, extra=None) -> list:
+                   prefix_caching: bool, corpus_url, out_json: str, extra=None, skip_coherence: bool = False) -> list:
         """One invocation per point: --pp/--tg/--depth/--concurrency one level each, JSON saved to ``out_json``.
 
         ``prefix_caching``: false sends unique prompts and cache_prompt=false (--no-cache); true measures the
         context load and the cached follow-up separately (--enable-prefix-caching, Spark Arena's setting).
         ``--exact-tg`` asks the server for exactly tg tokens (min_tokens, ignore_eos), so every point decodes
-        what it names."""
+        what it names. ``skip_coherence`` (a model with random_weights): --skip-coherence, unless ``extra`` (the
+        workload's client_args) already says it."""
         argv = [str(client), "--base-url", base_url, "--model", model_name, "--tokenizer", tokenizer,
                 "--pp", str(point["pp"]), "--tg", str(point["tg"]), "--depth", str(point["depth"]),
                 "--concurrency", str(point["concurrency"]), "--runs", str(runs), "--exact-tg",
@@ -83,7 +88,28 @@ class LlamaBenchy:
                 "--latency-mode", "api", "--format", "json", "--save-result", out_json]
         if corpus_url:
             argv += ["--book-url", corpus_url]
+        if skip_coherence and not LlamaBenchy.skips_coherence(extra):
+            argv.append(LlamaBenchy.SKIP_COHERENCE)
         return argv + [str(a) for a in (extra or [])]
+
+    @staticmethod
+    def skips_coherence(extra) -> bool:
+        """Whether client arguments ``extra`` say --skip-coherence (or an argparse abbreviation of it)."""
+        for arg in extra or []:
+            name = str(arg).split("=", 1)[0].replace("_", "-")
+            if len(name) >= len("--sk") and LlamaBenchy.SKIP_COHERENCE.startswith(name):  # --s is ambiguous
+                return True
+        return False
+
+    @staticmethod
+    def coherence(random_weights: bool, extra) -> str:
+        """What the run record says of the coherence check: skipped for the model's random_weights, skipped by the
+        workload's client_args, or asked."""
+        if random_weights:
+            return "skipped: the model has random_weights"
+        if LlamaBenchy.skips_coherence(extra):
+            return "skipped: the workload's client_args say %s" % LlamaBenchy.SKIP_COHERENCE
+        return "asked"
 
     @staticmethod
     def parse_point(data: bytes, point=None, source: str = "llama-benchy output") -> dict:

@@ -39,7 +39,7 @@ def steps(out, kind, workload, step):
     return next(s for s in run["steps"] if s["name"] == step)
 
 
-@pytest.mark.parametrize("version", ["1.1.0rc3", "1.2.0rc8", "1.3.0rc13"])
+@pytest.mark.parametrize("version", ["1.1.0rc3", "1.2.0rc8", "1.2.1", "1.3.0rc13", "1.3.0rc29", "1.3.0"])
 def test_each_version_gets_its_own_commands(campaign, capsys, version):
     code, out = plan_json(capsys, campaign(), "--trtllm-version", version)
     assert code == 0 and out["trtllm"]["version"] == version
@@ -71,15 +71,31 @@ def test_text_output_says_what_is_unknown_offline(campaign, capsys):
     assert text.count("\n## ") == 4 and "prepare: chroot" in text and "bench: docker run" in text
 
 
-def test_unknown_versions_are_refused_unless_the_inventory_says_warn(campaign, capsys, tmp_path):
-    assert main(["plan", campaign(), "--trtllm-version", "1.4.0"]) == 2
-    assert "1.4.0 is not a supported version" in capsys.readouterr().err
+def test_a_version_past_every_capture_plans_with_the_newest_one_older_than_all_needs_warn(campaign, capsys, tmp_path):
+    """1.3.0 (and 1.4.0rcN) run without a flag, built against the newest captured surface, saying so; only a
+    version older than every captured surface is refused offline, unless the inventory says warn."""
+    for version in ("1.3.0", "1.4.0rc1"):
+        code, out = plan_json(capsys, campaign(), "--trtllm-version", version)
+        assert code == 0 and out["trtllm"]["profile"] == "captured 1.3.0rc2x", out["notes"]
+        assert any("no captured surface covers it; the newest, 1.3.0rc2x, is used" in n for n in out["notes"])
+    assert main(["plan", campaign(), "--trtllm-version", "1.0.0rc4"]) == 2
+    assert "1.0.0rc4: no captured trtllm-bench surface covers it" in capsys.readouterr().err
     varfile = tmp_path / "vars.yml"
     varfile.write_text("sparkfleet_trtllm_unknown_version: warn\nsparkfleet_work_dir: /srv/sf\n")
-    code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.4.0", "--vars", str(varfile))
-    assert code == 0 and out["trtllm"]["profile"] == "1.3"
-    assert any("1.4.0 is not a supported version" in n for n in out["notes"])
+    code, out = plan_json(capsys, campaign(), "--trtllm-version", "1.0.0rc4", "--vars", str(varfile))
+    assert code == 0 and out["trtllm"]["profile"] == "captured 1.1.0rc3"
+    assert any("1.0.0rc4 is older than every captured trtllm-bench surface" in n for n in out["notes"])
     assert steps(out, "native", "t4", "bench")["argv"][1] == "/srv/sf/rootfs/<sha256-image-id>"
+
+
+def test_a_workload_the_surface_cannot_run_is_refused_naming_the_option(campaign, capsys):
+    """extra_args the version's trtllm-bench lacks: the run's row names the command and the option."""
+    path = campaign(workloads=[{"name": "t4", "preset": "T4", "extra_args": ["--sim"]}])
+    code, out = plan_json(capsys, path, "--trtllm-version", "1.2.1")
+    assert code == 1
+    assert all("`trtllm-bench throughput` has no option --sim" in r["error"] for r in out["runs"])
+    code, out = plan_json(capsys, path, "--trtllm-version", "1.3.0rc29")  # sim mode is there
+    assert code == 0 and "--sim" in steps(out, "native", "t4", "bench")["argv"]
 
 
 def test_a_model_without_path_is_named_and_an_hf_cache_lets_it_through(campaign, capsys):
@@ -181,6 +197,36 @@ def test_a_serving_runs_server_and_client_are_the_hosts(arena, capsys):
     assert argv[argv.index("--runs") + 1] == "3" and argv[argv.index("--base-url") + 1] == "http://127.0.0.1:8080/v1"
     assert "--book-url" in argv and client["points"] == 28
     assert llama["timeout_s"] > 3600  # its own timeout: the campaign gives none
+
+
+def test_a_local_serving_campaign_plans_with_no_test_only_setting(campaign, capsys):
+    """Issue 33: a GGUF alone, random weights, a bare environment, no corpus setting. The plan says what the host
+    decides: the GGUF's tokenizer, the collection's corpus (never a download), the host's PATH, and the coherence
+    check skipped for the random weights."""
+    gguf = "/var/lib/sparkfleet/models/tiny/tiny.gguf"
+    path = campaign(models=[{"name": "tiny", "path": gguf, "random_weights": True}],
+                    environments=[{"name": "host", "kind": "bare"}],
+                    workloads=[{"name": "chat", "preset": "serve-quick", "engine": "llama.cpp"}])
+    code, out = plan_json(capsys, path)
+    assert code == 0, out
+    server, client = out["runs"][0]["steps"]
+    assert server["argv"][:3] == ["/usr/bin/env", "-C", out["runs"][0]["steps"][0]["argv"][2]]
+    assert "PATH=<the host's PATH>" in server["argv"] and "llama-server" in server["argv"]
+    argv = client["argv"]
+    assert argv[argv.index("--tokenizer") + 1] == f"<tokenizer of {gguf}>" and "--skip-coherence" in argv
+    assert "--book-url" in argv
+    notes = "\n".join(out["notes"])
+    assert ("prompts from /var/lib/sparkfleet/clients/corpus.txt (the collection's public-domain corpus, installed "
+            "by the serving_client role)") in notes and "nothing is downloaded" in notes
+    assert (f"<tokenizer of {gguf}>: on the host, the tokenizer.json beside the GGUF when its vocabulary is the "
+            f"GGUF's, else one derived from the GGUF's own vocabulary, once, under "
+            f"/var/lib/sparkfleet/results/.sparkfleet/tokenizers/") in notes
+    assert "random_weights (tiny): the client skips its coherence check (--skip-coherence)" in notes
+    # a corpus the inventory names is the one said, and the PATH the inventory gives is the one the command gets
+    code, out = plan_json(capsys, path, "-e", "sparkfleet_serving_corpus=/srv/book.txt",
+                          "-e", 'sparkfleet_workload_env={"PATH": "/opt/llama/bin:/usr/bin"}')
+    assert "prompts from /srv/book.txt (sparkfleet_serving_corpus)" in "\n".join(out["notes"])
+    assert "PATH=/opt/llama/bin:/usr/bin" in out["runs"][0]["steps"][0]["argv"]
 
 
 def test_a_serving_model_without_a_tokenizer_is_refused_before_planning(campaign, capsys):

@@ -274,3 +274,58 @@ def test_on_ansible_core_2_21_the_previous_attempt_is_a_lazy_projection_that_tem
     action._templar = SimpleNamespace(template=lambda value: previous if isinstance(value, Projection) else value)
     out = action.run(task_vars={"inventory_hostname": "s", "matrix_follow": Projection()})
     assert out["done"] == 1 and host.shown == []  # run 1 was printed by the previous attempt
+
+
+# ------------------------------------------------------------------------- progress inside a serving run
+
+
+def _point(rid, k, phase, ts, n=2, **kw):
+    done = {"status": "ok", "duration_s": 3.5} if phase == "finished" else {}
+    return {"event": "point", "run_id": rid, "k": k, "n": n, "point": f"d0.c{k}.pp512.tg64", "phase": phase,
+            "ts": ts, **done, **kw}
+
+
+def test_point_events_are_the_current_and_last_finished_runs_latest_attempt():
+    events = [
+        {"event": "started", "run_id": "z", "ts": "0"}, _point("z", 1, "started", "0a"), _finished("z", ts="0b"),
+        {"event": "started", "run_id": "a", "ts": "1"}, _point("a", 1, "started", "2"),
+        _point("a", 1, "finished", "3"), _finished("a", ts="4"),
+        {"event": "started", "run_id": "b", "ts": "5"}, _point("b", 1, "started", "6"),  # an attempt cut short
+        {"event": "job", "pid": 2}, {"event": "started", "run_id": "b", "ts": "7"}, _point("b", 1, "started", "8"),
+    ]
+    out = follow.point_events(events)
+    assert [(p["run_id"], p["k"], p["phase"], p["ts"], p["run_started_ts"]) for p in out] == [
+        ("a", 1, "started", "2", "1"), ("a", 1, "finished", "3", "1"), ("b", 1, "started", "8", "7")]
+    assert follow.current_run(events) == "b"  # a point is no run state
+    assert [e["run_id"] for e in follow.progress_events(events, 3)] == ["z", "a"]
+    assert follow.point_events([{"event": "started", "run_id": "a", "ts": "1"}]) == []
+
+
+def test_point_line_names_the_point_its_status_and_time():
+    point = _point("a", 3, "finished", "t", n=28)
+    assert follow.point_line("spark1", point) == "spark1: point 3/28 ok in 3.5 s (d0.c3.pp512.tg64)"
+
+
+def test_points_are_returned_and_printed_once_in_the_hosts_order(tmp_path, no_base_run):
+    host = _Host(tmp_path)
+    host.register_alive()
+    host.job.write_text(json.dumps({"started": 1, "finished": 0}))
+    host.append(event="started", run_id="a", ts="1")
+    host.append(**_point("a", 1, "started", "2"))
+    host.append(**_point("a", 1, "finished", "3"))
+    host.append(**_point("a", 2, "started", "4"))
+    first = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s"})
+    assert first["finished"] is False and first["current"] == "a"
+    assert [(p["k"], p["phase"], p["run_started_ts"]) for p in first["sparkfleet_points"]] == [
+        (1, "started", "1"), (1, "finished", "1"), (2, "started", "1")]
+    assert host.shown == ["s: point 1/2 ok in 3.5 s (d0.c1.pp512.tg64)"]
+
+    host.append(**_point("a", 2, "finished", "5"))
+    host.append(**_finished("a", ts="6"))
+    host.append(event="started", run_id="b", ts="7")
+    second = _action(host, report_after_s=0.2).run(task_vars={"inventory_hostname": "s",
+                                                              "matrix_follow": dict(first, attempts=1)})
+    assert second["done"] == 1 and second["current"] == "b"
+    assert [p["k"] for p in second["sparkfleet_points"]] == [1, 1, 2, 2]  # a's points, the run finished last
+    assert host.shown == ["s: point 1/2 ok in 3.5 s (d0.c1.pp512.tg64)",  # not again
+                          "s: point 2/2 ok in 3.5 s (d0.c2.pp512.tg64)", "s: run 1/2 ok in 2.0 s (m/native/w #1)"]

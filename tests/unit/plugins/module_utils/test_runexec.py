@@ -147,3 +147,63 @@ def test_kv_fraction_conflicts_are_setup_errors():  # its range is the campaign'
     workload = {"kv_fraction": 0.5, "extra_args": ["--extra_llm_api_options", "/x.yaml"]}
     with pytest.raises(runexec.RunSetupError):
         runexec.engine_steps("trtllm", {"name": "w", **workload}, LOCAL, "/r", "/w", trtllm=TRTLLM)
+
+
+# ------------------------------------------------------------------------------------- a bare run's PATH
+
+
+def _fake_login_shell(tmp_path, monkeypatch, body: str) -> Path:
+    """The user's login shell (the password database's) replaced by a script: ``body`` runs before the command
+    it is given with -l -c (a profile that prints a banner and sets PATH, say)."""
+    import pwd
+    import types
+
+    shell = tmp_path / "login-shell"
+    shell.write_text(f"#!/bin/sh\n# $1 is -l, $2 is -c\n{body}\nexec /bin/sh -c \"$3\"\n")
+    shell.chmod(0o755)
+    real = pwd.getpwuid(0)
+    monkeypatch.setattr(runexec.pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_shell=str(shell),
+                                                                                  pw_dir=real.pw_dir))
+    monkeypatch.setattr(runexec, "_LOGIN_PATHS", {})
+    return shell
+
+
+def test_the_login_shells_path_is_read_through_its_banner(tmp_path, monkeypatch):
+    _fake_login_shell(tmp_path, monkeypatch, 'echo "Welcome to the Spark"\nPATH=/opt/engines/bin:/usr/bin\n'
+                                             'export PATH')
+    assert runexec.login_path() == ("/opt/engines/bin:/usr/bin", None)
+    _fake_login_shell(tmp_path, monkeypatch, "exit 3")
+    path, why = runexec.login_path()
+    assert path is None and why.endswith("login-shell -l exited 3 without saying its PATH")
+
+
+def test_a_bare_runs_path_is_the_login_shells_then_the_modules_then_the_usual_places(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    got = runexec.host_path(login="/opt/e/bin:/usr/bin:relative", module_path="/venv/bin:/usr/bin:/bin")
+    assert got.split(":") == ["/opt/e/bin", "/usr/bin", "/venv/bin", "/bin", f"{tmp_path}/.local/bin",
+                              "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/sbin"]
+
+
+def test_a_bare_command_finds_its_engine_on_the_hosts_path_or_names_what_it_searched(tmp_path, monkeypatch):
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    (engines / "llama-server").write_text("#!/bin/sh\n")
+    (engines / "llama-server").chmod(0o755)
+    _fake_login_shell(tmp_path, monkeypatch, f"PATH={engines}:/usr/bin; export PATH")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # Ansible's minimal PATH: not where the engine is
+    cmd = runexec.bare_command(["llama-server", "-m", "/m/t.gguf"], {"A": "1"}, "/r")
+    path = next(a for a in cmd if a.startswith("PATH="))[5:]
+    assert cmd[:4] == ["/usr/bin/env", "-C", "/r", "A=1"] and cmd[-3:] == ["llama-server", "-m", "/m/t.gguf"]
+    assert path.split(":")[0] == str(engines)
+    env, exe = runexec.bare_env(["llama-server"], {})
+    assert exe == str(engines / "llama-server") and env["PATH"] == path
+    with pytest.raises(runexec.RunSetupError) as err:
+        runexec.bare_env(["vllm", "serve"], {})
+    assert str(err.value).startswith(f"bare run: vllm not found on the host's PATH: its login shell's, the "
+                                     f"module's, ~/.local/bin and the system directories ({engines}:/usr/bin:")
+    # a PATH the workload or the inventory gives is the one searched, and kept as given
+    with pytest.raises(runexec.RunSetupError, match=r"llama-server not found on the PATH the workload's env or "
+                                                    r"sparkfleet_workload_env gives \(/nowhere\)"):
+        runexec.bare_env(["llama-server"], {"PATH": "/nowhere"})
+    assert runexec.bare_env(["llama-server"], {"PATH": str(engines)})[0]["PATH"] == str(engines)
+    assert runexec.bare_env(["/nowhere/srv"], {}, check=False)[1] is None

@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _ansible_modules import host_util
@@ -86,9 +87,84 @@ def test_bad_server_settings_are_named(workload, model, message):
 
 def test_tokenizer_defaults_to_a_model_directory(tmp_path):
     assert serving.tokenizer(GGUF) == "/models/tokenizer.json"
-    assert serving.tokenizer({"name": "d", "path": str(tmp_path)}) == str(tmp_path)
-    with pytest.raises(serving.ServingError, match="model x: no tokenizer"):
-        serving.tokenizer({"name": "x", "path": "/nowhere/x.gguf"})
+    assert serving.tokenizer_choice(GGUF)["source"] == "the model's tokenizer"
+    assert serving.tokenizer_choice({"name": "d", "path": str(tmp_path)}) == {"path": str(tmp_path),
+                                                                              "source": "the model's directory"}
+    with pytest.raises(serving.ServingError, match=r"model x: no tokenizer for the serving client: its GGUF "
+                                                   r"/nowhere/x.gguf cannot be read \(No such file or directory\); "
+                                                   r"set the model's tokenizer"):
+        serving.tokenizer({"name": "x", "path": "/nowhere/x.gguf"}, "/cache")
+    with pytest.raises(serving.ServingError, match=r"model h: no tokenizer for the serving client \(no tokenizer, "
+                                                   r"and its path None is neither a directory nor a .gguf file\)"):
+        serving.tokenizer({"name": "h", "hf_id": "Q/q", "path": None})
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    from tinymodel import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def _gguf_alone(tiny, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tiny.gguf").write_bytes(tiny["gguf"].read_bytes())
+    return directory / "tiny.gguf"
+
+
+def test_a_gguf_without_a_tokenizer_gets_one_derived_from_its_vocabulary_once(tiny, tmp_path):
+    gguf = _gguf_alone(tiny, tmp_path / "models")
+    cache = tmp_path / "results" / serving.TOKENIZER_CACHE
+    first = serving.tokenizer_choice({"name": "tiny", "path": str(gguf)}, str(cache))
+    assert first["source"] == "derived from the GGUF's vocabulary" and first["derived"] is True
+    assert first["path"] == str(cache / first["key"]) and first["gguf"] == str(gguf) and first["tokens"] == 1024
+    again = serving.tokenizer_choice({"name": "tiny", "path": str(gguf)}, str(cache))
+    assert again["derived"] is False and again["path"] == first["path"]
+    # a llama.cpp run of a model given by its gguf alone, and a .gguf given as the tokenizer: the same
+    assert serving.tokenizer({"name": "tiny", "gguf": str(gguf), "path": None}, str(cache)) == first["path"]
+    assert serving.tokenizer({"name": "tiny", "path": "/x/y.gguf", "tokenizer": str(gguf)}, str(cache)) == first["path"]
+    from tokenizers import Tokenizer
+
+    text = tiny["tokenizer"].parent.joinpath("tokenizer.json")
+    ids = Tokenizer.from_file(first["path"] + "/tokenizer.json").encode("Call me Ishmael.").ids
+    assert ids == Tokenizer.from_file(str(text)).encode("Call me Ishmael.").ids
+
+
+def test_the_tokenizer_json_beside_a_gguf_is_taken_when_it_is_the_ggufs(tiny, tmp_path):
+    gguf = _gguf_alone(tiny, tmp_path / "models")
+    (gguf.parent / "tokenizer.json").write_bytes(tiny["tokenizer"].read_bytes())
+    cache = tmp_path / "cache"
+    choice = serving.tokenizer_choice({"name": "tiny", "path": str(gguf)}, str(cache))
+    assert choice == {"path": str(gguf.parent), "source": "the tokenizer.json beside the GGUF", "gguf": str(gguf),
+                      "tokens": 1024}
+    assert not cache.exists()  # nothing derived
+    # another model's tokenizer.json beside it (another vocabulary size) is not taken
+    (gguf.parent / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0, "b": 1}}}))
+    choice = serving.tokenizer_choice({"name": "tiny", "path": str(gguf)}, str(cache))
+    assert choice["source"] == "derived from the GGUF's vocabulary" and choice["path"].startswith(str(cache))
+
+
+def test_a_gguf_whose_vocabulary_cannot_be_derived_names_what_to_set(tiny, tmp_path, monkeypatch):
+    gt = host_util("gguf_tokenizer")
+    gguf = _gguf_alone(tiny, tmp_path / "models")
+    monkeypatch.setattr(gt, "PRE_TOKENIZERS", {})  # as if its pre-tokenizer were a new one
+    with pytest.raises(serving.ServingError) as err:
+        serving.tokenizer({"name": "tiny", "path": str(gguf)}, str(tmp_path / "cache"))
+    assert str(err.value) == (f"model tiny: no tokenizer for the serving client: none can be derived from its GGUF "
+                              f"{gguf}: its pre-tokenizer 'gpt-2' is not one sparkfleet can reproduce (known: ); set "
+                              f"the model's tokenizer (a tokenizer.json, or a directory holding one, on the host)")
+    # a tokenizer.json beside it, even of another size, is then the one there is, and the record says why
+    (gguf.parent / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
+    choice = serving.tokenizer_choice({"name": "tiny", "path": str(gguf)}, str(tmp_path / "cache"))
+    assert choice["source"] == "the tokenizer.json beside the GGUF" and "cannot be derived" in choice["note"]
+
+
+def test_the_plan_shows_a_ggufs_tokenizer_as_the_host_decides_it():
+    assert serving.tokenizer_shown(GGUF) == "/models/tokenizer.json"
+    assert serving.tokenizer_shown({"name": "t", "path": "/m/t.gguf"}) == "<tokenizer of /m/t.gguf>"
+    assert serving.tokenizer_shown(HF) == "/models/qwen"
 
 
 @pytest.mark.parametrize("flags, expected, info", [
@@ -416,6 +492,69 @@ def test_a_serving_run_drives_every_point_and_records_them(tmp_path, monkeypatch
     assert not (run_dir / ".client-home").exists()  # the client's cache goes with the run
     assert "CUDA0 KV buffer size" in (run_dir / "server.log").read_text()
     assert rec["command"][:3] == ["/usr/bin/env", "-C", str(run_dir)] and rec["telemetry"]["samples"] >= 1
+
+
+def test_a_bare_run_needs_no_test_only_setting(tiny, tmp_path, monkeypatch):
+    """Issue 33: a bare serving run with nothing but the model's GGUF and random_weights: llama-server found on
+    the login shell's PATH (the module's own PATH lacks it, as Ansible's minimal one does), the client's tokenizer
+    derived from the GGUF, the coherence check skipped for the random weights, and the record saying all three."""
+    from _ansible_modules import STANDINS, load_module, run_module
+
+    record = host_util("record")
+    runexec = host_util("runexec")
+    engines = tmp_path / "opt" / "engines" / "bin"
+    engines.mkdir(parents=True)
+    _executable(engines / "llama-server", FAKE_SERVER)
+    client = _executable(tmp_path / "llama-benchy", FAKE_CLIENT)
+    shell = tmp_path / "login-shell"  # the user's login shell: its profile puts the engines on PATH
+    shell.write_text(f"#!/bin/sh\necho Welcome\nPATH={engines}:/usr/bin:/bin; export PATH\nexec /bin/sh -c \"$3\"\n")
+    shell.chmod(0o755)
+    monkeypatch.setattr(runexec.pwd, "getpwuid", lambda uid: SimpleNamespace(pw_shell=str(shell)))
+    monkeypatch.setattr(runexec, "_LOGIN_PATHS", {})
+    monkeypatch.setenv("PATH", f"{STANDINS}:/usr/bin:/bin")
+    gguf = _gguf_alone(tiny, tmp_path / "models")
+    model = {"name": "tiny", "path": str(gguf), "random_weights": True}
+    profile = {"depth": [0], "concurrency": [1], "pp": [64], "tg": [8]}
+    workload = {"name": "serve", "engine": "llama.cpp", "profile": profile, "runs": 2, "port": _free_port(),
+                "ready_timeout_s": 60}
+    rid = record.run_id("c1", "h1", "tiny", "bare", "serve", 1)
+    results = tmp_path / "results"
+    args = {"runs": [{"run_id": rid, "order_index": 0, "model": model, "environment": {"name": "bare", "kind": "bare"},
+                      "workload": workload, "iteration": 1, "warmup": False}],
+            "campaign": "c1", "host": "h1", "results_root": str(results), "cooldown": {"enabled": False},
+            "timeout_s": 300, "telemetry_interval_s": 0.1, "env": {"FAKE_SERVER_PIDS": str(tmp_path / "pids")},
+            "serving": {"client": client, "corpus": str(tinymodel_corpus())}, "readiness": {"probe_s": 0}}
+    out = run_module(load_module("bench_run"), args)
+    assert not out.get("failed"), out
+    rec = json.loads(Path(out["runs"][0]["record_path"]).read_text())
+    assert record.validate(rec) == [] and rec["status"] == "ok", rec["reason"]
+    section = rec["serving"]
+    assert section["server"]["executable"] == str(engines / "llama-server")
+    assert f"PATH={engines}:/usr/bin:/bin:{STANDINS}:" in " ".join(rec["command"])
+    tokenizer = section["tokenizer"]
+    assert tokenizer["source"] == "derived from the GGUF's vocabulary" and tokenizer["gguf"] == str(gguf)
+    assert tokenizer["path"].startswith(str(results / serving.TOKENIZER_CACHE)) and tokenizer["tokens"] == 1024
+    argv = section["client"]["argv"]
+    assert argv[argv.index("--tokenizer") + 1] == tokenizer["path"] and "--skip-coherence" in argv
+    assert section["client"]["coherence_check"] == "skipped: the model has random_weights"
+    assert section["random_weights"] is True and section["corpus"] == str(tinymodel_corpus())
+    assert "--book-url" in argv
+
+    # without the engine on any PATH the run fails at setup, naming it and where it looked
+    (engines / "llama-server").unlink()
+    monkeypatch.setattr(runexec, "_LOGIN_PATHS", {})
+    args["runs"][0]["run_id"] = rid = record.run_id("c1", "h1", "tiny", "bare", "serve", 2)
+    args["runs"][0]["iteration"] = 2
+    out = run_module(load_module("bench_run"), args)
+    rec = json.loads(Path(out["runs"][0]["record_path"]).read_text())
+    assert rec["status"] == "failed" and "bare run: llama-server not found on the host's PATH" in rec["reason"]
+    assert str(engines) in rec["reason"]
+
+
+def tinymodel_corpus() -> Path:
+    from tinymodel import CORPUS
+
+    return CORPUS
 
 
 def test_a_server_that_never_comes_up_fails_the_run_naming_its_log(tmp_path, monkeypatch):

@@ -48,6 +48,24 @@ def test_prefix_caching_and_a_served_corpus_change_the_flags():
     assert argv[-1] == "--skip-coherence"
 
 
+@pytest.mark.parametrize(("skip", "extra", "flags", "said"), [
+    (False, [], [], "asked"),
+    (True, [], ["--skip-coherence"], "skipped: the model has random_weights"),
+    (True, ["--skip-coherence"], ["--skip-coherence"], "skipped: the model has random_weights"),  # said once
+    (False, ["--skip-coh"], ["--skip-coh"], "skipped: the workload's client_args say --skip-coherence"),
+    (True, ["--sk"], ["--sk"], "skipped: the model has random_weights"),  # argparse: --sk is --skip-coherence
+    (False, ["--no-warmup"], ["--no-warmup"], "asked"),
+])
+def test_a_random_weight_model_skips_the_coherence_check(skip, extra, flags, said):
+    """llama-benchy asks the model the capital of France after the warm-up and fails the point on a wrong answer:
+    a random-weight model's random text. Its random_weights adds --skip-coherence (once), and the record says why."""
+    argv = client.LlamaBenchy.point_argv("lb", POINT, "u", "m", "t", 1, False, None, "o.json", extra,
+                                         skip_coherence=skip)
+    tail = argv[argv.index("o.json") + 1:]
+    assert tail == flags
+    assert client.LlamaBenchy.coherence(skip, extra) == said
+
+
 def test_a_real_output_maps_to_the_contract_names_with_raw_samples():
     doc = json.loads(_fixture(PLAIN))
     (entry,) = [b for b in doc["benchmarks"] if not b["is_context_prefill_phase"]]

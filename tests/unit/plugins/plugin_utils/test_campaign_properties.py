@@ -173,7 +173,8 @@ JSONISH = st.recursive(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(campaigns(), st.sampled_from(["top", "cooldown", "workload", "model", "environment"]),
        st.sampled_from([f.name for f in defs.CAMPAIGN_FIELDS + thermal.COOLDOWN_FIELDS + defs.WORKLOAD_FIELDS]
-                       + ["colour", "kind", "path", "hf_id", "docker_flags", "tokenizer", "gguf"]), JSONISH)
+                       + ["colour", "kind", "path", "hf_id", "docker_flags", "tokenizer", "gguf",
+                          "random_weights"]), JSONISH)
 def test_any_value_anywhere_either_passes_every_check_or_names_a_field(c, where, key, value):
     """Whatever lands in whatever field: accepted => the hosts accept the plan; refused => fields named."""
     if where == "top":

@@ -294,14 +294,16 @@ def test_the_plan_carries_every_path_and_knob_with_the_registry_defaults_applied
     assert got["preflight"]["max_gpu_temp_c"] == 60.0 and got["preflight"]["max_fail_percentage"] == 100
     assert got["docker"]["variant"] == "study" and got["reproducibility"] == {"tolerance_pct": 5.0,
                                                                              "acknowledge_host_differences": False}
-    assert got["serving"] == {"client": None, "corpus": None} and got["needs_serving"] is False
+    # the corpus: the collection's, which the serving_client role installs under the work directory
+    assert got["serving"] == {"client": None, "corpus": "/var/lib/sparkfleet/clients/corpus.txt"}
+    assert got["needs_serving"] is False
     assert got["readiness"] == {"policy": "mark", "min_fraction": 0.9, "expected_clock_mhz": None, "probe_s": 3.0,
                                 "degraded_bands": [[500, 890]]}
     assert got["campaign"] == "c1" and got["runs"] and got["total"] == len(got["runs"])
     # every setting a host can give reaches the plan, except the controller's own (campaign.json, the follower)
     carried = {name for keys in planning.PLAN_GROUPS.values() for name in keys.values()}
     controller_only = {"sparkfleet_results_dir", "sparkfleet_campaign_on_change", "sparkfleet_poll_interval_s",
-                       "sparkfleet_report_after_s"}
+                       "sparkfleet_report_after_s", "sparkfleet_serving_memory_gib"}
     assert carried | controller_only | {"sparkfleet_models_dir", "sparkfleet_image"} == \
         set(planning.settings.SETTINGS_BY_NAME)
 

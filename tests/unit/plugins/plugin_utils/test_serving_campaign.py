@@ -130,11 +130,9 @@ def test_a_bad_serving_workload_is_refused_naming_the_field(workload, message):
 
 @pytest.mark.parametrize(("models", "workload", "message"), [
     ([{"name": "q", "hf_id": "Qwen/Qwen3-8B"}], serving(),
-     "campaign.models[0].tokenizer: required: serving workload 'w' runs the model 'q' and it has no path"),
+     "campaign.models[0].tokenizer: required: serving workload 'w' runs the model 'q', which has no path or gguf on "
+     "the hosts to take its tokenizer from; its client (llama-benchy) counts tokens with it, offline: give tokenizer"),
     (["q"], serving(), "campaign.models[0].tokenizer: required"),
-    ([{"name": "q", "path": "/m/q.gguf"}], serving(engine="llama.cpp"),
-     "campaign.models[0].tokenizer: required: serving workload 'w' runs the model 'q' and its path '/m/q.gguf' is a "
-     ".gguf file, not a tokenizer"),
     ([{"name": "q", "path": "/m/q"}], serving(engine="llama.cpp"),
      "campaign.models[0].gguf: required: llama.cpp workload 'w' runs the model 'q', whose path '/m/q' is not a .gguf"),
     ([{"name": "q", "path": "/m/q", "gguf": "/m/q.bin"}], serving(), "campaign.models[0].gguf: '/m/q.bin' is not a "
@@ -150,8 +148,24 @@ def test_a_serving_model_needs_a_tokenizer_and_llama_cpp_a_gguf(models, workload
 def test_a_tokenizer_or_a_gguf_lets_the_model_through():
     c = campaign(serving(engine="llama.cpp"), models=[{"name": "q", "path": "/m/q.gguf", "tokenizer": "/m/tok"}])
     assert c["models"][0]["tokenizer"] == "/m/tok"
+    # no tokenizer: the host takes the one beside the GGUF, or derives it from the GGUF's own vocabulary
+    gguf_path, gguf_only = {"name": "q", "path": "/m/q.gguf"}, {"name": "q", "hf_id": "Q/q", "gguf": "/m/q.gguf"}
+    for model, engine in ((gguf_path, "llama.cpp"), (gguf_path, "vllm"), (gguf_only, "llama.cpp")):
+        run = plan(campaign(serving(engine=engine), models=[model]), "h")[0]
+        assert "tokenizer" not in run.model and run.model["path"] == "/m/q.gguf", run.model
     c = campaign(serving(), models=[{"name": "q", "hf_id": "Q/q", "tokenizer": "/m/tokenizer.json"}])
     assert plan(c, "h")[0].model == {"name": "q", "hf_id": "Q/q", "path": None, "tokenizer": "/m/tokenizer.json"}
+
+
+def test_random_weights_travels_with_the_model_and_changes_nothing_when_absent():
+    plain = campaign(serving(), models=[{"name": "q", "path": "/m/q.gguf"}])
+    marked = campaign(serving(), models=[{"name": "q", "path": "/m/q.gguf", "random_weights": True}])
+    assert plan(marked, "h")[0].model["random_weights"] is True and "random_weights" not in plan(plain, "h")[0].model
+    assert marked["config_hash"] != plain["config_hash"]  # another model: runs measured apart
+    assert campaign(serving(), models=[{"name": "q", "path": "/m/q.gguf", "random_weights": None}])["config_hash"] \
+        == plain["config_hash"]
+    found = problems(serving(), models=[{"name": "q", "path": "/m/q.gguf", "random_weights": "yes please"}])
+    assert any(p.startswith("campaign.models[0].random_weights: ") for p in found), found
 
 
 def test_a_llama_cpp_run_serves_the_models_gguf_and_counts_with_its_directory():

@@ -1,6 +1,8 @@
-"""The CLI contract: every trtllm argv the planner can produce, checked against each supported version's
+"""The CLI contract: every trtllm argv the planner can produce, checked against each captured version's
 ``trtllm-bench`` command tree (tests/data/trtllm-cli/<version>.json, transcribed from the upstream source
 with file and commit). Any unknown command or option, a bad value or a missing required option fails.
+The trees are the tests' data: the product's captured surfaces (trtllm_surfaces) are generated from them, and
+what the product reads from an image (trtllm_cli.detect) must give back the tree the image was written from.
 
 The argv come from the real planner (campaign.resolve + campaign.plan) and the real builder
 (runexec.engine_steps): every workload preset of the settings registry, in both modes, crossed with the
@@ -23,8 +25,8 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 REPO = Path(__file__).resolve().parents[4]
 TREES = REPO / "tests" / "data" / "trtllm-cli"
 STANDIN = REPO / "tests" / "fleet" / "standins" / "trtllm-bench"
-#: Each supported version (1.3.0rcN by two of its members).
-VERSIONS = ["1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.3.0rc5", "1.3.0rc13"]
+#: Each captured version (1.3.0rcN by two of its members), and 1.3.0, past every capture (the newest is used).
+VERSIONS = ["1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.2.1", "1.3.0rc5", "1.3.0rc13", "1.3.0rc20", "1.3.0rc29", "1.3.0"]
 
 
 def _standin():
@@ -39,12 +41,12 @@ CLICK = _standin()
 
 
 def tree_for(version: str) -> dict:
-    for path in sorted(TREES.glob("*.json")):
-        data = json.loads(path.read_text())
-        applies = data["applies_to"]
-        if version in applies.get("versions", []) or re_full(applies.get("pattern"), version):
-            return data
-    raise AssertionError(f"no tree covers {version}")
+    """The tree of the captured surface the product builds ``version``'s commands against offline."""
+    surface, how = trtllm_cli.captured_for(version)
+    assert how in ("covers", "newest"), (version, how)
+    data = json.loads((REPO / surface["data"]).read_text())
+    assert how != "covers" or re_full(data["applies_to"].get("pattern"), version)
+    return data
 
 
 def re_full(pattern, version):
@@ -123,12 +125,13 @@ def test_the_detected_surface_of_the_test_image_builds_the_same_argv(version, tm
 
     import testimage  # noqa: PLC0415
 
-    image_version = "1.3.0rc13" if version.startswith("1.3") else version
+    image_version = trtllm_cli.captured_for(version)[0]["example"]
     overlay = tmp_path / "o.tar"
     testimage._overlay_tar(overlay, image_version)
     with tarfile.open(overlay) as tar:
         tar.extractall(tmp_path / "root", filter="data")
     found = trtllm_cli.detect(str(tmp_path / "root"))
+    assert trtllm_cli.resolve(found)["profile"] == "image"  # the image's own CLI, read from its sources
     for _, run in RUNS[:200]:
         model = {**run.model, "path": run.model.get("path") or "/m"}
         for _, argv, _ in runexec.engine_steps("trtllm", run.workload, model, "/r", "/w", trtllm=found):
@@ -151,6 +154,11 @@ def test_the_detected_surface_of_the_test_image_builds_the_same_argv(version, tm
      "Error: Missing option '--tokenizer'."),
     ("1.2.0rc8", ["trtllm-bench", "--model", "m", "throughput", "--num_requests", "many"],
      "Error: Invalid value for '--num_requests': 'many' is not a valid integer."),
+    ("1.2.1", ["trtllm-bench", "--model", "m", "throughput", "--config", "x.yaml"],
+     "Error: No such option: --config"),
+    ("1.3.0rc29", ["trtllm-bench", "--model", "m", "build"], "Error: No such command 'build'."),
+    ("1.3.0rc29", ["trtllm-bench", "--model", "m", "latency", "--dataset", "d", "--max_batch_size", "4"],
+     "Error: No such option: --max_batch_size"),
 ])
 def test_the_check_has_teeth(version, argv, error):
     """Yesterday's commands (prepare-dataset on 1.1, latency --max_batch_size) fail as click fails them."""
@@ -169,3 +177,54 @@ def test_every_tree_cites_its_sources():
                 walk(sub, f"{where} {name}")
         for name, program in data["programs"].items():
             walk(program, f"{path.name} {name}")
+
+
+# ------------------------------------------------------------------ the product's surfaces are these trees
+
+
+def test_the_shipped_surfaces_are_the_captured_trees():
+    """trtllm_surfaces.py is what tests/fleet/trtllm_sources.py generates from the trees, to the byte."""
+    from trtllm_sources import render_surfaces_module, shipped  # noqa: PLC0415
+
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import trtllm_surfaces
+
+    module = REPO / "plugins/module_utils/sparkfleet_host/trtllm_surfaces.py"
+    assert shipped() == trtllm_surfaces.SURFACES
+    assert module.read_text() == render_surfaces_module(), (
+        f"{module} differs from tests/data/trtllm-cli: python tests/fleet/trtllm_sources.py > {module}")
+    for surface in trtllm_surfaces.SURFACES:  # each example is covered by its own surface, floors ascend
+        assert trtllm_cli.captured_for(surface["example"]) == (surface, "covers")
+        assert trtllm_cli.captured_for(surface["floor"])[0] is surface
+
+
+def _comparable(level):
+    if level is None or level.get("options") is None:
+        return None if level is None else {"options": None}
+    keep = ("type", "aliases", "required", "choices", "nargs", "multiple")
+    out = {"options": {n: {k: v for k, v in s.items() if k in keep} for n, s in level["options"].items()}}
+    if "commands" in level:
+        out["commands"] = {c: _comparable(sub) for c, sub in (level["commands"] or {}).items()}
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(TREES.glob("*.json")), ids=lambda p: p.stem)
+def test_reading_an_images_click_sources_gives_back_its_tree(path, tmp_path):
+    """detect() on click sources shaped like NVIDIA's (tests/fleet/trtllm_sources.py), written from each tree,
+    reads that tree back: every command, option, alias, type, choice and required flag."""
+    from trtllm_sources import click_sources, script_sources  # noqa: PLC0415
+
+    tree = json.loads(path.read_text())
+    package = tmp_path / "usr/local/lib/python3.12/dist-packages/tensorrt_llm"
+    for rel, text in click_sources(tree, tree["applies_to"]["example"]).items():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(text)
+    if "prepare_dataset.py" in tree["programs"]:
+        beside = tmp_path / trtllm_cli.SCRIPT_PATH.lstrip("/")
+        for rel, text in script_sources(tree).items():
+            (beside.parent / rel).parent.mkdir(parents=True, exist_ok=True)
+            (beside.parent / rel).write_text(text)
+    found = trtllm_cli.detect(str(tmp_path))
+    assert found["version"] == tree["applies_to"]["example"]
+    assert set(found["surface"]["programs"]) == set(tree["programs"])
+    for program, level in tree["programs"].items():
+        assert _comparable(found["surface"]["programs"][program]) == _comparable(level), program

@@ -230,13 +230,16 @@ def test_the_action_unpacks_for_the_inventory_host_and_fails_on_hostile_members(
     good = _host_archive(tmp_path, "good.tgz", 1, runs=2)
     out = _action(archive=str(good), campaign_dir=str(campaign)).run(task_vars={"inventory_hostname": "h1"})
     assert out["changed"] is True and out["files"] == 5 and out["dest"] == f"{campaign}/h1"
+    assert not good.exists()  # the fetched copy goes once unpacked: each run fetches one of its own name
+    good = _host_archive(tmp_path, "good.tgz", 1, runs=2)
     again = _action(archive=str(good), campaign_dir=str(campaign), host="h1").run(task_vars={})
     assert again["files"] == 5 and again["changed"] is True  # the same copies again: not older, so installed
     hostile = _archive(tmp_path, [("h1/runs/r/link", "symlink", "/etc/passwd")])
     with pytest.raises(AnsibleActionFail, match="links are not allowed"):
         _action(archive=str(hostile), campaign_dir=str(campaign), host="h1").run(task_vars={})
+    assert Path(hostile).exists()  # a refused archive is kept, to be looked at
     with pytest.raises(AnsibleActionFail, match="campaign_dir"):
-        _action(archive=str(good)).run(task_vars={})
+        _action(archive=str(_host_archive(tmp_path, "good.tgz", 1, runs=2))).run(task_vars={})
     dry = _action(check_mode=True, archive=str(tmp_path / "absent.tgz"), campaign_dir=str(tmp_path / "x"))
     assert dry.run(task_vars={"inventory_hostname": "h1"})["changed"] is False
     assert not (tmp_path / "x").exists()
