@@ -387,3 +387,47 @@ def test_disk_full_run_is_recorded_failed_and_earlier_runs_stay_intact(
         if pid:
             subprocess.run(["nsenter", "-t", str(pid), "-m", "umount", "-l", str(mountpoint)], capture_output=True)
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+
+
+def test_a_second_campaign_on_a_busy_host_is_refused_and_touches_nothing(
+        fleet_factory, test_image, ansible_env, repo, tmp_path):
+    """Two campaigns on one host: the second run is refused by the host lease before it changes anything, naming
+    the run that holds the host; the first one's mounts stay and it finishes every run; then the host is free."""
+    fleet = fleet_factory(1)
+    host = fleet.hosts[0]
+    first, second = f"holder{os.getpid()}", f"intruder{os.getpid()}"
+    results = tmp_path / "results"
+    extra = _vars(tmp_path)
+    slow = {**FAST, "SPARKFLEET_FAKE_RUNTIME_S": "4"}
+    holder_cmd = _bench_cmd(fleet.inventory, _campaign(tmp_path, test_image, first, iterations=2, workloads=[
+        {"name": "small", "preset": "T1", "requests": 4, "env": slow}]), results, extra)
+    intruder_cmd = _bench_cmd(fleet.inventory, _campaign(tmp_path, test_image, second, iterations=1), results, extra)
+    jobs_dir = Path(host.work_dir, "results", ".sparkfleet", "jobs")
+    log = tmp_path / "holder.log"
+    with log.open("w") as out:
+        holder = subprocess.Popen(holder_cmd, cwd=repo, env=ansible_env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not list(jobs_dir.glob("*.json")) and holder.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert list(jobs_dir.glob("*.json")), log.read_text()[-4000:]  # the holder's job runs
+            mounts = _host_mounts(host)
+            assert mounts, "the holder mounted its native rootfs"
+            intruder = subprocess.run(intruder_cmd, cwd=repo, env=ansible_env, capture_output=True, text=True,
+                                      timeout=600)
+            assert intruder.returncode != 0
+            assert "is busy" in intruder.stdout and first in intruder.stdout, intruder.stdout[-4000:]
+            assert _host_mounts(host) == mounts  # the refused run undid nothing of the holder's
+            assert holder.wait(timeout=600) == 0, log.read_text()[-6000:]
+        finally:
+            if holder.poll() is None:
+                os.killpg(holder.pid, signal.SIGKILL)
+                holder.wait()
+    assert not list(results.glob(f"{second}/*/runs/*/record.json"))  # nothing of the intruder ran
+    _check_exactly_once(results, first, fleet.hosts)
+    assert not Path(host.work_dir, "results", ".sparkfleet", "host.lease").exists()  # given back at the end
+    again = subprocess.run(intruder_cmd, cwd=repo, env=ansible_env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-4000:]  # the host is free for the next run
+    restored = _restore(repo, ansible_env, fleet.inventory, extra)
+    assert restored.returncode == 0, restored.stdout[-4000:]
