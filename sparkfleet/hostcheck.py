@@ -50,7 +50,7 @@ STATE_COLUMNS = ["run_id", "host", "readiness_state", "readiness_reasons", "read
                  "expected_clock_mhz", "power_w", "throttle_grew", "free_huge_blocks", "energy_j",
                  "j_per_output_token", "energy_scope", "serving_c1_tok_s", "j_per_output_token_steady",
                  "steady_power_w", "startup_energy_j", "steady_source", "steady_error", "serving_c1_points",
-                 "power_limited", "tflops"]
+                 "power_limited", "tflops", "power_limit_w"]
 
 #: Decode figures the roofline applies to: the record's metric, and the derived decode rate (batch / TPOT).
 DECODE_METRICS = ("output_tok_s", "decode_tok_s", "tg_req_tok_s_c1")
@@ -267,6 +267,7 @@ def state_of(record: dict[str, Any], run_dir: Path | None = None) -> dict[str, A
         # the probe's judgement (readiness.judge): a power-limited clock is healthy and not a cause
         "power_limited": ready.get("power_limited") if isinstance(ready.get("power_limited"), bool) else None,
         "tflops": _number(ready.get("tflops")),
+        "power_limit_w": _number(ready.get("power_limit_w")),
     }
 
 
@@ -304,10 +305,15 @@ class Weights:
     problem: str = ""
 
 
+#: Where a card's tensor bytes come from, as the roofline's weights column says it.
+TENSOR_SOURCES = {"GGUF tensor infos": "tensor bytes of the GGUF served (its tensor infos, the serving record)"}
+_CHECKPOINT_TENSORS = "tensor bytes of the checkpoint (model card)"
+
+
 def _whole_weights(card: dict[str, Any]) -> Weights | None:
     tensor = _number(card.get("tensor_bytes"))
     if tensor and tensor > 0:
-        return Weights(tensor, "tensor bytes of the checkpoint (model card)")
+        return Weights(tensor, TENSOR_SOURCES.get(str(card.get("weights_source")), _CHECKPOINT_TENSORS))
     params, dtype = _number(card.get("param_count")), card.get("dtype")
     if params and params > 0 and isinstance(dtype, str):
         try:
@@ -339,8 +345,8 @@ def weights_from_card(card: Any) -> Weights | None:
     if per_token is None or per_token < 1 or per_token > experts:
         return Weights(None, "model card", f"{moe}: the model card gives no valid experts per token "
                                            f"(config.json: {' / '.join(modelcard.MOE_PER_TOKEN_KEYS)})")
-    if not routed or whole.source != "tensor bytes of the checkpoint (model card)" or \
-            card.get("weights_source") != "safetensors headers":
+    if not routed or card.get("weights_source") not in ("safetensors headers", "GGUF tensor infos") or \
+            whole.source not in (_CHECKPOINT_TENSORS, *TENSOR_SOURCES.values()):
         return Weights(None, "model card", f"{moe}: the model card does not give the routed experts' bytes (read "
                                            "from the safetensors headers since issue 32): the active weights are "
                                            "unknown, and every expert's would understate the roofline")

@@ -534,7 +534,17 @@ def _typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
     named_native = frame["environment"].astype("string") == "native"
     fallback = named_native.map({True: "native", False: "container"}).astype("string")
     frame["environment_kind"] = frame["environment_kind"].astype("string").fillna(fallback)
+    # A bare run uses no image: records written before issue 35 named the campaign's all the same.
+    bare = (frame["environment_kind"] == "bare").fillna(False).to_numpy(dtype=bool)
+    for column in BARE_WITHOUT:
+        if column in frame.columns and bare.any():
+            frame[column] = frame[column].astype(object)
+            frame.loc[bare, column] = None
     return frame.reset_index(drop=True)
+
+
+#: The columns a bare run never has a value in, whatever an older record says (the campaign's image).
+BARE_WITHOUT = ("version_image", "version_image_ref")
 
 
 def parse_timestamps(values: pd.Series) -> pd.Series:

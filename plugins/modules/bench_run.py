@@ -123,7 +123,8 @@ options:
     type: bool
     default: false
   versions:
-    description: Software versions to record (image digest, controller versions, ...).
+    description: Software versions to record (image digest, controller versions, ...); a C(bare) run's record leaves
+      out C(image) and C(image_ref) (it uses no image).
     type: dict
     default: {}
   campaign_config:
@@ -161,6 +162,14 @@ options:
         started (else the run fails naming the holder), then the load generator runs on the host once per point of the workload's C(profile) (depth x
         concurrency x pp x tg, in an order shuffled with a seed from the run_id), and the server is always
         stopped. The record's C(serving) section holds each point's figures and raw samples."
+      - "What is served is recorded and checked (issue 35): before the server starts, the engine's own version
+        command runs in the run's environment (C(llama-server --version), C(vllm --version), the C(sglang) or
+        C(tensorrt_llm) package's version as its C(python3) has it; C(version.log)) and the weights are
+        fingerprinted on the host (a GGUF's header, size, SHA-256 of its first and last MiB and tensor bytes; a
+        directory's card); after it, what the engine showed it loaded (llama-server's C(/v1/models) model meta, the
+        start-up lines of the others) is checked against that card, and the weights at that path against the first
+        run of the campaign on the host that served them (kept in C(.sparkfleet-weights.json) beside the ledger):
+        other weights, or a GGUF naming another source than the model's C(hf_id), make the run C(invalid)."
     type: dict
     default: {}
     suboptions:
@@ -189,6 +198,25 @@ options:
         C(degraded_bands) (a list of [low, high] MHz, a GB10's)."
     type: dict
     default: {}
+  nvml:
+    description:
+      - "The NVML bindings the job reads the GPU through (issue 35): C(path), the directory the
+        C(sparkfleet.bench.nvml) role installed the pinned C(nvidia-ml-py) into (C(pynvml.py) there), imported from
+        there ahead of any the module's Python has, so that the cooldown, the readiness probe's readings, the memory
+        state and the telemetry read NVML in this process; C(note), why there are none (no GPU, not installed, pip
+        reached no index)."
+      - "Without bindings, or where NVML does not initialise, they read C(nvidia-smi) (telemetry: one persistent
+        C(nvidia-smi -lms) loop); the record's C(telemetry.sensor) says which read, C(telemetry.nvml_bindings) what NVML
+        was read through, C(telemetry.sensor_note) (and C(readiness.sensor_note)) why NVML did not read."
+    type: dict
+    default: {}
+    suboptions:
+      path:
+        description: The bindings' directory on the host (empty or omitted, none).
+        type: path
+      note:
+        description: Why there are none.
+        type: str
 attributes:
   check_mode:
     support: full
@@ -310,6 +338,7 @@ sparkfleet_events:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import use_bindings
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.matrix_run import (
     JobStopped,
     MatrixError,
@@ -343,6 +372,7 @@ def main():
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), corpus=dict(type="path"))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
+            nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
@@ -352,6 +382,8 @@ def main():
         runs = check_request(params)  # every run's inputs are checked before any starts
         if module.check_mode:
             module.exit_json(**plan_only(params, runs))
+        # the pinned NVML bindings of the nvml role, ahead of any other, before any sensor opens
+        use_bindings((params["nvml"] or {}).get("path"), (params["nvml"] or {}).get("note"))
         run_job(params, runs, results)
     except MatrixError as exc:
         module.fail_json(msg=str(exc))

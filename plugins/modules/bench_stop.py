@@ -36,8 +36,8 @@ options:
     default: 60
   docker:
     description:
-      - Docker CLI. Once the jobs are ended, the run containers left behind (labelled C(sparkfleet.run_id), of
-        O(campaign) when given - a job could not remove them, Docker being down or the job killed) are removed.
+      - Docker CLI. Once the jobs are ended, the run containers left behind (labelled C(sparkfleet.run_id) and
+        with O(results_root), of O(campaign) when given - a job could not remove them, Docker being down or the job killed) are removed.
         Where Docker cannot be asked, RV(containers_error) says why and the module does not fail.
     type: str
     default: docker
@@ -127,7 +127,7 @@ def main():
                                                        "run_id": j.get("run_id"), "how": "would stop"} for j in jobs],
                          containers_removed=[], containers_error=None)
     stopped = [stop_job(j, module.params["grace_s"]) for j in jobs]
-    left = remove_left_containers(module.params["docker"], module.params["campaign"])
+    left = remove_left_containers(module.params["docker"], module.params["results_root"], module.params["campaign"])
     module.exit_json(changed=any(s["how"] != "gone" for s in stopped) or bool(left["removed"]), stopped=stopped,
                      containers_removed=left["removed"], containers_error=left["error"])
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume, textfile
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gpu, resume, textfile
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, config_hash, plan, resolve
 
@@ -201,6 +201,7 @@ PLAN_GROUPS: dict[str, dict[str, str]] = {
     "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct",
                         "acknowledge_host_differences": "sparkfleet_acknowledge_host_differences"},
     "serving": {"client": "sparkfleet_serving_client", "corpus": "sparkfleet_serving_corpus"},
+    "nvml": {"install": "sparkfleet_nvml", "wheel": "sparkfleet_nvml_wheel", "index_url": "sparkfleet_nvml_index_url"},
     "readiness": {"policy": "sparkfleet_readiness_policy", "min_fraction": "sparkfleet_readiness_min_fraction",
                   "expected_clock_mhz": "sparkfleet_readiness_expected_clock_mhz",
                   "probe_s": "sparkfleet_readiness_probe_s",
@@ -223,6 +224,8 @@ def host_settings(host: str, variables: dict[str, Any], campaign: dict[str, Any]
                         results_dir=os.path.join(work_dir, "results", name, host))
     # the default corpus (the collection's, which the serving_client role installs) under this host's work dir
     out["serving"]["corpus"] = os.path.normpath(_WORK_DIR_REF.sub(lambda _: work_dir, str(out["serving"]["corpus"])))
+    # the pinned NVML bindings the nvml role installs (gpu.py: one definition of the pin)
+    out["nvml"].update(package=gpu.NVML_PACKAGE, version=gpu.NVML_VERSION, sha256=gpu.NVML_WHEEL_SHA256)
     out["campaign"] = name
     out["image"]["ref"] = (settings.setting(variables, "sparkfleet_image") or campaign.get("image")
                            or settings.DEFAULT_IMAGE)

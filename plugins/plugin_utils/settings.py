@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness, serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gpu, readiness, serving
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
     DAY_S,
     REQUIRED,
@@ -502,6 +502,15 @@ def _variants(value: Any) -> str | None:
     return None
 
 
+def _nvml_wheel(value: Any) -> str | None:
+    """The pinned release's wheel only: the bindings are the same on every host of a fleet."""
+    if os.path.basename(value) != gpu.NVML_WHEEL:
+        return "must be the pinned %s %s wheel, a file named %s (pip download %s==%s --no-deps), got %r" % (
+            gpu.NVML_PACKAGE, gpu.NVML_VERSION, gpu.NVML_WHEEL, gpu.NVML_PACKAGE, gpu.NVML_VERSION,
+            os.path.basename(value))
+    return None
+
+
 #: Where the serving_client role installs the collection's prompt corpus: the default of
 #: ``sparkfleet_serving_corpus`` (the work directory filled in by planning.host_settings).
 DEFAULT_SERVING_CORPUS = "{{ sparkfleet_work_dir }}/clients/corpus.txt"
@@ -569,6 +578,17 @@ SETTINGS = (
           "the host, for validate's check of each llama.cpp workload whose model's kv_shape is known (null: a DGX "
           "Spark's 128 GB of unified memory; on a discrete GPU give its memory).", "GiB", 0.0, 1_000_000.0,
           low_open=True, nullable=True),
+    Field("sparkfleet_nvml", "bool", True, "Install the pinned NVML bindings (%s %s) on each host with a GPU "
+          "(nvidia-smi lists one and /dev/nvidia0 exists), into <work_dir>/clients/%s-%s, for the runs' telemetry, "
+          "cooldown and readiness probe to read NVML in-process; where they cannot be installed those read "
+          "nvidia-smi and the records say why (false: install nothing)." % (gpu.NVML_PACKAGE, gpu.NVML_VERSION,
+                                                                           gpu.NVML_PACKAGE, gpu.NVML_VERSION)),
+    Field("sparkfleet_nvml_wheel", "abs_path", None, "The %s wheel on the controller (%s), copied to each GPU host "
+          "and unpacked there: no index, no pip (air-gapped hosts; null: pip on the host installs it from its "
+          "index)." % (gpu.NVML_PACKAGE, gpu.NVML_WHEEL), nullable=True, check=_nvml_wheel),
+    Field("sparkfleet_nvml_index_url", "str", None, "The package index pip on the host installs the NVML bindings "
+          "from (--index-url; null: pip's own configuration there).", nullable=True,
+          check=lambda v: None if v.strip() and not any(c.isspace() for c in v) else "must be a URL (no spaces)"),
     Field("sparkfleet_readiness_policy", "str", "mark", "A host whose readiness probe finds it suspect (a thermal "
           "or power-brake fault, a degraded clock, low delivered TFLOP/s): mark (run, mark its results suspect, "
           "warn) or refuse (no runs on it).", choices=readiness.POLICIES),

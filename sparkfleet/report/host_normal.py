@@ -55,7 +55,7 @@ VERDICTS = ("not normal", "suspect", "undetermined", "normal", "no peers")
 COMPARISON_COLUMNS = [*KEYS, "metric", "host", "against", "runs", "n", "n_ref", "host_mean", "ref_mean",
                       "deviation_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_family", "family_size", "outcome",
                       "reason", "required_n", "source"]
-HOST_COLUMNS = ["host", "verdict", "sentence", "runs", "suspect_runs", "clock_mhz", "causes"]
+HOST_COLUMNS = ["host", "verdict", "sentence", "runs", "suspect_runs", "clock_mhz", "causes", "readiness"]
 
 
 def _words(metric: str) -> str:
@@ -369,10 +369,39 @@ def _clause(row: pd.Series) -> str:
             f"{row['model']} / {row['environment']} / {row['workload']}")
 
 
+#: The readiness states (readiness.judge) in the order a host's line counts them after "healthy".
+READINESS_STATES = ("suspect", "invalid", "unknown")
+
+
+def readiness_line(states: pd.DataFrame, host: str) -> str:
+    """What the readiness probe found on ``host`` before its runs, whatever the verdict: "readiness: 9 of 9 probes
+    healthy (power-limited at the 700 W limit)", the other states counted after it ("; 1 suspect"); "" when no run
+    of the host carries a probe. A healthy probe whose clock the power cap held is power-limited, as a GPU at its
+    cap runs (readiness.judge), never a cause."""
+    if states.empty or "readiness_state" not in states:
+        return ""
+    mine = states[(states["host"].astype(str) == host) & states["readiness_state"].notna()]
+    if mine.empty:
+        return ""
+    counts = mine["readiness_state"].astype(str).value_counts()
+    healthy = int(counts.get("healthy", 0))
+    text = f"{healthy} of {len(mine)} probe{'s' if len(mine) != 1 else ''} healthy"
+    limited = mine[(mine["readiness_state"] == "healthy") & mine["power_limited"].eq(True)]
+    if len(limited):
+        limits = limited["power_limit_w"].dropna() if "power_limit_w" in limited else pd.Series(dtype="float64")
+        at = f" at the {num(float(limits.median()))} W limit" if len(limits) else ""
+        share = "" if len(limited) == healthy else f"{len(limited)} of them "
+        text += f" ({share}power-limited{at})"
+    others = [f"{int(counts[s])} {s}" for s in READINESS_STATES if counts.get(s)]
+    others += [f"{int(n)} {s}" for s, n in counts.items() if s not in ("healthy", *READINESS_STATES)]
+    return "readiness: " + "; ".join([text, *others])
+
+
 def host_verdict(host: str, comparisons: pd.DataFrame, causes: list[str], suspect_runs: int,
-                 tolerance: float) -> tuple[str, str]:
+                 tolerance: float, readiness: str = "") -> tuple[str, str]:
     """(verdict, sentence) of one host: not normal (different somewhere), suspect (runs the probe marked),
-    undetermined, normal (the same everywhere it was compared), no peers (compared with nothing)."""
+    undetermined, normal (the same everywhere it was compared), no peers (compared with nothing). ``readiness``:
+    the host's readiness line (:func:`readiness_line`), said last whatever the verdict."""
     mine = comparisons[comparisons["host"] == host]
     different = mine[mine["outcome"] == "different"]
     open_rows = mine[mine["outcome"] == "undetermined"]
@@ -392,7 +421,7 @@ def host_verdict(host: str, comparisons: pd.DataFrame, causes: list[str], suspec
         verdict = "undetermined"
         clause = (f"{len(open_rows)} of {len(mine)} comparison(s) too noisy to tell"
                   + (f" (≈ {need:.0f} runs per side would)" if need == need else ""))
-    parts = [clause, *([marked] if marked else []), *causes]
+    parts = [clause, *([marked] if marked else []), *causes, *([readiness] if readiness else [])]
     return verdict, f"{host}: {verdict.upper()}: " + "; ".join(parts)
 
 
@@ -435,10 +464,11 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
         causes += [peers[host]] if host in peers else []
         causes += identity_causes(differences, host)
         n_suspect = int(measured["run_id"].isin(suspect_ids)[measured["host"] == host].sum())
-        verdict, sentence = host_verdict(host, comparisons, causes, n_suspect, tolerance)
+        ready = readiness_line(states, host)
+        verdict, sentence = host_verdict(host, comparisons, causes, n_suspect, tolerance, ready)
         rows.append({"host": host, "verdict": verdict, "sentence": sentence,
                      "runs": int((measured["host"] == host).sum()), "suspect_runs": n_suspect, "clock_mhz": clock,
-                     "causes": "; ".join(causes)})
+                     "causes": "; ".join(causes), "readiness": ready})
     weights = hostcheck.model_weights(root, runs) if any(b.get("bytes_per_s") for b in bandwidth.values()) else {}
     return HostCheck(
         hosts=pd.DataFrame(rows, columns=HOST_COLUMNS), comparisons=comparisons,

@@ -23,7 +23,7 @@ import pandas as pd
 
 from sparkfleet import compare, serving, stats
 from sparkfleet.load import write_csv
-from sparkfleet.report import serving_plots
+from sparkfleet.report import served, serving_plots
 from sparkfleet.report.document import (
     N_TOO_SMALL,
     Bullets,
@@ -427,6 +427,9 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
             "one request: they are never shown in one table or one figure. Every per-iteration value is in "
             "serving_cells.csv (values) and every run × point row, raw samples included, in serving_points.csv.")
     blocks: list = [Paragraph(text)]
+    lines = served.served_lines(getattr(report, "root", None), report.runs, set(runs["run_id"].astype(str)))
+    if lines:
+        blocks += [Paragraph(served.served_intro(len(lines))), Bullets(lines, "served")]
     if not study.failed.empty:
         blocks.append(Paragraph(f"Failed points, left out of every statistic ({len(study.failed)}):"))
         blocks.append(Bullets([f"{r.point} in {r.run_id} ({r.host}, {r.engine} / {r.environment}, iteration "

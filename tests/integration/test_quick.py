@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -44,17 +45,29 @@ def point_rows(stdout: str) -> dict[tuple[str, str], dict[str, str]]:
     return rows
 
 
+def clone_python(clone: Path, dest: Path) -> Path:
+    """A Python that runs the clone's code: a virtualenv whose .pth lists the clone (its package and, from the
+    directory above ansible_collections, its collection) first, then this interpreter's installed packages as a
+    plain path (their own .pth files, this checkout's editable install among them, are not read)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
+    python = dest / "bin" / "python"
+    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    roots = [clone, clone.parents[2], Path(sysconfig.get_paths()["purelib"])]
+    Path(site_dir, "_sparkfleet_clone.pth").write_text("".join(f"{p}\n" for p in roots))
+    return python
+
+
 def test_quick_path_from_a_clean_clone_prints_the_point_table(llama_server, ansible_env, repo, tmp_path):
     started = time.monotonic()
     clone = clean_clone(repo, tmp_path / "src")
+    python = clone_python(clone, tmp_path / "venv")
     model = make_tiny_model(tmp_path / "models")
     env = dict(ansible_env)
-    # The clone's code, not this checkout's: its package and its collection come first on the path.
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "src"), str(clone)])
     env["PATH"] = os.pathsep.join([str(llama_server.parent), env["PATH"]])  # a bare engine: found on PATH
     work, results = tmp_path / "work", tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "sparkfleet", "quick", "llama.cpp", str(model["gguf"]), "--random-weights",
+        [python, "-m", "sparkfleet", "quick", "llama.cpp", str(model["gguf"]), "--random-weights",
          "--server-arg=-t", "--server-arg=1", "--results", str(results), "--quiet",
          "-e", f"sparkfleet_work_dir={work}",
          # the client as installed here (the serving_client role would pip-install it from PyPI)
@@ -62,8 +75,8 @@ def test_quick_path_from_a_clean_clone_prints_the_point_table(llama_server, ansi
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert str(clone) in subprocess.run([sys.executable, "-c", "import sparkfleet; print(sparkfleet.__file__)"],
-                                        env=env, capture_output=True, text=True, check=True).stdout
+    assert str(clone) in subprocess.run([python, "-c", "import sparkfleet; print(sparkfleet.__file__)"], cwd=tmp_path,
+                                        env=env, capture_output=True, text=True, check=True).stdout  # the clone ran
     rows = point_rows(proc.stdout)
     assert set(rows) == POINTS, proc.stdout[-4000:]
     for name, row in rows.items():

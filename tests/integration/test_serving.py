@@ -295,15 +295,26 @@ def test_interrupting_a_serving_run_leaves_no_server_or_container(serving_setup,
     campaign = yaml.safe_load(s["campaign"].read_text())
     spec = campaign["sparkfleet_campaign"]
     spec["environments"], spec["iterations"] = ["container", "native"], 1
+    # Points long enough to be caught in (the tiny model serves a default point in well under a second)
     spec["workloads"][0]["runs"] = 3
+    spec["workloads"][0]["profile"] = {**PROFILE, "tg": [1024]}
     s["campaign"].write_text(yaml.safe_dump(campaign))
+    ledger = work / "results" / "serve-e2e" / "localhost" / "ledger.jsonl"  # the host's results root
+
+    def in_a_point() -> bool:
+        """The ledger's last point event is a start: a point is being measured (its client drives the server)."""
+        try:
+            points = [line for line in ledger.read_text().splitlines() if '"event": "point"' in line]
+        except OSError:
+            return False
+        return bool(points) and '"phase": "started"' in points[-1]
 
     first = tmp_path / "interrupted.log"
     run = subprocess.Popen([sys.executable, "-m", "sparkfleet", "run", "--quiet", *s["extra"]], cwd=repo,
                            env=ansible_env, stdout=first.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        assert _wait_for(lambda: leftovers(work)[1] and clients(work), timeout=600, step=0.2), \
-            "no serving container with a client driving it came up"
+        assert _wait_for(lambda: in_a_point() and leftovers(work)[1], timeout=600, step=0.2), \
+            "no serving container with a point in progress came up"
         os.killpg(run.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole foreground group
         assert run.wait(timeout=600) == 130, first.read_text()[-6000:]
     finally:

@@ -138,6 +138,53 @@ def read_metadata(path: str, wanted=WANTED):
     return meta, digest.hexdigest()
 
 
+#: A tensor with more dimensions than this is not one (ggml's GGML_MAX_DIMS is 4).
+MAX_DIMS = 8
+#: Sanity limit of the tensor count (a corrupt count must not make this read for ever).
+MAX_TENSORS = 10000000
+#: general.alignment when the file gives none (ggml/include/gguf.h GGUF_DEFAULT_ALIGNMENT).
+DEFAULT_ALIGNMENT = 32
+
+
+def read_header(path: str) -> dict:
+    """The whole header of a GGUF file, tensor data excepted (gguf.h's layout: magic, version, tensor count,
+    key/value count, the key/value pairs, then per tensor its name, dimension count, dimensions, ggml type and
+    offset into the data section): ``{"version", "size" (the file's bytes), "metadata" (every scalar value by
+    key; an array's item count under ``"<key>#count"``), "tensors" ([(name, shape, ggml type id, offset)]),
+    "data_offset" (where the aligned data section starts)}``. Raises TokenizerError for a file that is not a
+    little-endian GGUF of version 2 or 3 (or is cut short), OSError when it cannot be read."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        r = _Reader(fh, hashlib.sha256())
+        if r.read(4) != _MAGIC:
+            raise TokenizerError("not a GGUF file (no GGUF magic)")
+        version = r.unpack("I")
+        if version not in (2, 3):
+            raise TokenizerError("GGUF version %d (big-endian, or not 2 or 3): not read" % version)
+        n_tensors, n_kv = r.unpack("Q"), r.unpack("Q")
+        if n_kv > MAX_KV or n_tensors > MAX_TENSORS:
+            raise TokenizerError("%d metadata keys and %d tensors: not a GGUF this can read" % (n_kv, n_tensors))
+        meta = {}
+        for _ in range(n_kv):
+            key = r.string()
+            kind = r.unpack("I")
+            value = r.value(kind, False)  # arrays: their item count (their contents skipped)
+            meta[key + "#count" if kind == _ARRAY else key] = value
+        tensors = []
+        for _ in range(n_tensors):
+            name = r.string()
+            dims = r.unpack("I")
+            if dims > MAX_DIMS:
+                raise TokenizerError("tensor %r has %d dimensions: not a GGUF this can read" % (name, dims))
+            shape = [r.unpack("Q") for _ in range(dims)]
+            tensors.append((name, shape, r.unpack("I"), r.unpack("Q")))
+        alignment = meta.get("general.alignment")
+        if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0:
+            alignment = DEFAULT_ALIGNMENT
+        data_offset = (r.offset + alignment - 1) // alignment * alignment
+    return {"version": version, "size": size, "metadata": meta, "tensors": tensors, "data_offset": data_offset}
+
+
 # -------------------------------------------------------------------------------- pre-tokenizers
 
 # The split expressions of the models' own tokenizer.json files (the "original regex" llama.cpp's

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
+import importlib.machinery
+import importlib.util
 import io
 import os
 import shutil
 import subprocess
+import sys
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +39,23 @@ from typing import Any
 Runner = typing.Callable[[typing.Sequence[str]], typing.Tuple[int, str, str]]
 
 SENSOR_KINDS = ("auto", "nvml", "nvidia-smi")
+
+#: The NVML bindings host set-up installs on every GPU host (roles/nvml, issue 35): the PyPI package and its pinned
+#: version. 13.615.71 (2026-09) is the newest release; it is one pure-Python module (``pynvml.py``, ctypes only, a
+#: ``py3-none-any`` wheel without Requires-Python that parses under Python 3.6 grammar), so it imports in any host
+#: Python sparkfleet supports (3.8+) from a directory of its own; it loads the driver's ``libnvidia-ml.so.1`` and
+#: looks each function up by name, so it reads older drivers (a DGX Spark's 580 branch) as well. Every getter this
+#: file calls and every field ID of :data:`CLOCK_EVENT_COUNTER_FIELDS` is byte-for-byte the same in 13.580.82 (the
+#: 580 branch's bindings) and 13.610.43 (read on a lent H200 with driver 580.159.04); the GPU example
+#: (examples/gpu) carries this same wheel. Its sha256: :data:`NVML_WHEEL_SHA256`.
+NVML_PACKAGE = "nvidia-ml-py"
+NVML_VERSION = "13.615.71"
+#: The file name of that release's wheel (what ``sparkfleet_nvml_wheel`` must name) and its sha256 (PyPI's).
+NVML_WHEEL = "nvidia_ml_py-%s-py3-none-any.whl" % NVML_VERSION
+NVML_WHEEL_SHA256 = "959bf4adf6fe1308e4bd739e722236b0d1ec8392e2cefad33ff70c311380b9b6"
+
+#: The bindings this process was told to use (:func:`use_bindings`): their directory, and why there are none.
+_BINDINGS: dict[str, str | None] = {"path": None, "note": None}
 
 # Fields of the sensor query, in order; names as `nvidia-smi --help-query-gpu` lists them (driver 580).
 # clocks_throttle_reasons.active is the older alias of clocks_event_reasons.active; both are accepted
@@ -299,9 +320,11 @@ def query_gpu(
 
 
 class GpuSensor:
-    """Interface: ``read()`` the selected GPUs; ``close()`` when done."""
+    """Interface: ``read()`` the selected GPUs; ``close()`` when done. ``note``: why this sensor and not NVML
+    (set by :func:`open_sensor` when ``auto`` fell back), None otherwise."""
 
     kind: str = "abstract"
+    note: str | None = None
 
     def read(self, indices: Sequence[int] | None = None) -> list[GpuReading]:
         raise NotImplementedError
@@ -471,18 +494,76 @@ class NvmlSensor(GpuSensor):
             shutdown_nvml(self.nvml)
 
 
+def use_bindings(path: str | None = None, note: str | None = None) -> str | None:
+    """Make the NVML bindings installed in ``path`` (a ``pip install --target`` directory holding ``pynvml.py``:
+    roles/nvml's ``<work_dir>/clients/nvidia-ml-py-<version>``) the ones this process reads NVML through, ahead of
+    any its Python has of its own: :func:`load_nvml` imports ``pynvml`` from that directory alone (importlib's
+    path finder over it; the process's import path is left as it is, so nothing else there is found). ``note``:
+    why host set-up installed none (said in :func:`load_nvml`'s error, so a record whose sensor is not NVML says
+    why). Call before the first sensor opens; returns the directory, or None (``path`` empty, or without
+    ``pynvml.py``: the note then says so)."""
+    _BINDINGS["path"], _BINDINGS["note"] = None, note or None
+    if not path:
+        return None
+    if not os.path.isfile(os.path.join(path, "pynvml.py")):
+        _BINDINGS["note"] = "; ".join(filter(None, ["no pynvml.py in %s" % path, note]))
+        return None
+    _BINDINGS["path"] = path
+    return path
+
+
+def _import_pynvml() -> Any:
+    """``pynvml``: from :func:`use_bindings`'s directory when one is set and the module is not loaded yet (then
+    registered as ``pynvml``), else the plain import. ImportError when neither finds it."""
+    path = _BINDINGS["path"]
+    if path and "pynvml" not in sys.modules:
+        spec = importlib.machinery.PathFinder.find_spec("pynvml", [path])
+        if spec is None or spec.loader is None:
+            raise ImportError("no pynvml in %s" % path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["pynvml"] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # a broken file: as if there were none
+            sys.modules.pop("pynvml", None)
+            raise ImportError("pynvml in %s does not load: %s: %s" % (path, type(exc).__name__, exc)) from exc
+        return module
+    import pynvml  # type: ignore[import-not-found]
+
+    return pynvml
+
+
+def bindings(nvml: Any) -> str | None:
+    """What the NVML sensor reads through: ``nvidia-ml-py 13.615.71 (DIR)`` from the ``nvidia_ml_py-*.dist-info``
+    beside the bindings' ``pynvml.py``, ``pynvml (FILE)`` when no such directory is there; None for bindings
+    without a file (a test's fake)."""
+    where = getattr(nvml, "__file__", None)
+    if not isinstance(where, str):
+        return None
+    folder = os.path.dirname(os.path.abspath(where))
+    found = sorted(glob.glob(os.path.join(folder, "nvidia_ml_py-*.dist-info")))
+    if found:
+        version = os.path.basename(found[-1])[len("nvidia_ml_py-"):-len(".dist-info")]
+        return "%s %s (%s)" % (NVML_PACKAGE, version, folder)
+    return "pynvml (%s)" % where
+
+
 def load_nvml(nvml: Any | None = None) -> Any:
-    """The NVML bindings (``import pynvml`` unless given), initialised; :class:`GpuSensorError` when they are
-    missing or ``nvmlInit`` fails (no driver, no library). Pair with :func:`shutdown_nvml`."""
+    """The NVML bindings (``pynvml`` unless given: :func:`use_bindings`'s first), initialised;
+    :class:`GpuSensorError` when they are missing (with the note of :func:`use_bindings`) or ``nvmlInit`` fails
+    (no driver, no library). Pair with :func:`shutdown_nvml`."""
     if nvml is None:
         try:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+            nvml = _import_pynvml()
         except ImportError as exc:
-            raise GpuSensorError(f"pynvml (nvidia-ml-py) is not importable: {exc}") from exc
+            note = _BINDINGS["note"]
+            raise GpuSensorError(f"pynvml (nvidia-ml-py) is not importable: {exc}"
+                                 + (f" ({note})" if note else "")) from exc
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError and friends (no driver, no library)
-        raise GpuSensorError(f"nvmlInit failed: {exc}") from exc
+        through = bindings(nvml)
+        raise GpuSensorError(f"nvmlInit failed: {exc}" + (f" (through {through})" if through else "")) from exc
     return nvml
 
 
@@ -542,6 +623,7 @@ def open_sensor(
     """
     if kind not in SENSOR_KINDS:
         raise GpuSensorError(f"sensor must be one of {', '.join(SENSOR_KINDS)}, got {kind!r}")
+    why = None
     if kind in ("auto", "nvml"):
         try:
             sensor = NvmlSensor(nvml)
@@ -549,8 +631,11 @@ def open_sensor(
                 sensor.close()
                 raise GpuSensorError("NVML reports no temperature for GPU 0")
             return sensor
-        except GpuSensorError:
+        except GpuSensorError as exc:
             if kind == "nvml":
                 raise
-    return NvidiaSmiSensor(nvidia_smi, runner)
+            why = "nvml: %s" % exc
+    sensor = NvidiaSmiSensor(nvidia_smi, runner)
+    sensor.note = why
+    return sensor
 

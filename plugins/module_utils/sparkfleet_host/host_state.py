@@ -464,6 +464,7 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     if deltas is None:
         span = None
     extra = {"samples": len(clocks), "load": load, "sensor": getattr(sensor, "kind", None),
+             "sensor_note": getattr(sensor, "note", None),  # why not NVML, when auto read nvidia-smi
              "sensor_errors": errors, "counter_source": window["source"] if deltas is not None else None}
     if killed:
         message = "probe did not finish within %g s" % (probe_s + STARTUP_ALLOWANCE_S)

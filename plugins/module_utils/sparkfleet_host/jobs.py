@@ -126,15 +126,18 @@ def stop_job(entry: dict, grace_s: float) -> dict:
     return {"pid": pid, "campaign": entry.get("campaign"), "run_id": entry.get("run_id"), "how": how}
 
 
-#: The label every run's container carries (run_launch.Launcher): what a clean-up may remove.
+#: The labels every run's container carries (run_launch.Launcher): what a clean-up may remove is a run's container
+#: of this results root (one Docker daemon may serve several: another install's, a test fleet's other hosts).
 RUN_LABEL = "sparkfleet.run_id"
+ROOT_LABEL = "sparkfleet.results_root"
 
 
-def remove_left_containers(docker: str, campaign=None, keep=()) -> dict:
+def remove_left_containers(docker: str, results_root: str, campaign=None, keep=()) -> dict:
     """Remove the run containers a job could not remove (Docker was down, the job was killed): those labelled
-    RUN_LABEL (and ``campaign``'s, when given), except ``keep`` (the live jobs' current ones).
-    ``{"removed": [names], "error": None | why Docker could not be asked}``."""
-    labels = [RUN_LABEL] + (["sparkfleet.campaign=%s" % campaign] if campaign else [])
+    RUN_LABEL under ``results_root`` (and ``campaign``'s, when given), except ``keep`` (the live jobs' current
+    ones). ``{"removed": [names], "error": None | why Docker could not be asked}``."""
+    labels = [RUN_LABEL, "%s=%s" % (ROOT_LABEL, results_root)] + (
+        ["sparkfleet.campaign=%s" % campaign] if campaign else [])
     filters = [a for label in labels for a in ("--filter", "label=" + label)]
     query = [docker, "ps", "-a", "--format", "{{.Names}}"] + filters
     try:

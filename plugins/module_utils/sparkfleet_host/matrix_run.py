@@ -29,6 +29,7 @@ from .reuse import done_message, move_host_instance, nothing_measured, stamp
 from .run_judge import judge, judge_serving, read_output
 from .run_launch import SETUP_ERRORS, Launcher, wait_cooldown
 from .run_record import Recorder
+from .serving_provenance import SeenWeights
 from .thermal import Cooldown
 
 #: bench_run's number options (the argument_spec types them; a NaN, an infinity or a zero is refused here). The
@@ -239,7 +240,8 @@ def execute(run, params: dict, job, cards) -> dict:
     before = host_state.run_state_before(controls=controls)
     if run.serving:  # one server lifetime, the client through the profile's points (issue 25)
         outcome = launcher.serve(record, launches, drop, run.timeout_s)
-        status, reason, metrics = judge_serving(record, outcome, run.run_dir)
+        status, reason, metrics = judge_serving(record, outcome, run.run_dir, run.model, launcher.served,
+                                                SeenWeights(run.host_dir))
     else:
         outcome = launcher.measure(record, launches, drop, run.timeout_s)
         status, reason, metrics = judge(record, outcome, read_output(run.run_dir), run.model, run.workload,
@@ -306,7 +308,8 @@ def remove_left_behind(params: dict, runs: list) -> None:
     """The campaign's run containers an earlier job could not remove (Docker was down then, or the job was
     killed) go before this job's first run: under the lock no run of the campaign is in one."""
     if any(run.environment.get("kind") == "container" for run in runs):
-        remove_left_containers((params.get("container") or {}).get("docker") or "docker", params["campaign"])
+        remove_left_containers((params.get("container") or {}).get("docker") or "docker", params["results_root"],
+                               params["campaign"])
 
 
 def plan_only(params: dict, runs: list) -> dict:

@@ -12,6 +12,13 @@ argument. So an echo of ``--model`` (or of ``--model_path``) proves nothing. Thi
 * compares it with what the engine's output shows it loaded (:func:`judge`): the fields each parser puts in
   ``ParseResult.loaded`` (see parsers/), and says ``confirmed``, ``unconfirmed`` or ``mismatch``.
 
+* fingerprints a GGUF file (:func:`gguf_card`, the weights llama.cpp serves): its header (architecture, layers,
+  hidden size, vocabulary, file type, the Hugging Face repositories it names as its source), its size, the SHA-256
+  of its first and last MiB, and the tensors' parameter count and bytes (each tensor's ggml type and shape; the
+  routed experts' share);
+* :func:`weights_card` picks either for a served model's path, and :func:`identity_changes` says what differs
+  between two cards of the same path (the file changed between runs).
+
 Standard library only, Python 3.8 syntax: it runs on the hosts inside ``bench_run``.
 """
 
@@ -21,6 +28,7 @@ import math
 import os
 import struct
 
+from . import gguf_tokenizer
 from .record import PROVENANCE_STATUSES as STATUSES  # noqa: F401 (re-exported: the statuses judge() gives)
 
 #: Bytes per element of the safetensors dtypes (F8/F4 variants included; unknown ones count as 0 bytes
@@ -37,15 +45,16 @@ WEIGHTS_TOLERANCE = 0.25  # bytes of the weights on the GPU vs the checkpoint's 
 # repacked quantisation scales, tied embeddings allocated twice): only a different model is that far off
 _GIB = float(1 << 30)
 
+TENSOR_BYTES_TOLERANCE = 0.005  # the bytes of the tensors the engine counted itself (llama-server's exact size)
 #: Fields that identify a model's content; a run is ``confirmed`` only when one of them matched.
 IDENTIFYING = ("architecture", "num_hidden_layers", "hidden_size", "param_count", "checkpoint_bytes",
-               "weights_bytes")
+               "weights_bytes", "tensor_bytes")
 #: The engine prints sizes in GB with two decimals: below this a matching size says little (two small
 #: models both print 0.01 GB), so it is checked but does not confirm.
 MIN_IDENTIFYING_BYTES = 1 << 30
 #: The order checks are made and named in.
-CHECK_ORDER = ("model_path", "weight_files", "architecture", "num_hidden_layers", "hidden_size", "dtype",
-               "param_count", "checkpoint_bytes", "weights_bytes")
+CHECK_ORDER = ("model_path", "weight_files", "architecture", "num_hidden_layers", "hidden_size", "vocab_size",
+               "dtype", "param_count", "checkpoint_bytes", "weights_bytes", "tensor_bytes")
 
 _DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
                   "half": "float16", "f16": "float16", "fp32": "float32", "float32": "float32", "float": "float32",
@@ -268,6 +277,195 @@ def fingerprint(path):
     return card
 
 
+# ------------------------------------------------------------------------------------------ GGUF
+
+#: ggml tensor types: id -> (name, elements per block, bytes per block), as gguf-py/gguf/constants.py's
+#: GGMLQuantizationType and GGML_QUANT_SIZES give them (gguf 0.19.0, the gguf-py of llama.cpp; a unit test compares
+#: this table with the installed package's). A tensor of a type not listed here counts its bytes up to the next
+#: tensor's offset.
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}
+#: llama.cpp's file types (``general.file_type``: gguf-py's LlamaFileType, 0.19.0) -> the name llama.cpp prints.
+FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0",
+}
+#: The unquantised file types and the dtype their matrices have.
+_FILE_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+#: How much of the file's start (and end) is hashed: the header and the first (last) tensor data.
+HASH_BYTES = 1 << 20
+#: A routed expert's tensor in llama.cpp's names: ``blk.N.ffn_{gate,up,down,gate_up}_exps.weight`` (one tensor holds
+#: every expert of a layer); the shared experts' are ``*_shexp`` (src/llama-arch.cpp LLM_TENSOR_FFN_*_EXPS).
+GGUF_EXPERT_MARK = "_exps."
+#: Metadata naming the Hugging Face repositories a GGUF was made from (gguf-py's Keys.General: source.*,
+#: base_model.N.*; convert_hf_to_gguf.py writes them from the model card).
+_SOURCE_KEYS = ("general.source.huggingface.repository", "general.source.url", "general.source.repo_url")
+_HF_URL = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
+
+
+def _repo(value):
+    """``org/name`` from a Hugging Face repository id or URL; None for anything else."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    for prefix in _HF_URL:
+        if text.lower().startswith(prefix):
+            text = text[len(prefix):]
+            break
+    else:
+        if "://" in text:
+            return None
+    parts = [p for p in text.split("/") if p]
+    return "%s/%s" % (parts[0], parts[1]) if len(parts) >= 2 else None
+
+
+def gguf_source_repos(meta: dict) -> list:
+    """The Hugging Face repositories a GGUF's metadata names as its source or base models, in order, each once."""
+    found = [meta.get(key) for key in _SOURCE_KEYS]
+    count = meta.get("general.base_model.count")
+    for i in range(count if isinstance(count, int) and not isinstance(count, bool) and 0 < count < 64 else 0):
+        base = "general.base_model.%d." % i
+        found.append(meta.get(base + "repo_url"))
+        if isinstance(meta.get(base + "organization"), str) and isinstance(meta.get(base + "name"), str):
+            found.append("%s/%s" % (meta[base + "organization"], meta[base + "name"]))
+    out = []
+    for value in found:
+        repo = _repo(value)
+        if repo and repo.lower() not in [r.lower() for r in out]:
+            out.append(repo)
+    return out
+
+
+def _file_hashes(path: str, size: int):
+    head, tail = hashlib.sha256(), hashlib.sha256()
+    with open(path, "rb") as fh:
+        head.update(fh.read(HASH_BYTES))
+        fh.seek(max(size - HASH_BYTES, 0))
+        tail.update(fh.read(HASH_BYTES))
+    return head.hexdigest(), tail.hexdigest()
+
+
+def _tensor_sizes(tensors: list, data_bytes: int):
+    """(parameters, bytes, routed experts' bytes, ggml types not known) of a GGUF's tensors."""
+    params = nbytes = experts = 0
+    unknown = []
+    by_offset = sorted(t[3] for t in tensors)
+    for name, shape, kind, offset in tensors:
+        count = 1
+        for dim in shape:
+            count *= dim
+        params += count
+        if kind in GGML_TYPES:
+            _, block, per_block = GGML_TYPES[kind]
+            size = (count // block) * per_block if block > 1 else count * per_block
+        else:  # up to the next tensor's data (padding included): exact enough for a weight total
+            unknown.append(kind)
+            later = [o for o in by_offset if o > offset]
+            size = (later[0] if later else data_bytes) - offset
+        nbytes += max(size, 0)
+        if GGUF_EXPERT_MARK in name + ".":
+            experts += max(size, 0)
+    return params, nbytes, experts, sorted(set(unknown))
+
+
+def gguf_card(path: str) -> dict:
+    """A GGUF file's card (the weights llama.cpp serves): ``path``, ``format`` gguf, ``file_bytes`` (also as
+    ``checkpoint_bytes``), ``head_sha256`` and ``tail_sha256`` (its first and last MiB), the header's identifying
+    fields (``architecture`` general.architecture, ``name``, ``num_hidden_layers`` / ``hidden_size`` /
+    ``context_length`` from ``<arch>.block_count`` / ``embedding_length`` / ``context_length``, ``vocab_size``
+    the tokenizer's token count, ``file_type`` and its ``dtype`` or ``quantization``, a mixture of experts' counts,
+    ``source_repos``) and the tensors' ``tensor_count``, ``param_count``, ``tensor_bytes`` and
+    ``expert_tensor_bytes``. Raises :class:`ModelCardError` naming the file when it cannot be read as a GGUF."""
+    if not path or not os.path.isfile(path):
+        raise ModelCardError("%s: not a file" % path)
+    real = os.path.realpath(path)
+    try:
+        header = gguf_tokenizer.read_header(real)
+        head, tail = _file_hashes(real, header["size"])
+    except OSError as exc:
+        raise ModelCardError("%s: %s" % (real, exc.strerror or exc)) from None
+    except gguf_tokenizer.TokenizerError as exc:
+        raise ModelCardError("%s: %s" % (real, exc)) from None
+    meta = header["metadata"]
+    arch = meta.get("general.architecture") if isinstance(meta.get("general.architecture"), str) else None
+
+    def arch_int(key):
+        value = meta.get("%s.%s" % (arch, key)) if arch else None
+        return _int(value)
+
+    ftype = _int(meta.get("general.file_type"))
+    type_name = FILE_TYPES.get(ftype, "type %d" % ftype) if ftype is not None else None
+    params, nbytes, experts, unknown = _tensor_sizes(header["tensors"], header["size"] - header["data_offset"])
+    vocab = _int(meta.get("tokenizer.ggml.tokens#count")) or arch_int("vocab_size")
+    name = meta.get("general.name")
+    return {
+        "path": real, "format": "gguf", "gguf_version": header["version"], "file_bytes": header["size"],
+        "checkpoint_bytes": header["size"], "head_sha256": head, "tail_sha256": tail, "hashed_bytes": HASH_BYTES,
+        "config_sha256": None, "architecture": arch, "model_type": arch,
+        "name": name if isinstance(name, str) else None, "num_hidden_layers": arch_int("block_count"),
+        "hidden_size": arch_int("embedding_length"), "context_length": arch_int("context_length"),
+        "vocab_size": vocab, "file_type": type_name, "dtype": _FILE_DTYPES.get(type_name),
+        "quantization": None if type_name in _FILE_DTYPES or type_name is None else type_name,
+        "moe_experts": arch_int("expert_count"), "moe_experts_per_token": arch_int("expert_used_count"),
+        "moe_shared_experts": arch_int("expert_shared_count"), "source_repos": gguf_source_repos(meta),
+        "tensor_count": len(header["tensors"]), "param_count": params, "tensor_bytes": nbytes,
+        "expert_tensor_bytes": experts, "weight_files": [os.path.basename(real)],
+        "weights_source": "GGUF tensor infos",
+        "weights_problem": ("ggml types %s not known here: their bytes counted up to the next tensor"
+                            % ", ".join(map(str, unknown))) if unknown else None,
+    }
+
+
+def weights_card(path):
+    """(card, problem) of the weights a served model's ``path`` names: a .gguf file's :func:`gguf_card`, a
+    directory's :func:`fingerprint`; (None, why) when there is none (no path, nothing there, unreadable)."""
+    if not path:
+        return None, "the model has no path; a Hugging Face id is loaded from the engine's own cache"
+    try:
+        if os.path.isdir(path):
+            return fingerprint(path), None
+        if str(path).endswith(".gguf") or os.path.isfile(path):
+            return gguf_card(path), None
+        raise ModelCardError("%s: not a file or directory on this host" % path)
+    except ModelCardError as exc:
+        return None, str(exc)
+
+
+#: The fields that say whether a path still holds the same weights (:func:`identity_changes`).
+IDENTITY_FIELDS = ("file_bytes", "head_sha256", "tail_sha256", "tensor_count", "param_count", "tensor_bytes",
+                   "config_sha256", "checkpoint_bytes", "architecture", "file_type", "dtype", "num_hidden_layers",
+                   "hidden_size")
+
+
+def identity(card) -> dict:
+    """The identifying part of a card (:data:`IDENTITY_FIELDS` it gives), kept to compare later runs with."""
+    return {k: card.get(k) for k in ("path",) + IDENTITY_FIELDS if isinstance(card, dict) and card.get(k) is not None}
+
+
+def identity_changes(before, after) -> list:
+    """What differs between two identities of the same path: ["head_sha256 1a2b3c4d5e6f... -> ..."]; [] when
+    every field both give agrees."""
+    out = []
+    for key in IDENTITY_FIELDS:
+        a, b = (before or {}).get(key), (after or {}).get(key)
+        if a is None or b is None or a == b:
+            continue
+        shown = [v[:12] + "..." if isinstance(v, str) and len(v) == 64 else v for v in (a, b)]
+        out.append("%s %s -> %s" % (key, shown[0], shown[1]))
+    return out
+
+
 class Fingerprints(object):
     """Cards of model directories, each read once (one per model and bench_run call)."""
 
@@ -341,6 +539,11 @@ def _check(name, expected, loaded, world):
                 return None  # its size on the GPU depends on a dtype the output does not show
         total = float(have) * max(int(world or 1), 1)  # the engine prints one rank's share
         return _close(total, want, WEIGHTS_TOLERANCE, 0.011 * _GIB), _gib(want), _gib(total)
+    if name == "tensor_bytes":  # an exact count from the engine (llama-server's model size), not a rounded print
+        want = expected.get("tensor_bytes")
+        if want is None or have is None:
+            return None
+        return _close(have, want, TENSOR_BYTES_TOLERANCE), "%d" % want, "%d" % int(have)
     if name == "param_count":
         want = expected.get("param_count")
         if want is None or have is None:
@@ -379,6 +582,7 @@ def judge(expected, loaded, expected_problem=None, world=1, applicable=True):
     if expected is None:
         out["reason"] = "no model directory to compare with (%s)" % (expected_problem or "the model has no path")
         return out
+    what = "the GGUF" if expected.get("format") == "gguf" else "the model directory"
     if not loaded:
         out["reason"] = "the engine's output shows nothing of the model it loaded"
         return out
@@ -395,7 +599,7 @@ def judge(expected, loaded, expected_problem=None, world=1, applicable=True):
         if ok:
             matched.append((name, identifies))
         else:
-            mismatches.append("%s: the engine loaded %s, the model directory has %s" % (name, have, want))
+            mismatches.append("%s: the engine loaded %s, %s has %s" % (name, have, what, want))
     if mismatches:
         out.update(status="mismatch", reason="; ".join(mismatches))
     elif any(identifies for _, identifies in matched):
@@ -405,5 +609,5 @@ def judge(expected, loaded, expected_problem=None, world=1, applicable=True):
                          "argument echoed; a dtype or a size under 1 GiB is shared by many models)"
                          % ", ".join(name for name, _ in matched))
     else:
-        out["reason"] = "the engine's output shows no field the model directory has (%s)" % ", ".join(sorted(loaded))
+        out["reason"] = "the engine's output shows no field %s has (%s)" % (what, ", ".join(sorted(loaded)))
     return out

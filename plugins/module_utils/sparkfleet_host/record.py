@@ -242,7 +242,8 @@ class RunRecord:
     model_loaded: Optional[str] = _field((_S, _NULL), "model the engine's output says it loaded")
     environment_kind: Optional[str] = _field((_S, _NULL), "native, container or bare", enum=ENVIRONMENT_KINDS)
     engine: Optional[str] = _field((_S, _NULL), "engine of the workload (trtllm, matmul, hf-generate, ...)")
-    engine_version: Optional[str] = _field((_S, _NULL), "engine version its output reports")
+    engine_version: Optional[str] = _field((_S, _NULL), "engine version: as its output reports it, or for a serving "
+                                           "run as its own version command gives it (serving.engine_version)")
     warmup: Optional[bool] = _field((_B, _NULL), "a warm-up run (not measured)")
     order_index: Optional[int] = _field((_I, _NULL), "position of this run in the host's plan")
     started_utc: Optional[str] = _field((_S, _NULL), "ISO 8601 start time")
@@ -264,7 +265,8 @@ class RunRecord:
         (_O, _NULL), "engine, mode, batch, input_len, output_len, requests, concurrency, backend, ...")
     cooldown: Optional[Dict[str, Any]] = _field((_O, _NULL), "waited_s, start_temp_c, end_temp_c, threshold_c, reason")
     telemetry: Optional[Dict[str, Any]] = _field((_O, _NULL), "summary of telemetry.csv")
-    versions: Optional[Dict[str, Any]] = _field((_O, _NULL), "software versions (image, engine, campaign config hash)")
+    versions: Optional[Dict[str, Any]] = _field((_O, _NULL), "software versions (image and image_ref, absent from a "
+                                                "bare run's record; engine, engine_version, campaign config hash)")
     command: Optional[List[str]] = _field((_A, _NULL), "argv of the measured command as launched, secrets redacted")
     parse_warnings: Optional[List[str]] = _field((_A, _NULL), "what looked wrong in the engine's output")
     parse_missing: Optional[List[str]] = _field((_A, _NULL), "expected figures the engine's output lacked")
@@ -276,12 +278,13 @@ class RunRecord:
         "fingerprint); optional in format version 2 (absent or null in records written before it)")
     provenance: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "whether the engine loaded the requested model: status (PROVENANCE_STATUSES), reason, "
-        "expected (the model directory's card), loaded (what the engine's output shows), checks (per field)")
+        "expected (the model's card: a model directory's, or a served GGUF's), loaded (what the engine's output "
+        "shows), checks (per field)")
     serving: Optional[Dict[str, Any]] = _field(
-        (_O, _NULL), "a serving run (engine server + load generator): engine, server (argv, port, ready_s, log, "
-        "stop), client (name, version), kv (the engine's own KV sizing from its log), points (one per depth x "
-        "concurrency x pp x tg: its metrics, raw samples and the client's raw output file); optional in format "
-        "version 2")
+        (_O, _NULL), "a serving run (engine server + load generator): engine, engine_version (its version command's "
+        "answer), server (argv, port, ready_s, log, stop, model_meta), client (name, version), kv (the engine's own "
+        "KV sizing from its log), points (one per depth x concurrency x pp x tg: its metrics, raw samples and the "
+        "client's raw output file); optional in format version 2")
     readiness: Optional[Dict[str, Any]] = _field(
         (_O, _NULL), "the readiness probe before the run: SM clock, power, utilisation, clock-event reasons and "
         "counters under a short fixed GPU load and the TFLOP/s it delivered, the verdict (healthy, suspect, "
@@ -313,7 +316,8 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
                   "missed": _I, "jitter_ms": _O, "gpus": _A, "gpu_temp_c_max": _N, "gpu_temp_c_mean": _N,
                   "gpu_power_w_mean": _N, "gpu_power_w_max": _N, "sm_clock_mhz_mean": _N, "gpu_util_pct_mean": _N,
                   "throttle_reasons_seen": _A, "mem_used_gib_max": _N, "cgroup_mem_gib_max": _N,
-                  "processes_spawned": _I, "cpu_ms_per_sample": _N, "errors": _A},
+                  "processes_spawned": _I, "cpu_ms_per_sample": _N, "errors": _A,
+                  "sensor_note": _S, "nvml_bindings": _S},
     "versions": {"campaign_config_hash": _S, "image": _S, "image_ref": _S, "engine": _S, "engine_version": _S,
                  "trtllm": _O},
     "probe": {"env_probe": _S, "hostname": _S, "dockerenv": _S, "pid": _S, "root_dev_ino": _S},
@@ -323,7 +327,8 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
     "fingerprint": {"chroot": _B, "comm": _S, "depth": _I, "env": _O, "env_names": _A, "environment_kind": _S,
                     "exe": _S, "libraries": _A, "packages": _O, "pid": _I, "python": _S, "samples": _I},
     "provenance": {"status": _S, "reason": _S, "expected": _O, "loaded": _O, "checks": _O},
-    "serving": {"engine": _S, "server": _O, "client": _O, "kv": _O, "points": _A, "point_order_seed": _I},
+    "serving": {"engine": _S, "engine_version": _O, "server": _O, "client": _O, "kv": _O, "points": _A,
+                "point_order_seed": _I},
     "readiness": {"state": _S, "reasons": _A, "action": _O, "sm_clock_mhz": _N, "power_w": _N,
                   "expected_clock_mhz": _N, "expected_source": _S, "duration_s": _N, "policy": _S,
                   "error": _S, "reapplied": _O, "before_reapply": _O, "notes": _A, "gpu_name": _S,

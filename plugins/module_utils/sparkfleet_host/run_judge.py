@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 
-from . import modelcard, serving
+from . import modelcard, serving, serving_provenance
 from .parsers import parse_log
 from .runexec import model_matches
 
@@ -155,14 +155,63 @@ def serving_kv(log_format, log_path: str, engine: str = "") -> dict:
     return dict(kv) if isinstance(kv, dict) else {"error": "parse_kv returned %r" % (kv,)}
 
 
-def judge_serving(record, outcome: dict, run_dir: str):
+def serving_provenance_of(record, run_dir: str, model: dict, served, seen) -> dict:
+    """The provenance of a serving run (serving_provenance.judge): the weights' card read as the server started
+    (``served``: run_launch.Launcher.served) against what the engine showed it loaded (llama-server's model meta,
+    the start-up lines in server.log), the weights at that path against the first run of the campaign that served
+    them (``seen``: a serving_provenance.SeenWeights, or None), the model's hf_id against a GGUF's source."""
+    section = record.serving or {}
+    try:
+        served = served or {}
+        card, problem = served.get("card"), served.get("problem")
+        if card is None and problem is None:
+            problem = "the weights were not read (the server never started)"
+        try:
+            with open(os.path.join(run_dir, "server.log"), "rb") as fh:
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        loaded = serving_provenance.loaded_from_log(section.get("engine"), text)
+        meta = (section.get("server") or {}).get("model_meta")
+        if isinstance(meta, dict) and "error" not in meta:
+            loaded.update(serving_provenance.loaded_from_meta(meta))
+        first, changes = seen.check(card, record.run_id) if seen is not None else (None, [])
+        return serving_provenance.judge(model, card, problem, loaded, first, changes)
+    except Exception as exc:  # a bug here must not lose the run: it stays unconfirmed, saying why
+        return {"status": "unconfirmed", "reason": "provenance check failed: %s: %s" % (type(exc).__name__, exc),
+                "expected": None, "loaded": None, "checks": {}}
+
+
+def judge_serving(record, outcome: dict, run_dir: str, model=None, served=None, seen=None):
     """(status, reason, metrics) of a serving run (run_launch.Launcher.serve's ``outcome``); fills the serving
-    section's ``kv``. ok when every point is ok; ok with a reason naming the failed points when some are;
-    failed when none is or the server never became ready (timeout when the run's time ran out first)."""
+    section's ``kv`` and, given the run's ``model``, the record's provenance (:func:`serving_provenance_of`). ok
+    when every point is ok; ok with a reason naming the failed points when some are; failed when none is or the
+    server never became ready (timeout when the run's time ran out first); invalid when the weights served are
+    not the campaign's (provenance mismatch)."""
+    status, reason, metrics = _judge_points(record, outcome, run_dir)
+    if model is None:
+        return status, reason, metrics
+    verdict = record.provenance = serving_provenance_of(record, run_dir, model, served, seen)
+    if status != "ok":
+        return status, reason, metrics
+    if verdict.get("status") == "mismatch":
+        return "invalid", "; ".join(r for r in ("provenance: %s" % verdict.get("reason"), reason) if r), metrics
+    if verdict.get("status") != "confirmed":  # ok for the statistics; the reason and the report's warning say so
+        reason = "; ".join(r for r in (reason, "provenance unconfirmed: %s" % (
+            verdict.get("reason") or "the engine did not show the model it loaded")) if r)
+    return status, reason, metrics
+
+
+def _judge_points(record, outcome: dict, run_dir: str):
     section = record.serving or {}
     # a campaign's own engine names the built-in log format it shares (kv_log), or none
     log_format = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
     kv = section["kv"] = serving_kv(log_format, os.path.join(run_dir, "server.log"), section.get("engine"))
+    if record.engine_version is None and kv.get("engine_version"):  # the version command said nothing: the log's
+        record.engine_version = record.versions["engine_version"] = kv["engine_version"]
+        entry = section.setdefault("engine_version", {})
+        if isinstance(entry, dict):
+            entry.update(version=kv["engine_version"], source="server.log (its start-up banner)")
     metrics = {}
     for name in ("kv_cache_gib", "peak_memory_gib"):  # engine-wide figures; a memory metric names its source
         value = kv.get(name)

@@ -19,9 +19,10 @@ import subprocess
 import threading
 import time
 
-from . import fingerprint, memstate, serving, serving_client, trtllm_cli
+from . import fingerprint, memstate, modelcard, serving, serving_client, serving_provenance, trtllm_cli
 from .chroot import ChrootError, load_image_config, read_native_state
 from .gpu import GpuSensorError, open_sensor
+from .jobs import ROOT_LABEL, RUN_LABEL
 from .ledger import append_point, utc
 from .runexec import (
     COMPILE_CACHE_SUBDIR,
@@ -112,6 +113,7 @@ class Launcher:
         self.network = {}  # a serving container's network: {"network", "network_added"}
         self.executables = {}  # a bare run's step -> the executable its command resolved to on the host's PATH
         self.tokenizer = None  # a serving run's tokenizer (serving.tokenizer_choice), chosen at setup
+        self.served = None  # a serving run's weights as served: {"card", "problem"} (modelcard.weights_card)
 
     # ------------------------------------------------------------------------- commands
     def prepare(self, record) -> list:
@@ -176,8 +178,8 @@ class Launcher:
             if not os.path.isdir(hf_cache):
                 raise RunSetupError("hf_cache_dir %r is not a directory on this host" % hf_cache)
             binds.append((hf_cache, trtllm_cli.HF_CACHE_TARGET, False))
-        labels = {"sparkfleet.run_id": self.run.rid, "sparkfleet.campaign": self.p["campaign"],
-                  "sparkfleet.step": step}
+        labels = {RUN_LABEL: self.run.rid, "sparkfleet.campaign": self.p["campaign"], "sparkfleet.step": step,
+                  ROOT_LABEL: self.p["results_root"]}  # a clean-up removes this root's containers only
         return container_command(self.docker(), self.container_name(), container.get("image"), flags, argv,
                                  self.env(), run_dir, binds, labels)
 
@@ -309,6 +311,11 @@ class Launcher:
                                    interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self.tracker)
         started = time.time()
         deadline = time.monotonic() + float(timeout_s)
+        # what is served (issue 35): the engine's build, asked in the run's environment before the server starts,
+        # and the weights' card, read as the server is about to load them
+        self.engine_version(record, section, deadline)
+        card, problem = modelcard.weights_card(run.model.get("path"))
+        self.served = {"card": card, "problem": problem}
         container = (self.docker(), self.container_name()) if self.kind == "container" else None
         on_start = (lambda proc: self.container_started(proc, sampler)) if container else self.registered
         self.fp = fingerprint.Sampler()
@@ -325,6 +332,8 @@ class Launcher:
                     listener = section["server"]["listener"] = proc.check_listener()
                     if listener["status"] == "foreign":
                         raise serving.ServingError(listener["detail"])
+                    if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
+                        section["server"]["model_meta"] = proc.model_meta()
                 except serving.ServingError as exc:
                     outcome["error"] = str(exc)
                 else:
@@ -344,6 +353,49 @@ class Launcher:
         self.fill_measured(record, drop, start, started, telemetry,
                            stopped["exit_code"] if stopped["stopped"] == "exited" else None)
         return outcome
+
+    def engine_version(self, record, section: dict, deadline: float) -> None:
+        """The engine's version from its own version command, run in the run's environment (a bare run's on the
+        host's PATH, a native one's in the chroot, a container's in the image) into version.log: the record's
+        engine_version, versions.engine_version and serving.engine_version ({version, source, argv, log, error}).
+        A version that cannot be read never fails the run; it is named instead."""
+        workload = self.run.workload
+        argv, label = serving_provenance.version_command(workload)
+        entry = {"version": None, "source": label if argv else None, "argv": argv, "log": None, "error": None}
+        section["engine_version"] = entry
+        if argv is None:
+            entry["error"] = label
+            return
+        log = os.path.join(self.run.run_dir, "version.log")
+        try:
+            command = self.command("version", argv)
+            result = run_process(command, log, max(1.0, min(serving_provenance.VERSION_TIMEOUT_S,
+                                                            deadline - time.monotonic())))
+        except SETUP_ERRORS as exc:
+            entry["error"] = str(exc)
+            return
+        except OSError as exc:
+            entry["error"] = "%s: %s" % (type(exc).__name__, exc)
+            return
+        finally:
+            self.remove_container()
+        entry["log"] = "version.log"
+        try:
+            with open(log, "rb") as fh:
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        parsed = serving_provenance.parse_version(workload["engine"], text)
+        if result["timed_out"]:
+            parsed.setdefault("error", "timed out after %.0f s" % result["seconds"])
+        elif result["rc"] != 0 and parsed.get("version") is None:
+            parsed["error"] = "exited %s: %s" % (result["rc"], parsed.get("error") or serving.log_tail(log))
+        entry.update(parsed)
+        fallback = (self.trtllm() or {}).get("version") if workload["engine"] == "trtllm-serve" else None
+        if entry["version"] is None and fallback and self.kind != "bare":  # what engine_probe read from the image
+            entry.update(version=fallback, source="the image's tensorrt_llm version files (engine_probe)")
+        record.engine_version = entry["version"]
+        record.versions["engine_version"] = entry["version"]
 
     def run_points(self, section: dict, points: list, server, deadline: float) -> bool:
         """Run the client once per point (appended to section["points"]); whether the run's deadline stopped

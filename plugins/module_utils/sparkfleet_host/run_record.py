@@ -20,6 +20,20 @@ RESERVE_BYTES = 512 * 1024
 LOW_SPACE_BYTES = 4 * 1024 * 1024
 
 
+#: The versions that name the campaign's image: a bare run uses none (it runs the host's own software).
+IMAGE_VERSIONS = ("image", "image_ref")
+
+
+def run_versions(versions, kind: str) -> dict:
+    """The record's ``versions`` for a run of environment ``kind``: bench_run's versions, without the campaign's
+    image for a bare run (issue 35: a bare run's record names no image it never used)."""
+    out = dict(versions or {})
+    if kind == "bare":
+        for key in IMAGE_VERSIONS:
+            out.pop(key, None)
+    return out
+
+
 class Recorder:
     """The record and ledger writes of one planned run (``run``: a matrix_run.PlannedRun)."""
 
@@ -39,7 +53,7 @@ class Recorder:
             engine=run.workload.get("engine"),
             warmup=bool(plan.get("warmup")),
             order_index=plan.get("order_index"),
-            versions=dict(self.versions or {}),
+            versions=run_versions(self.versions, kind),
         )
 
     def reserve_space(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import random
 import signal
@@ -25,7 +26,7 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
-from . import fingerprint, gguf_tokenizer, listeners, procstat, serving_client
+from . import fingerprint, gguf_tokenizer, listeners, procstat, serving_client, serving_provenance
 
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
@@ -662,6 +663,20 @@ class ServerProcess:
         for root in roots:
             ours.update(pid for pid, _ in fingerprint.descendants(root, table))
         return listeners.owner(self.port, ours, proc_root, accept=accept)
+
+    def model_meta(self) -> dict:
+        """llama-server's ``GET /v1/models`` ``meta`` of the model it loaded (its own parameter count, tensor bytes,
+        embedding size, vocabulary: tools/server ``model_meta``), or {"error": why there is none}."""
+        if not self.port:
+            return {"error": "no port to ask"}
+        url = "http://%s:%d/v1/models" % (LOOPBACK, self.port)
+        try:
+            with self._opener.open(url, timeout=PROBE_TIMEOUT_S * 5) as response:
+                payload = json.loads(response.read(1 << 20).decode("utf-8", "replace"))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return {"error": "GET %s: %s" % (url, getattr(exc, "reason", exc))}
+        meta = serving_provenance.model_meta(payload)
+        return dict(meta) if meta is not None else {"error": "GET %s: no model meta in its answer" % url}
 
     def stop(self) -> dict:
         """Stop the server (idempotent): SIGTERM to its group, the grace, SIGKILL; a container killed and removed

@@ -9,9 +9,12 @@
 
 Cost is the point. The study spawned ``nvidia-smi`` and ``docker stats`` every second; here
 
-* GPU figures come from NVML in-process when ``pynvml`` imports and initialises; otherwise from ONE persistent
+* GPU figures come from NVML in-process when ``pynvml`` imports and initialises (on a GPU host, the pinned
+  nvidia-ml-py that host set-up installs, roles/nvml: gpu.use_bindings); otherwise from ONE persistent
   ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits -lms <interval>`` child whose lines a reader thread
-  consumes (the sampler takes the latest line of each GPU), never a process per sample;
+  consumes (the sampler takes the latest line of each GPU), never a process per sample. The summary says which
+  (``sensor``), what NVML was read through (``nvml_bindings``) and, when ``auto`` did not read NVML, why
+  (``sensor_note``);
 * ``mem_used_gib`` is the host's MemTotal - MemAvailable from ``/proc/meminfo`` (on unified memory, GB10, the only
   memory figure there is), ``cgroup_mem_gib`` the container's cgroup file (v2 ``memory.current`` or v1
   ``memory.usage_in_bytes``), both read with ``pread`` on a file descriptor kept open.
@@ -44,6 +47,7 @@ from .gpu import (
     GpuReading,
     GpuSensor,
     GpuSensorError,
+    bindings,
     decode_throttle_reasons,
     find_nvidia_smi,
     open_sensor,
@@ -300,6 +304,8 @@ class TelemetrySampler:
         self.meminfo_path = meminfo
         self.startup_timeout_s = startup_timeout_s
         self.sensor_kind = "none"
+        self.sensor_note: Optional[str] = None  # why not NVML, when auto read another way (or nothing)
+        self.nvml_bindings: Optional[str] = None  # what NVML was read through (gpu.bindings)
         self._gpu_sensor: Optional[GpuSensor] = None
         self._own_sensor = False
         self._smi: Optional[SmiLoop] = None
@@ -408,6 +414,9 @@ class TelemetrySampler:
         requested = self.requested_sensor
         if isinstance(requested, GpuSensor):
             self._gpu_sensor, self.sensor_kind = requested, requested.kind
+            self.sensor_note = requested.note
+            if requested.kind == "nvml":
+                self.nvml_bindings = bindings(getattr(requested, "nvml", None))
             return
         if requested == "none":
             return
@@ -416,16 +425,20 @@ class TelemetrySampler:
                 self._gpu_sensor = open_sensor("nvml")
                 self._own_sensor = True
                 self.sensor_kind = "nvml"
+                self.nvml_bindings = bindings(getattr(self._gpu_sensor, "nvml", None))
                 return
             except GpuSensorError as exc:
                 if requested == "nvml":
                     self._error(f"nvml: {exc}; sampling host memory only")
                     return
+                self.sensor_note = f"nvml: {exc}"  # the record says why NVML did not read
         try:
             executable = find_nvidia_smi(self.nvidia_smi)
         except GpuSensorError:
             if requested == "nvidia-smi":
                 self._error(f"{self.nvidia_smi} not found on PATH; sampling host memory only")
+            elif self.sensor_note:
+                self.sensor_note += f"; {self.nvidia_smi} not found on PATH: no GPU sensor"
             return  # auto on a host without a GPU: host memory only, not an error
         smi = SmiLoop(executable, self.interval_s, self.gpus, self._error)
         try:
@@ -557,6 +570,8 @@ class TelemetrySampler:
             errors = [m if n == 1 else f"{m} (x{n})" for m, n in self._errors.items()]
         return {
             "sensor": self.sensor_kind,
+            "sensor_note": self.sensor_note,
+            "nvml_bindings": self.nvml_bindings,
             "csv_path": self.csv_path,
             "samples": self._samples,
             "rows": self._rows,

@@ -151,6 +151,19 @@ def model_facts(model: str) -> tuple[int, float, int]:
     return kv_bytes, weights, context
 
 
+def model_architecture(model: str) -> str:
+    """The architecture a Hugging Face directory's config.json names (its ``architectures[0]``, what vLLM resolves
+    and SGLang logs); a Llama's when there is none."""
+    try:
+        with open(os.path.join(model, "config.json")) as handle:
+            archs = json.load(handle).get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            return archs[0]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "LlamaForCausalLM"
+
+
 # GPT-2's pre-tokenizer split (tokenizers' ByteLevel(use_regex=True)) with \w for \p{L}/\p{N}, as stdlib re has no
 # Unicode classes; then GPT-2's byte-to-unicode map (openai/gpt-2 src/encoder.py bytes_to_unicode).
 _PRETOKEN = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
@@ -244,6 +257,7 @@ class Engine:
             served = served[0]
         self.served = served or args.model
         self.kv_bytes, self.weights_gib, context = model_facts(args.model)
+        self.architecture = model_architecture(args.model)
         self.total_gib = env_float("SPARKFLEET_FAKE_DEVICE_TOTAL_GIB", 119.70)
         limit = getattr(args, "max_model_len", None) or getattr(args, "context_length", None) \
             or getattr(args, "max_seq_len", None)
@@ -274,6 +288,7 @@ class Engine:
         concurrency = tokens / self.max_model_len
         return [
             f"{api} [api_server.py:1839] vLLM API server version {self.version}",
+            f"{api} [model.py:547] Resolved architecture: {self.architecture}",  # vllm/config/model.py
             f"{core} [core.py:77] Initializing a V1 LLM engine (v{self.version}) with config: model='{self.args.model}'"
             f", served_model_name={self.served}, max_seq_len={self.max_model_len}",
             f"{core} [gpu_model_runner.py:2602] Model loading took {self.weights_gib:.4f} GiB and 1.234567 seconds",
@@ -296,7 +311,7 @@ class Engine:
         after_pool = free_after_weights - 2 * half
         running = self.args.max_running_requests or max(1, min(4096, tokens // 2 // 128))
         return [
-            f"{tag} Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem={free_after_weights:.2f}"
+            f"{tag} Load weight end. type={self.architecture}, dtype=torch.bfloat16, avail mem={free_after_weights:.2f}"
             f" GB, mem usage={self.weights_gib:.2f} GB.",
             f"{tag} KV Cache is allocated. #tokens: {tokens}, K size: {half:.2f} GB, V size: {half:.2f} GB",
             f"{tag} Memory pool end. avail mem={after_pool:.2f} GB",

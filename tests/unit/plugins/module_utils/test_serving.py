@@ -382,6 +382,9 @@ FAKE_SERVER = textwrap.dedent("""\
     #!{python}
     import http.server, os, sys
     args = sys.argv[1:]
+    if args == ["--version"]:  # as llama-server: common/arg.cpp --version, build-info.cpp.in's lines on stderr, exit 0
+        sys.stderr.write("version: 0.5.0-dev (build 1, commit 0c1e570)\\nbuilt with GNU 12.2.0 for Linux x86_64\\n")
+        sys.exit(0)
     port = int(args[args.index("--port") + 1])
     with open(os.environ["FAKE_SERVER_PIDS"], "a") as fh:
         fh.write("%d\\n" % os.getpid())
@@ -393,7 +396,8 @@ FAKE_SERVER = textwrap.dedent("""\
         def do_GET(self):
             self.send_response(200)
             self.end_headers()
-            self.wfile.write(b'{{"data": [{{"id": "tiny"}}]}}')
+            meta = os.environ.get("FAKE_SERVER_META")  # /v1/models' model meta (tools/server model_meta)
+            self.wfile.write(('{{"data": [{{"id": "tiny"%s}}]}}' % (', "meta": ' + meta if meta else "")).encode())
         def log_message(self, *a):
             pass
     http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
@@ -492,6 +496,14 @@ def test_a_serving_run_drives_every_point_and_records_them(tmp_path, monkeypatch
     assert not (run_dir / ".client-home").exists()  # the client's cache goes with the run
     assert "CUDA0 KV buffer size" in (run_dir / "server.log").read_text()
     assert rec["command"][:3] == ["/usr/bin/env", "-C", str(run_dir)] and rec["telemetry"]["samples"] >= 1
+    # issue 35: the engine's version from its own --version, in the run's environment before the server
+    version = section["engine_version"]
+    assert rec["engine_version"] == version["version"] == "0.5.0-dev (build 1, commit 0c1e570)"
+    assert (version["build"], version["commit"], version["source"]) == (1, "0c1e570", "llama-server --version")
+    assert version["argv"] == ["llama-server", "--version"] and (run_dir / "version.log").exists()
+    # the 4-byte "GGUF" here is no GGUF: the weights have no card, the run stays ok and unconfirmed, saying why
+    assert rec["provenance"]["status"] == "unconfirmed" and "no model directory to compare with" in \
+        rec["provenance"]["reason"] and "provenance unconfirmed: " in rec["reason"]
 
 
 def test_a_bare_run_needs_no_test_only_setting(tiny, tmp_path, monkeypatch):

@@ -46,36 +46,40 @@ def _left(tmp_path: Path) -> set:
     return set(json.loads((tmp_path / "containers.json").read_text()))
 
 
+ROOT = "/var/lib/sparkfleet/results"
 CONTAINERS = {
-    "run-a1": {"sparkfleet.run_id": "a1", "sparkfleet.campaign": "a"},
-    "run-a2": {"sparkfleet.run_id": "a2", "sparkfleet.campaign": "a"},
-    "run-b1": {"sparkfleet.run_id": "b1", "sparkfleet.campaign": "b"},
+    "run-a1": {"sparkfleet.run_id": "a1", "sparkfleet.campaign": "a", "sparkfleet.results_root": ROOT},
+    "run-a2": {"sparkfleet.run_id": "a2", "sparkfleet.campaign": "a", "sparkfleet.results_root": ROOT},
+    "run-b1": {"sparkfleet.run_id": "b1", "sparkfleet.campaign": "b", "sparkfleet.results_root": ROOT},
+    # the same daemon serving another results root (another install, a test fleet's other host)
+    "other-root": {"sparkfleet.run_id": "a1", "sparkfleet.campaign": "a", "sparkfleet.results_root": "/srv/x"},
     "someone-elses": {"app": "web"},
 }
 
 
 def test_a_campaigns_left_containers_go_and_nothing_else(tmp_path):
     docker = _docker(tmp_path, CONTAINERS)
-    done = jobs.remove_left_containers(docker, "a", keep=["run-a2"])
+    done = jobs.remove_left_containers(docker, ROOT, "a", keep=["run-a2"])
     assert done == {"removed": ["run-a1"], "error": None}
-    assert _left(tmp_path) == {"run-a2", "run-b1", "someone-elses"}
-    assert jobs.remove_left_containers(docker)["removed"] == ["run-a2", "run-b1"]
-    assert _left(tmp_path) == {"someone-elses"}  # never a container sparkfleet did not label
+    assert _left(tmp_path) == {"run-a2", "run-b1", "other-root", "someone-elses"}
+    assert jobs.remove_left_containers(docker, ROOT)["removed"] == ["run-a2", "run-b1"]
+    # never a container sparkfleet did not label, nor one of another results root
+    assert _left(tmp_path) == {"other-root", "someone-elses"}
 
 
 def test_docker_down_is_said_not_fatal(tmp_path):
     docker = _docker(tmp_path, CONTAINERS)
     (tmp_path / "down.flag").touch()
-    done = jobs.remove_left_containers(docker, "a")
+    done = jobs.remove_left_containers(docker, ROOT, "a")
     assert done["removed"] == [] and "Cannot connect" in done["error"]
-    assert jobs.remove_left_containers(str(tmp_path / "no-such-docker"))["error"]
+    assert jobs.remove_left_containers(str(tmp_path / "no-such-docker"), ROOT)["error"]
 
 
 def test_bench_stop_removes_them_once_docker_is_back(tmp_path):
     docker = _docker(tmp_path, CONTAINERS)
     (tmp_path / "down.flag").touch()
     bench_stop = load_module("bench_stop")
-    args = {"results_root": str(tmp_path / "results"), "docker": docker, "campaign": "a"}
+    args = {"results_root": ROOT, "docker": docker, "campaign": "a"}
     down = run_module(bench_stop, args)
     assert not down.get("failed") and down["containers_error"] and _left(tmp_path) == set(CONTAINERS)
     (tmp_path / "down.flag").unlink()

@@ -59,10 +59,11 @@ def test_every_setting_a_role_needs_is_in_the_plan():
     grouped = {f"sparkfleet_plan.{group}.{key}" for group, keys in planning.PLAN_GROUPS.items() for key in keys}
     grouped |= {f"sparkfleet_plan.paths.{k}" for k in ("models_dir", "results_root", "results_dir")}
     grouped |= {"sparkfleet_plan.image.ref"}
+    grouped |= {f"sparkfleet_plan.nvml.{k}" for k in ("package", "version", "sha256")}  # the pin, gpu.py's
     used = set()
     for path in [*(REPO / "roles").glob("*/*/*.yml"), *(REPO / "playbooks").glob("*.yml")]:
         used |= set(re.findall(r"sparkfleet_plan\.(?:paths|workload|image|rootfs|docker|gpu_state|preflight|"
-                               r"reproducibility|serving|readiness)\.[a-z_]+", path.read_text()))
+                               r"reproducibility|serving|nvml|readiness)\.[a-z0-9_]+", path.read_text()))
     assert used and used <= grouped, used - grouped
 
 
