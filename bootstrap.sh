@@ -60,16 +60,19 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# A venv for one interpreter; pip resolves ansible-core 2.19 on Python 3.11, the newest on 3.12+.
+# A venv for one interpreter; pip resolves ansible-core 2.19 on Python 3.11, the newest on 3.12+. SPEC is what pip
+# installs: '.[dev]' (the default: the tests' tools too) or '.' (the main job and the quick path: the package alone,
+# a shorter first install); each has its own marker, so a later `test` adds the dev tools to the same venv.
 make_venv() {
-  local dir=$1 python=$2
+  local dir=$1 python=$2 spec=${3:-.[dev]}
+  local marker="$dir/.installed${spec#.}"
   if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import sparkfleet' 2>/dev/null \
-     || [ pyproject.toml -nt "$dir/.installed" ]; then
-    say "virtualenv $dir ($("$python" --version 2>&1))"
+     || [ pyproject.toml -nt "$marker" ]; then
+    say "virtualenv $dir ($("$python" --version 2>&1), $spec)"
     "$python" -m venv "$dir"
     "$dir/bin/pip" install -q --disable-pip-version-check -U pip
-    "$dir/bin/pip" install -q --disable-pip-version-check -e '.[dev]'
-    touch "$dir/.installed"
+    "$dir/bin/pip" install -q --disable-pip-version-check -e "$spec"
+    touch "$marker"
   fi
   # The venv lists <root> (the checkout is <root>/ansible_collections/<ns>/<name>): Ansible finds the collection
   # on sys.path and the package imports its code by the same name.
@@ -126,7 +129,7 @@ if [ "$mode" = bench ] && [ "${1:-}" = quick ]; then
   shift
   apt_install "${base_pkgs[@]}"
   start_docker
-  make_venv .venv python3
+  make_venv .venv python3 .
   say "sparkfleet quick $*"
   exec .venv/bin/sparkfleet quick "$@"
 fi
