@@ -13,14 +13,19 @@ the statistics functions alone. Two shapes:
   example's host files copied to each name), on one host for the environment, memory and regression verdicts
   (a second, independent tree is the baseline / the reference campaign);
 * **the serving tree** (tests/unit/sparkfleet/serving_tree.py: 2 engines x 2 environments x 4 points x 8
-  metrics, 5 iterations).
+  metrics, 5 iterations): on one host for the serving environment and engine verdicts and, against an
+  independent serving campaign, for the regression gate (``sparkfleet compare`` through its command line, and
+  ``report --baseline``: serving points x metrics and run-level rows in one Holm family); on three hosts (each
+  with the GPU example's host files) for the host verdicts, every serving point a host cell of its own, and
+  against an independent reference serving campaign.
 
 A verdict kind *fires* in a campaign when its headline says DIFFERENT (environment, memory, serving environment,
 serving engine), REGRESSION / IMPROVEMENT (regression), host out (report verdict block), NOT NORMAL
 (``report --hosts`` / the report's host section; against a reference campaign) or out (``sparkfleet fleet``).
 Under no difference the share of campaigns in which it fires is the family-wise false-alarm rate (target: at
 most alpha = 5%); with a true effect, the share in which it names it is the power (target: at least 80%):
-a 10% effect at CV 3% with 5 iterations, a host 15% slow at 2% noise with 3 runs a cell.
+a 10% effect at CV 3% with 5 iterations, a host 15% slow at 2% noise with 3 runs a cell (serving: at CV 3%
+with 5 iterations).
 """
 
 from __future__ import annotations
@@ -185,6 +190,78 @@ def serving(work: Path, seed: int, cv: float, iterations: int, engine_by: float 
             "serving engine": _serving_fired(report, ENGINE)}
 
 
+def _serving_factor(by: float) -> Callable[[str, str, str, dict[str, int]], float]:
+    """Every serving figure ``by`` worse (throughput down, latency up) at every engine, environment and point."""
+    def factor(_engine: str, _environment: str, metric: str, _point: dict[str, int]) -> float:
+        return 1 - by if serving_metrics.direction(metric) > 0 else 1 / (1 - by)
+    return factor
+
+
+def _seeds(seed: int, k: int) -> list[int]:
+    """``k`` independent tree seeds of one simulated campaign (its trees must not share their noise)."""
+    return [int(s) for s in np.random.default_rng(seed).integers(0, 2**62, size=k)]
+
+
+def serving_regression(work: Path, seed: int, cv: float, iterations: int, by: float = 0.0) -> dict[str, bool]:
+    """The regression gate between two independent serving campaigns (B ``by`` worse on every serving figure),
+    driven as the commands are: ``sparkfleet compare A B`` through its command line (sparkfleet.cli.main, the exit
+    status and its --json rows) and ``report B --baseline A`` (compose.analyse, Options(baseline)): the serving
+    points x metrics and the run-level rows in one Holm family (sparkfleet.compare.compare_campaigns)."""
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    from serving_tree import build_serving_tree  # noqa: PLC0415 - the tests' synthetic serving tree
+
+    from sparkfleet.cli import main as cli  # noqa: PLC0415
+
+    one_seed, other_seed = _seeds(seed, 2)
+    baseline = build_serving_tree(work / "a" / "serve", iterations=iterations, cv=cv, seed=one_seed)
+    current = build_serving_tree(work / "b" / "serve", iterations=iterations, cv=cv, seed=other_seed,
+                                 factor=_serving_factor(by))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli(["compare", str(baseline), str(current), "--json"])
+    verdicts = [row.get("verdict") for row in json.loads(out.getvalue())["comparisons"] if row.get("metric")]
+    report = analyse(load_runs(current), Options(baseline=str(baseline)))
+    if by:  # power: the gate names a regression (an improvement is the wrong answer)
+        return {"regression": _fired(report, "regression", ("regression",)), "compare exit 1": status == 1}
+    return {"regression": _fired(report, "regression", ("regression", "improved")), "compare exit 1": status == 1,
+            "compare any change": any(v in ("regression", "improvement") for v in verdicts)}
+
+
+def serving_fleet(work: Path, seed: int, cv: float, iterations: int, slow: str | None,
+                  by: float) -> dict[str, bool]:
+    """The host verdicts on a serving campaign of three hosts (``slow`` ``by`` worse on every serving figure, None
+    for none), each host's tree the tests' serving tree with its own noise and the GPU example's host files (so the
+    report's host section has its evidence, as a real campaign's does); an independent campaign of the same shape is
+    the reference. The serving points are host cells of their own (check_hosts(points=...)) as ``report --hosts``,
+    the report's section and ``sparkfleet fleet`` pass them."""
+    from serving_tree import build_serving_tree  # noqa: PLC0415 - the tests' synthetic serving tree
+
+    hosts = ("spark-01", "spark-02", "spark-03")
+    seeds = iter(_seeds(seed, 2 * len(hosts)))
+    for tree in ("fleet", "reference"):
+        for host in hosts:
+            by_here = by if tree == "fleet" and host == slow else 0.0
+            build_serving_tree(work / tree / "serve", iterations=iterations, cv=cv, seed=next(seeds), hosts=(host,),
+                               factor=_serving_factor(by_here))
+            shutil.copytree(EXAMPLE / HOST, work / tree / "serve" / host,
+                            ignore=shutil.ignore_patterns("runs", "ledger.jsonl"), dirs_exist_ok=True)
+    root, reference = work / "fleet" / "serve", work / "reference" / "serve"
+    loaded = load_runs(root)
+    report = analyse(loaded)
+    host_out = [line.subject for line in report.verdicts if line.question == "hosts" and line.label == "host out"]
+    with_ref = host_normal.check_hosts(root, loaded.runs, reference=reference, always=True, points=loaded.serving)
+    state = fleet_state.analyse(root)
+    if slow is None:
+        return {"hosts (report)": bool(host_out), "not normal": _not_normal(report.hosts),
+                "fleet out": bool(state.outside_hosts), "fleet not normal": _not_normal(state.verdicts),
+                "reference": _not_normal(with_ref, against="reference")}
+    return {"hosts (report)": slow in host_out, "not normal": _not_normal(report.hosts, slow),
+            "fleet out": slow in state.outside_hosts, "fleet not normal": _not_normal(state.verdicts, slow),
+            "reference": _not_normal(with_ref, slow, "reference")}
+
+
 # --- the scenarios -----------------------------------------------------------------------------------------
 
 #: name -> (what it measures, its CV, the function of (work dir, seed) -> {kind: fired})
@@ -199,6 +276,11 @@ def scenarios() -> dict[str, tuple[str, float, Callable[[Path, int], dict[str, b
                 w, np.random.default_rng(s), cv, n, None, 0.0))
             out[f"null-serving-n{serving_n}-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv, n=serving_n: serving(
                 w, s, cv, n))
+    for cv in CVS:  # the serving tree's own 5 iterations (the campaign default of 10: not added, for time)
+        out[f"null-serving-regression-n5-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv: serving_regression(
+            w, s, cv, 5))
+        out[f"null-serving-fleet-n5-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv: serving_fleet(
+            w, s, cv, 5, None, 0.0))
     out["power-environment"] = ("power: bare 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
         w, np.random.default_rng(s), 0.03, 5, worse(0.10, environment="bare")))
     out["power-regression"] = ("power: current 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
@@ -207,13 +289,19 @@ def scenarios() -> dict[str, tuple[str, float, Callable[[Path, int], dict[str, b
         w, np.random.default_rng(s), 0.02, 3, "spark-02", 0.15))
     out["power-serving"] = ("power: container and llama.cpp 10% slower, CV 3%, 5 iterations", 0.03,
                             lambda w, s: serving(w, s, 0.03, 5, engine_by=0.10, environment_by=0.10))
+    out["power-serving-regression"] = ("power: serving B 10% worse, CV 3%, 5 iterations", 0.03,
+                                       lambda w, s: serving_regression(w, s, 0.03, 5, by=0.10))
+    out["power-serving-fleet"] = ("power: serving spark-02 15% worse, CV 3%, 5 iterations", 0.03,
+                                  lambda w, s: serving_fleet(w, s, 0.03, 5, "spark-02", 0.15))
     return out
 
 
 #: The verdict kinds a power scenario is about (the others it also reports are not its question).
 POWER_KINDS = {"power-environment": ("environment",), "power-regression": ("regression",),
                "power-fleet": ("hosts (report)", "not normal", "fleet out", "reference"),
-               "power-serving": ("serving environment", "serving engine")}
+               "power-serving": ("serving environment", "serving engine"),
+               "power-serving-regression": ("regression", "compare exit 1"),
+               "power-serving-fleet": ("hosts (report)", "not normal", "fleet out", "fleet not normal", "reference")}
 
 
 def without_family() -> None:
