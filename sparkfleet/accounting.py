@@ -34,10 +34,10 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving import profile_points
 from sparkfleet import serving as serving_points
 
-RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
 #: An earlier attempt kept aside by a resume (run_record.Recorder.move_aside): not a run of its own.
 _ASIDE = re.compile(r"\.(interrupted|retried)-\d+$")

@@ -33,7 +33,8 @@ from sparkfleet.stats import (
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAMILY_METHOD", "POINT_COLUMNS", "classify", "compare_campaigns",
-           "compare_environments", "hold_to_family", "holm", "point_label"]
+           "compare_environments", "compare_moments", "compare_sides", "hold_to_family", "holm", "kv_residual",
+           "long_table", "point_label"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
 #: memory, latencies and times are costs. The configuration metrics (record.CONFIG_METRICS) are neither.
@@ -47,12 +48,12 @@ COMPARED_METRICS = ("peak_memory_gib", "kv_cache_gib", "output_tok_s", "total_to
 _PAIR_KEYS = ("host", "model", "workload")
 
 
-def _long(runs: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+def long_table(runs: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
     long = runs.melt(id_vars=keys, value_vars=metrics, var_name="metric", value_name="value")
     return long[long["value"].notna()]
 
 
-def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float, same_distribution: bool = False) -> pd.DataFrame:
+def compare_moments(a: pd.DataFrame, b: pd.DataFrame, level: float, same_distribution: bool = False) -> pd.DataFrame:
     """Welch columns for rows holding n/mean/var of side a (``*_a``) and side b (``*_b``); with
     ``same_distribution`` Student's pooled-variance t instead (stats.student_from_moments: the null of a host
     against its peers or a reference, where the two sides differ in size and Welch would be liberal).
@@ -76,8 +77,13 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, level: float, same_distribution: b
                          "ci_high": np.where(allowed, w["ci_high"], np.nan), "df": w["df"]})
 
 
+def compare_sides(frame: pd.DataFrame, a: str, b: str, level: float, same_distribution: bool = False) -> pd.DataFrame:
+    """:func:`compare_moments` of the two sides a row of ``frame`` holds: side a's ``n<a>``, ``mean<a>`` and
+    ``var<a>`` columns against side b's (``a``, ``b``: the column suffixes, e.g. "_a" and "_b")."""
+    return compare_moments(_side(frame, a), _side(frame, b), level, same_distribution)
+
+
 def _side(frame: pd.DataFrame, suffix: str) -> pd.DataFrame:
-    """One side's n, mean and var for `_paired`, from ``frame``'s ``n<suffix>``, ``mean<suffix>``, ``var<suffix>``."""
     return pd.DataFrame({c: frame[f"{c}{suffix}"].to_numpy(dtype=float) for c in ("n", "mean", "var")})
 
 
@@ -143,7 +149,7 @@ def hold_to_family(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> pd.Data
 
 def classify(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, threshold: float = DEFAULT_THRESHOLD,
              power_alpha: float = DEFAULT_ALPHA, family: bool = False) -> pd.DataFrame:
-    """The one decision rule behind every verdict, for rows of ``_paired`` columns (b against a).
+    """The one decision rule behind every verdict, for rows of ``compare_moments`` columns (b against a).
 
     outcome "different": significant (Welch p < alpha) and |change| > threshold. "same": significant
     but within the threshold, or not significant with the whole CI of the change inside ±threshold, or
@@ -242,7 +248,7 @@ def compare_environments(
     if not present or natives.ngroups == 0:
         return pd.DataFrame(columns=columns)
     native = natives.agg(native_environment).rename("native").reset_index()
-    stats = moments(_long(measured, [*_PAIR_KEYS, "environment"], present), [*_PAIR_KEYS, "environment", "metric"])
+    stats = moments(long_table(measured, [*_PAIR_KEYS, "environment"], present), [*_PAIR_KEYS, "environment", "metric"])
     stats = stats.merge(native, on=list(_PAIR_KEYS))
     base = stats[stats["environment"] == stats["native"]].drop(columns=["environment"])
     other = stats[stats["environment"] != stats["native"]]
@@ -255,7 +261,7 @@ def compare_environments(
     if pool_hosts:  # pairs holds only hosts that ran both environments: pool each side over them
         keys = keys[1:]
         side = {s: pooled_moments(frame, keys) for s, frame in side.items()}
-    result = _paired(side["a"], side["b"], level)
+    result = compare_moments(side["a"], side["b"], level)
     labels = side["a"][keys].reset_index(drop=True)
     if pool_hosts:
         labels.insert(0, "hosts", side["a"]["hosts"].to_numpy())
@@ -287,6 +293,18 @@ class KvFit:
 GROWING_KV_ENGINES = ("hf-generate", "matmul")
 
 
+def kv_budget(runs: pd.DataFrame) -> pd.Series:
+    """Each run's KV-cache budget before the fraction, ``device_total - peak + tmp_kv`` (GiB); a run whose record
+    has no ``tmp_kv_gib`` (older records, engines whose log does not print it) leaves that term out."""
+    return (numbers(runs, "device_total_gib") - numbers(runs, "peak_memory_gib")
+            + numbers(runs, "tmp_kv_gib").fillna(0.0))
+
+
+def kv_residual(runs: pd.DataFrame, fraction: pd.Series | float) -> pd.Series:
+    """Each run's measured KV cache minus what the budget formula expects of it, ``fraction x`` :func:`kv_budget`."""
+    return numbers(runs, "kv_cache_gib") - fraction * kv_budget(runs)
+
+
 def kv_decomposition(
     runs: pd.DataFrame, assumed_fraction: float = DEFAULT_KV_FRACTION
 ) -> tuple[pd.DataFrame, KvFit | None]:
@@ -313,7 +331,7 @@ def kv_decomposition(
     fraction, recorded = kv_fraction(usable, assumed_fraction)
     tmp_kv = numbers(usable, "tmp_kv_gib")
     headroom = usable["device_total_gib"] - usable["peak_memory_gib"]
-    budget = headroom + tmp_kv.fillna(0.0)
+    budget = kv_budget(usable)
     expected = fraction * budget
     table = usable[[*CELL_KEYS, "run_id", "order_index", "peak_memory_gib", "device_total_gib",
                     "kv_cache_gib"]].assign(
@@ -323,7 +341,7 @@ def kv_decomposition(
         tmp_kv_gib=tmp_kv,
         tmp_kv_source=np.where(tmp_kv.notna(), "recorded", "not recorded"),
         kv_expected_gib=expected,
-        residual_gib=usable["kv_cache_gib"] - expected,
+        residual_gib=kv_residual(usable, fraction),
         line_residual_gib=numbers(usable, "kv_budget_residual_gib"),
     )
     h, kv = budget.to_numpy(dtype=float), usable["kv_cache_gib"].to_numpy(dtype=float)
@@ -458,8 +476,9 @@ def compare_campaigns(
         pairs_all = pd.concat(found, ignore_index=True)
         side = {s: pairs_all[[f"{c}_{s}" for c in ("n", "mean", "var")]].set_axis(["n", "mean", "var"], axis=1)
                 for s in ("a", "b")}
+        compared = compare_moments(side["a"], side["b"], level)
         judged = pd.concat([pairs_all.reindex(columns=[*labels, "metric"]),
-                            _judge(_paired(side["a"], side["b"], level), pairs_all["metric"], alpha, threshold)],
+                            _judge(compared, pairs_all["metric"], alpha, threshold)],
                            axis=1).rename(columns={"n_a": "n_baseline", "n_b": "n_current",
                                                    "mean_a": "baseline_mean", "mean_b": "current_mean",
                                                    "sd_a": "sd_baseline", "sd_b": "sd_current"})
@@ -485,15 +504,15 @@ def _run_pairs(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str]) -> pd.Dat
                and base[m].notna().any() and cur[m].notna().any()]
     if not metrics:
         return pd.DataFrame()
-    a = moments(_long(base, keys, metrics), [*keys, "metric"])
-    b = moments(_long(cur, keys, metrics), [*keys, "metric"])
+    a = moments(long_table(base, keys, metrics), [*keys, "metric"])
+    b = moments(long_table(cur, keys, metrics), [*keys, "metric"])
     return a.merge(b, on=[*keys, "metric"], suffixes=("_a", "_b"))
 
 
 def _point_frame(points: pd.DataFrame) -> pd.DataFrame:
     """The serving points that enter statistics (the serving report's: measured, what cannot be left out), with
     each point's name from its profile."""
-    measured = serving._stat_frame(points)
+    measured = serving.points_for_statistics(points)
     if measured.empty:
         return measured.assign(point=pd.Series(dtype="string"))
     return measured.assign(point=[point_label(*p) for p in measured[list(serving.PROFILE)].itertuples(
@@ -508,8 +527,8 @@ def _point_pairs(base: pd.DataFrame, cur: pd.DataFrame, keys: list[str]) -> pd.D
     if not metrics or base.empty or cur.empty:
         return pd.DataFrame()
     cell = [*keys, *POINT_COLUMNS]
-    a = moments(_long(base, cell, metrics), [*cell, "metric"])
-    b = moments(_long(cur, cell, metrics), [*cell, "metric"])
+    a = moments(long_table(base, cell, metrics), [*cell, "metric"])
+    b = moments(long_table(cur, cell, metrics), [*cell, "metric"])
     pairs = a.merge(b, on=[*cell, "metric"], suffixes=("_a", "_b"))
     order = {m: i for i, m in enumerate(serving.SERVING_METRICS)}  # the serving tables' order, not the alphabet's
     return pairs.sort_values([*keys, "engine", "metric", *serving.PROFILE], kind="stable",

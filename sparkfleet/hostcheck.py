@@ -32,9 +32,10 @@ import pandas as pd
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation as host_attestation
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import host_state, modelcard
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import roofline, serving
-from sparkfleet.load import RECORD_NAME
+from sparkfleet.load import record_from_bytes
 
 ATTESTATION_FILE = "attestation.json"
 BANDWIDTH_FILE = "bandwidth.json"
@@ -272,17 +273,17 @@ def state_of(record: dict[str, Any], run_dir: Path | None = None) -> dict[str, A
 
 
 def _record(root: Path, record_dir: str, only_with_sections: bool) -> dict[str, Any] | None:
+    """The run's record as every reader takes it (load.record_from_bytes); None where it is missing or unusable,
+    or (``only_with_sections``) carries none of the sections read here."""
+    path = root / record_dir / RECORD_NAME
     try:
-        data = (root / record_dir / RECORD_NAME).read_bytes()
+        raw = path.read_bytes()
     except OSError:
         return None
-    if only_with_sections and not _SECTIONS.search(data):
+    if only_with_sections and not _SECTIONS.search(raw):
         return None
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    record = record_from_bytes(raw, path)
+    return record if isinstance(record, dict) else None
 
 
 def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:

@@ -30,11 +30,11 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
 from sparkfleet import serving as serving_points
 from sparkfleet.accounting import Accounting, account
 
-RECORD_NAME = "record.json"
 #: Directories under a results tree that never hold run records (the report writes its own files there).
 _SKIP_DIRS = frozenset({"report", ".git", "__pycache__"})
 
@@ -206,23 +206,31 @@ def find_record_files(root: Path, plans: list[str] | None = None, staging: list[
 
 
 def read_record(path: str) -> dict[str, Any] | LoadProblem | None:
-    """The parsed record, the problem that makes it unusable, or None when there is no file."""
+    """The record as every reader takes it (record.checked_record: migrated, screened, validated), the problem
+    that makes it unusable, or None when there is no file."""
     try:
-        data = json.loads(_read_bytes(path))
+        raw = _read_bytes(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         return LoadProblem(Path(path), f"not readable JSON: {exc}")
+    return record_from_bytes(raw, path)
+
+
+def usable_record(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """:func:`read_record`'s record; None where there is none or it is unusable (the loader names those)."""
+    data = read_record(os.fspath(path))
+    return data if isinstance(data, dict) else None
+
+
+def record_from_bytes(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | LoadProblem:
+    """:func:`read_record` of a file already read (``path``: where it came from, for the problem's words)."""
     try:
-        data = contract.upgrade(data)  # an older format version, migrated step by step
-    except contract.RecordVersionError as exc:
+        return contract.checked_record(json.loads(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return LoadProblem(Path(path), f"not readable JSON: {exc}")
+    except contract.RecordError as exc:
         return LoadProblem(Path(path), str(exc))
-    if isinstance(data, dict):  # a metric outside its physical range: left out and named, the run kept
-        data, _ = contract.screened(data)
-    problems = contract.validate(data)
-    if problems:
-        return LoadProblem(Path(path), "; ".join(problems))
-    return data
 
 
 def _read_bytes(path: str) -> bytes:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from sparkfleet.compare import _long, _paired, _side, classify
+from sparkfleet.compare import classify, compare_sides, long_table
 from sparkfleet.stats import DEFAULT_LEVEL, measured_runs, metric_columns
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
@@ -70,7 +70,7 @@ def host_variance(runs: pd.DataFrame, metrics: list[str] | None = None) -> pd.Da
     metrics = metric_columns(runs) if metrics is None else metrics
     columns = [*FLEET_KEYS, "metric", "hosts", "n", "ms_between", "ms_within", "sigma2_between", "sigma2_within",
                "sd_between", "sd_within", "icc", "f", "p_value"]
-    long = _long(shared, [*FLEET_KEYS, "host"], metrics)
+    long = long_table(shared, [*FLEET_KEYS, "host"], metrics)
     if long.empty:
         return pd.DataFrame(columns=columns)
     per_host = long.groupby([*FLEET_KEYS, "metric", "host"], sort=True)["value"].agg(
@@ -108,7 +108,7 @@ def host_deviations(
     """
     shared = multi_host_runs(runs)
     metrics = metric_columns(runs) if metrics is None else metrics
-    long = _long(shared, [*FLEET_KEYS, "host"], metrics)
+    long = long_table(shared, [*FLEET_KEYS, "host"], metrics)
     if long.empty:
         return pd.DataFrame(columns=DEVIATION_COLUMNS)
     keys = [*FLEET_KEYS, "metric"]
@@ -118,7 +118,7 @@ def host_deviations(
     pairs = per_host.merge(per_host, on=keys, suffixes=("", "_o"))
     pairs = pairs[pairs["host"] != pairs["host_o"]].reset_index(drop=True)
     # 1. pairs: this host (b) against each other host (a)
-    verdict = classify(_paired(_side(pairs, "_o"), _side(pairs, ""), level, same_distribution=True), alpha=alpha,
+    verdict = classify(compare_sides(pairs, "_o", "", level, same_distribution=True), alpha=alpha,
                        threshold=tolerance)
     different = verdict["outcome"].to_numpy() == "different"
     higher = (pairs["mean"] > pairs["mean_o"]).to_numpy()
@@ -134,7 +134,7 @@ def host_deviations(
     reference = _pooled(pairs[unmarked | ~some_unmarked], [*keys, "host"])
     t = per_host.merge(reference, on=[*keys, "host"]).merge(cell, on=keys)
     t = t.merge(votes[[*keys, "host", "suspect"]], on=[*keys, "host"])
-    paired = _paired(_side(t, "_ref"), _side(t, ""), level, same_distribution=True)  # a host like the others
+    paired = compare_sides(t, "_ref", "", level, same_distribution=True)  # a host like the others
     # one family: every host x cell x metric behind the "out" verdict (Holm, compare.FAMILY_METHOD); the votes
     # of step 1 only choose the reference and are not held to it
     judged = classify(paired, alpha=alpha, threshold=tolerance, family=True)

@@ -311,7 +311,7 @@ def metrics_present(points: pd.DataFrame) -> list[str]:
     return [m for m in SERVING_METRICS if m in measured and measured[m].notna().any()]
 
 
-def _stat_frame(points: pd.DataFrame) -> pd.DataFrame:
+def points_for_statistics(points: pd.DataFrame) -> pd.DataFrame:
     """The measured points in the shape stats.cell_statistics reads (keys, run_id, status, warmup, metrics), with
     what impossible_samples names left out (screened_points)."""
     measured = screened_points(points)
@@ -319,7 +319,7 @@ def _stat_frame(points: pd.DataFrame) -> pd.DataFrame:
                            status="ok", warmup=False)
 
 
-def _sorted(table: pd.DataFrame, keys: tuple[str, ...] = POINT_KEYS) -> pd.DataFrame:
+def in_point_order(table: pd.DataFrame, keys: tuple[str, ...] = POINT_KEYS) -> pd.DataFrame:
     """Rows in point order: the profile numerically, the metrics in SERVING_METRICS order."""
     order = {m: i for i, m in enumerate(SERVING_METRICS)}
     columns = [k for k in (*keys, "metric") if k in table]
@@ -359,9 +359,9 @@ def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
     neither; a bound outside the metric's physical range, stats.physical_range, is drawn and printed at the range's
     end and ``ci95_note`` says so: the computed bounds stay in ``ci_low``/``ci_high``) and ``values``: the raw
     per-iteration values as JSON text, in iteration order. What impossible_samples names is left out."""
-    frame = _stat_frame(points)
+    frame = points_for_statistics(points)
     metrics = [m for m in SERVING_METRICS if m in frame and frame[m].notna().any()]
-    columns = [*POINT_KEYS, "metric", "scope", "hosts", *stats._STAT_COLUMNS, "ci95_low", "ci95_high", "ci95_of",
+    columns = [*POINT_KEYS, "metric", "scope", "hosts", *stats.STAT_COLUMNS, "ci95_low", "ci95_high", "ci95_of",
                "ci95_note", "values"]
     if not metrics or frame.empty:
         return pd.DataFrame(columns=columns)
@@ -382,4 +382,4 @@ def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
     extra = pd.DataFrame({"values": grouped["value"].agg(lambda v: json.dumps([float(x) for x in v])),
                           "hosts": grouped["host"].nunique()}).reset_index()
     table = table.merge(extra, on=[*keys, "metric"], how="left")
-    return _sorted(table[columns])
+    return in_point_order(table[columns])

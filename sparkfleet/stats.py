@@ -234,7 +234,7 @@ def cell_statistics(
     group_cols = [*keys, "metric"]
     long = long_metrics(runs, metrics, keys) if long is None else long
     if long.empty:
-        return pd.DataFrame(columns=[*group_cols, *_STAT_COLUMNS])
+        return pd.DataFrame(columns=[*group_cols, *STAT_COLUMNS])
     grouped = long.groupby(group_cols, sort=True, observed=True)["value"]
     table = grouped.agg(n="count", mean="mean", std="std", median="median", min="min", max="max").reset_index()
     n = table["n"].to_numpy(dtype=float)
@@ -257,11 +257,12 @@ def cell_statistics(
     table = table.astype({c: "str" for c in group_cols})  # plain labels for callers, not categories
     order = {m: i for i, m in enumerate(METRICS)}
     table = table.sort_values([*keys, "metric"], key=lambda s: s.map(order) if s.name == "metric" else s)
-    return table[[*group_cols, *_STAT_COLUMNS]].reset_index(drop=True)
+    return table[[*group_cols, *STAT_COLUMNS]].reset_index(drop=True)
 
 
-_STAT_COLUMNS = ("n", "mean", "std", "cv", "median", "min", "max", "ci_low", "ci_high", "median_ci_low",
-                 "median_ci_high", "n_outliers", "cv_ok")
+#: The statistics columns of each cell (cell_statistics), in order.
+STAT_COLUMNS = ("n", "mean", "std", "cv", "median", "min", "max", "ci_low", "ci_high", "median_ci_low",
+                "median_ci_high", "n_outliers", "cv_ok")
 
 
 def robust_z(values: np.ndarray) -> np.ndarray:

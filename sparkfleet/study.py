@@ -143,7 +143,7 @@ def import_study(
         problems = contract.validate(rec)
         if problems:  # our own bug if it happens; never write a record the loader would reject
             raise AssertionError(f"study record {rec['run_id']} breaks the contract: {problems}")
-        contract.write_json_atomic(host_dir / "runs" / rec["run_id"] / "record.json", rec)
+        contract.write_json_atomic(host_dir / "runs" / rec["run_id"] / contract.RECORD_NAME, rec)
     contract.write_json_atomic(
         host_dir / "host.json",
         {"host": host, "imported_from": str(path.name), "device_total_gib": DEVICE_TOTAL_GIB, **STUDY_VERSIONS},

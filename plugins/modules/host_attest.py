@@ -2,7 +2,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Attest a host once per campaign (issue 24): software and firmware identity, memory state, memory bandwidth."""
+"""Attest a host once per campaign (issue 24): software and firmware identity, memory state, memory bandwidth; the
+work is sparkfleet_host.host_attest."""
 
 from __future__ import annotations
 
@@ -132,110 +133,12 @@ errors:
   sample: ["fwupdmgr: not found on PATH"]
 """
 
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation  # noqa: E402
-
-RC_NO_BACKEND = 3  # gpu_probe.py without torch or cupy
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import host_attest, task  # noqa: E402
 
 
-def _run(module, argv, timeout, errors):
-    """stdout of a command that exited 0, else None with the reason appended to ``errors``."""
-    path = argv[0] if os.sep in argv[0] else module.get_bin_path(argv[0])
-    if not path or not os.path.exists(path):
-        errors.append("%s: not found%s" % (argv[0], "" if os.sep in argv[0] else " on PATH"))
-        return None
-    env = dict(os.environ, LC_ALL="C", LANG="C")
-    try:
-        # errors="replace": a host tool's text in another encoding (a Latin-1 byte in a DMI string) is read.
-        proc = subprocess.run([path] + list(argv[1:]), capture_output=True, text=True, errors="replace",
-                              timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        errors.append("%s: no answer within %g s" % (" ".join(argv), timeout))
-        return None
-    except OSError as exc:
-        errors.append("%s: %s" % (argv[0], exc))
-        return None
-    if proc.returncode != 0:
-        errors.append("%s: rc=%d %s" % (" ".join(argv), proc.returncode, (proc.stderr or proc.stdout).strip()[-300:]))
-        return None
-    return proc.stdout
-
-
-def _read(path, errors):
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return fh.read()
-    except OSError as exc:
-        errors.append("%s: %s" % (path, exc.strerror or exc))
-        return None
-
-
-def measure_bandwidth(module, p):
-    """gpu_probe.py bandwidth's JSON, or a null figure with the reason."""
-    out = {"bandwidth_bytes_s": None, "backend": None, "error": None}
-    if not p["bandwidth"]:
-        out["error"] = "not measured (bandwidth: false)"
-        return out
-    if not p["probe_script"] or not os.path.isfile(p["probe_script"]):
-        out["error"] = "probe script %s not found" % (p["probe_script"] or "gpu_probe.py")
-        return out
-    argv = [p["python"], p["probe_script"], "bandwidth", "--mib", str(p["bandwidth_mib"])]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=4 * p["timeout_s"],
-                              check=False)
-    except subprocess.TimeoutExpired:
-        out["error"] = "%s: no answer within %g s" % (" ".join(argv), 4 * p["timeout_s"])
-        return out
-    except OSError as exc:
-        out["error"] = "%s: %s" % (p["python"], exc)
-        return out
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):
-        tail = (proc.stderr or proc.stdout).strip().splitlines()
-        out["error"] = "gpu_probe.py bandwidth: rc=%d %s" % (proc.returncode, tail[-1] if tail else "no output")
-        return out
-    out.update(result)
-    if proc.returncode == RC_NO_BACKEND:
-        out["bandwidth_bytes_s"] = None
-    return out
-
-
-def attest(module, p):
-    errors = []
-    smi_q = _run(module, [p["nvidia_smi"], "-q"], p["timeout_s"], errors)
-    fwupd = _run(module, [p["fwupdmgr"], "get-devices", "--json"], p["timeout_s"], errors)
-    dmi = attestation.read_dmi_id(p["dmi_root"])
-    dmidecode = None
-    if any(dmi[name] is None for name in attestation.DMI_FIELDS):
-        dmidecode = _run(module, [p["dmidecode"], "-t", "bios", "-t", "system", "-t", "baseboard"], p["timeout_s"],
-                         errors)
-    meminfo = _read(os.path.join(p["proc_root"], "meminfo"), errors)
-    buddyinfo = _read(os.path.join(p["proc_root"], "buddyinfo"), errors)
-    try:
-        att = attestation.attestation(kernel=os.uname().release, smi_q=smi_q, fwupd_json=fwupd, dmi=dmi,
-                                      dmidecode=dmidecode, meminfo=meminfo, buddyinfo=buddyinfo,
-                                      page_size=os.sysconf("SC_PAGE_SIZE"), image_digest=p["image_digest"])
-    except attestation.AttestationError as exc:  # one bad input: record it and attest without it
-        errors.append(str(exc))
-        bad = str(exc).split(":", 1)[0]
-        att = attestation.attestation(
-            kernel=os.uname().release, smi_q=None if bad.startswith("nvidia-smi") else smi_q,
-            fwupd_json=None if bad.startswith("fwupdmgr") else fwupd, dmi=dmi, dmidecode=dmidecode, meminfo=meminfo,
-            buddyinfo=None if bad.startswith("/proc/buddyinfo") else buddyinfo,
-            page_size=os.sysconf("SC_PAGE_SIZE"), image_digest=p["image_digest"])
-    return att, errors
-
-
-def main():
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             image_digest=dict(type="str"),
@@ -252,13 +155,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    if p["bandwidth_mib"] < 1:
-        module.fail_json(msg="bandwidth_mib must be at least 1, got %d" % p["bandwidth_mib"])
-    if not p["timeout_s"] > 0:
-        module.fail_json(msg="timeout_s must be greater than 0, got %g" % p["timeout_s"])
-    att, errors = attest(module, p)
-    module.exit_json(changed=False, attestation=att, bandwidth=measure_bandwidth(module, p), errors=errors)
+    task.exit_with(module, host_attest.report)
 
 
 if __name__ == "__main__":

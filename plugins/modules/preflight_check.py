@@ -12,29 +12,19 @@ module: preflight_check
 short_description: Checks that a host is fit for benchmarking and records every gate in preflight.json
 version_added: 0.1.0
 description:
-  - 'Measures six I(gates) on the host, compares each with its limit, writes every measured value, limit and
-    verdict to C(preflight.json) in O(results_dir), and fails naming every failed gate with its measured
-    value, unit and limit, for example V(preflight gate(s\) failed on spark2: gpu_temperature measured 85.0 C
-    (limit 60.0 C\)).'
-  - "C(gpu_temperature): the hottest GPU, from C(nvidia-smi --query-gpu=index,temperature.gpu,pstate
-    --format=csv,noheader,nounits), at or below O(max_gpu_temp_c) degrees Celsius."
-  - "C(performance_state): the performance state of every GPU (same query) is one of O(pstates); an empty
-    O(pstates) accepts any and only records them."
-  - "C(cpu_load): the 1-minute load average (C(/proc/loadavg)) at or below O(max_load_per_cpu) times the number
-    of online CPUs."
-  - "C(free_memory): C(MemAvailable) (C(/proc/meminfo)) at least O(min_free_memory_gib) GiB."
-  - "C(free_disk): the space available on the file system of O(work_dir) (C(statvfs), the figure of
-    C(df -P -k)) at least O(min_free_disk_gib) GiB."
-  - "C(gpu_processes): at most O(max_gpu_processes) compute processes listed by C(nvidia-smi
-    --query-compute-apps=pid,process_name,used_memory --format=csv,noheader)."
+  - 'Measures every preflight I(gate) on the host, compares each with its limit, writes every measured value,
+    limit and verdict to C(preflight.json) in O(results_dir), and fails naming every failed gate with its
+    measured value, unit and limit, for example V(preflight gate(s\) failed on spark2: gpu_temperature measured
+    85.0 C (limit 60.0 C\)).'
+  - The gates are the collection's registry, one file each under C(plugins/module_utils/sparkfleet_host/gates/)
+    saying what the gate reads on the host (C(nvidia-smi), C(/proc), C(statvfs) of O(work_dir)), its limits and
+    how it judges; they are measured, recorded and named in the registry's order.
   - Memory and disk are recorded in GiB rounded to two decimals.
-  - A GPU gate that cannot be measured (no C(nvidia-smi), no GPU, a query the driver refuses) is recorded with
-    C(pass) V(null) and an C(error); it is a warning, or with O(fail_on_unknown=true) a failed gate. The load,
-    memory and disk figures are always there on Linux; the task fails if they cannot be read (for instance
-    when O(work_dir) does not exist) and then writes nothing.
+  - A gate that cannot be measured (no C(nvidia-smi), no GPU, a query the driver refuses) is recorded with
+    C(pass) V(null) and an C(error); it is a warning, or with C(fail_on_unknown) in O(limits) a failed gate. The
+    load, memory and disk figures are always there on Linux; the task fails if they cannot be read (for
+    instance when O(work_dir) does not exist) and then writes nothing.
   - Reads only; the one file it writes is C(preflight.json), and only when its content differs.
-  - The limits take their defaults, and the ranges they are checked against, from the collection's settings
-    registry (the C(sparkfleet_preflight_*) settings, in C(sparkfleet_plan.preflight)).
 options:
   host:
     description: The host's name in the record and in the failure message (give it C(inventory_hostname)).
@@ -50,37 +40,17 @@ options:
         C(0755) where it is missing; the file gets mode C(0644).
     type: path
     required: true
-  max_gpu_temp_c:
-    description: The hottest GPU must be at or below this many degrees Celsius.
-    type: float
-    default: 60.0
-  pstates:
-    description: Allowed performance states (for example V([P0])); an empty list accepts any and only records them.
-    type: list
-    elements: str
-    default: []
-  max_load_per_cpu:
-    description: The 1-minute load average must be at or below this times the number of online CPUs.
-    type: float
-    default: 0.5
-  min_free_memory_gib:
-    description: C(MemAvailable) must be at least this many GiB.
-    type: float
-    default: 8.0
-  min_free_disk_gib:
-    description: The space available on the file system of O(work_dir) must be at least this many GiB.
-    type: float
-    default: 20.0
-  max_gpu_processes:
-    description: At most this many compute processes may be on the GPUs.
-    type: int
-    default: 0
-  fail_on_unknown:
+  limits:
     description:
-      - Fail a gate that cannot be measured (C(pass) V(null) in C(preflight.json)).
-      - By default such a gate is only a warning.
-    type: bool
-    default: false
+      - "The gates' limits by key, for example V({max_gpu_temp_c: 45, pstates: [P0]}); a key left out takes its
+        default. Values are converted as options are (V('30') is a number)."
+      - The keys, their types, defaults and ranges are the gates' own (each gate's file declares them). They are the
+        collection's C(sparkfleet_preflight_*) settings without that prefix (the README's settings table), and
+        C(fail_on_unknown), which fails a gate that cannot be measured (C(pass) V(null)) instead of warning.
+      - The role passes the host's plan for the gates, C(sparkfleet_plan.preflight), whole; its
+        C(max_fail_percentage) is the play's, accepted and not used here.
+    type: dict
+    default: {}
   nvidia_smi:
     description: Name or path of the C(nvidia-smi) executable (looked up on the host's C(PATH)).
     type: str
@@ -121,9 +91,10 @@ EXAMPLES = r"""
     host: "{{ inventory_hostname }}"
     work_dir: /var/lib/sparkfleet
     results_dir: "/var/lib/sparkfleet/results/study/{{ inventory_hostname }}"
-    max_gpu_temp_c: 45
-    pstates: [P0]
-    fail_on_unknown: true
+    limits:
+      max_gpu_temp_c: 45
+      pstates: [P0]
+      fail_on_unknown: true
   register: preflight
 """
 
@@ -154,7 +125,7 @@ gates:
     free_disk: {value: 812.5, limit: 20.0, unit: GiB, path: /var/lib/sparkfleet, pass: true}
     gpu_processes: {value: 0, limit: 0, processes: [], pass: true, error: ""}
 failed_gates:
-  description: Names of the gates that failed the host (with O(fail_on_unknown), also those not measured).
+  description: Names of the gates that failed the host (with C(fail_on_unknown) in O(limits), also those not measured).
   returned: always
   type: list
   elements: str
@@ -174,22 +145,21 @@ msg:
 
 import os  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
+from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: E402
+from ansible.module_utils.errors import UnsupportedError  # noqa: E402
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import (  # noqa: E402
-    LIMIT_DEFAULTS,
     Command,
-    disk_available_kib,
+    Unmeasurable,
     evaluate,
     failed_gates,
     failure_message,
     limit_problems,
-    load_1min,
-    mem_available_kib,
-    online_cpus,
-    query_apps,
-    query_gpus,
+    limit_spec,
+    measure,
     record_text,
     unknown_gates,
     unknown_warning,
@@ -199,30 +169,35 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.t
 )
 
 RECORD = "preflight.json"
+#: The plan's preflight group, which the role passes whole as ``limits``, also carries the play's
+#: max_fail_percentage: accepted, no gate's.
+PLAY_LIMITS = {"max_fail_percentage": dict(type="raw")}
+
+
+def checked_limits(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
+    """Every gate's limits: ``given`` with the gates' defaults, converted as options are and checked by the
+    gates' rules; a bad or unknown key fails the task."""
+    result = ArgumentSpecValidator({**limit_spec(), **PLAY_LIMITS}).validate(given)
+    problems = [f"limits: {'unknown key ' if isinstance(e, UnsupportedError) else ''}{e}" for e in result.errors]
+    problems = problems or limit_problems(result.validated_parameters)
+    if problems:
+        module.fail_json(msg=problems[0], problems=problems)
+    return result.validated_parameters
 
 
 def main() -> None:
-    d = LIMIT_DEFAULTS
     module = AnsibleModule(
         argument_spec=dict(
             host=dict(type="str", required=True),
             work_dir=dict(type="path", required=True),
             results_dir=dict(type="path", required=True),
-            max_gpu_temp_c=dict(type="float", default=d["max_gpu_temp_c"]),
-            pstates=dict(type="list", elements="str", default=list(d["pstates"])),
-            max_load_per_cpu=dict(type="float", default=d["max_load_per_cpu"]),
-            min_free_memory_gib=dict(type="float", default=d["min_free_memory_gib"]),
-            min_free_disk_gib=dict(type="float", default=d["min_free_disk_gib"]),
-            max_gpu_processes=dict(type="int", default=d["max_gpu_processes"]),
-            fail_on_unknown=dict(type="bool", default=d["fail_on_unknown"]),
+            limits=dict(type="dict", default={}),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    problems = limit_problems(p)
-    if problems:
-        module.fail_json(msg=problems[0], problems=problems)
+    limits = checked_limits(module, p["limits"])
 
     def run(argv: Sequence[str]) -> Command:
         try:
@@ -231,32 +206,31 @@ def main() -> None:
             return Command.not_started(exc.errno or 1)
         return Command(rc, out, err)
 
-    gpu_rows, gpu_error = query_gpus(p["nvidia_smi"], run)
-    apps = query_apps(p["nvidia_smi"], run)
     try:
-        load1, mem_kib, disk_kib = load_1min(), mem_available_kib(), disk_available_kib(p["work_dir"])
-    except (OSError, ValueError, IndexError) as exc:
-        module.fail_json(msg=f"preflight_check: cannot read the load, free memory or free disk of {p['host']} "
-                             f"(work_dir {p['work_dir']}): {exc}")
-    gates = evaluate(p, gpu_rows, gpu_error, apps, load1, online_cpus(), mem_kib, disk_kib, p["work_dir"])
+        measured = measure(p["work_dir"], p["nvidia_smi"], run)
+    except Unmeasurable as exc:
+        module.fail_json(msg=f"preflight_check: cannot measure {exc.gate} on {p['host']} "
+                             f"(work_dir {p['work_dir']}): {exc.reason}")
+    gates = evaluate(limits, measured)
 
     path = os.path.join(os.path.abspath(p["results_dir"]), RECORD)
     text = record_text(p["host"], gates)
     changed, before = write_text_if_changed(path, text, check_mode=module.check_mode)
 
     unknown = unknown_gates(gates)
-    failed = failed_gates(gates, p["fail_on_unknown"])
-    if not p["fail_on_unknown"]:
+    failed = failed_gates(gates, limits["fail_on_unknown"])
+    if not limits["fail_on_unknown"]:
         for name in unknown:
-            module.warn(unknown_warning(name, gates))
+            module.warn(unknown_warning(name, gates, measured))
     result = dict(changed=changed, host=p["host"], path=path, gates=gates, failed_gates=failed,
                   unknown_gates=unknown)
     if module._diff and changed:
         result["diff"] = {"before_header": path, "after_header": path, "before": before or "", "after": text}
     if failed:
         module.fail_json(msg=failure_message(p["host"], gates, failed), **result)
-    measured = len(gates) - len(unknown)
-    module.exit_json(msg=f"preflight gates passed on {p['host']} ({measured} of {len(gates)} measured)", **result)
+    measured_count = len(gates) - len(unknown)
+    module.exit_json(msg=f"preflight gates passed on {p['host']} ({measured_count} of {len(gates)} measured)",
+                     **result)
 
 
 if __name__ == "__main__":

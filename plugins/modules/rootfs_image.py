@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # Copyright: sparkfleet contributors
 # Apache-2.0
-"""Ansible module: make sure a container image is present on the host, for native rootfs extraction."""
+"""Ansible module: make sure a container image is present on the host, for native rootfs extraction; the work is
+sparkfleet_host.rootfs_image."""
 
 from __future__ import annotations
 
@@ -151,75 +152,12 @@ action:
   sample: present
 """
 
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import tarfile  # noqa: E402
-from typing import Any  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
-    classify_pull_error,
-    docker_arch,
-    image_config_from_inspect,
-)
-
-# What check mode returns for an image it has not got yet.
-EMPTY_CONFIG = {"entrypoint": [], "cmd": [], "working_dir": "", "user": ""}
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import rootfs_image, task  # noqa: E402
 
 
-class Docker:
-    def __init__(self, module: AnsibleModule) -> None:
-        self.module = module
-        name = module.params["docker"]
-        path = name if os.path.isabs(name) else module.get_bin_path(name)
-        if not path or not os.access(path, os.X_OK):
-            module.fail_json(msg=f"Docker CLI '{name}' not found on this host: install Docker (docker.io or "
-                                 "docker-ce) or set the docker executable's path")
-        self.bin = path
-
-    def run(self, *args: str) -> tuple[int, str, str]:
-        return self.module.run_command([self.bin, *args], environ_update={"LC_ALL": "C"})
-
-    def ping(self) -> None:
-        rc, out, err = self.run("version", "--format", "{{.Server.Version}}")
-        if rc != 0 or not out.strip():
-            cause = err.strip() or out.strip()
-            hint = " (permission denied: run as root or in the docker group)" if "permission denied" in cause.lower() \
-                else ""
-            self.module.fail_json(msg=f"Docker daemon not reachable{hint}: {cause}")
-
-    def inspect(self, ref: str) -> dict[str, Any] | None:
-        rc, out, _err = self.run("image", "inspect", "--format", "{{json .}}", ref)
-        if rc != 0:
-            return None
-        try:
-            return json.loads(out)
-        except ValueError:
-            self.module.fail_json(msg=f"docker image inspect {ref} printed something that is not JSON: {out[:200]}")
-        return None
-
-
-def archive_manifest(path: str) -> list[dict[str, Any]]:
-    """``manifest.json`` of a ``docker save`` archive: [{Config, RepoTags, Layers}, ...]."""
-    with tarfile.open(path, "r:*") as tar:
-        for member in tar:
-            if member.name.lstrip("./") == "manifest.json":
-                fh = tar.extractfile(member)
-                if fh is None:
-                    break
-                return json.loads(fh.read().decode())
-    raise ValueError("no manifest.json in it (not a 'docker save' archive?)")
-
-
-def config_id(entry: dict[str, Any]) -> str:
-    """Image ID from a manifest entry's Config path (``<hex>.json`` or ``blobs/sha256/<hex>``)."""
-    name = os.path.basename(entry.get("Config", ""))
-    return "sha256:" + name.removesuffix(".json")
-
-
-def run_module() -> None:
+def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             image=dict(type="str"),
@@ -231,98 +169,7 @@ def run_module() -> None:
         required_one_of=[("image", "archive")],
         supports_check_mode=True,
     )
-    p = module.params
-    ref: str | None = p["image"] or None
-    docker = Docker(module)
-    docker.ping()
-    action = "present"
-    info = docker.inspect(ref) if ref else None
-
-    if info is None and p["archive"]:
-        archive = p["archive"]
-        if not os.path.isfile(archive):
-            module.fail_json(msg=f"image archive {archive} does not exist on this host")
-        try:
-            manifest = archive_manifest(archive)
-        except (OSError, ValueError, tarfile.TarError) as exc:
-            module.fail_json(msg=f"cannot read image archive {archive}: {exc}")
-        if ref:
-            entries = [e for e in manifest if ref in (e.get("RepoTags") or [])]
-            if not entries and len(manifest) == 1:
-                entries = manifest
-            if not entries:
-                tags = [t for e in manifest for t in (e.get("RepoTags") or [])]
-                held = tags or "untagged images"
-                module.fail_json(msg=f"image archive {archive} does not hold {ref} (it holds {held})")
-        else:
-            if len(manifest) != 1:
-                module.fail_json(msg=f"image archive {archive} holds {len(manifest)} images: name one with image")
-            entries = manifest
-        image_id = config_id(entries[0])
-        info = docker.inspect(image_id)
-        if info is None:
-            if module.check_mode:
-                module.exit_json(changed=True, action="would load", image=ref or "", digest=None, id=None,
-                                 repo_digests=[], size=0, architecture="", os="",
-                                 host_architecture=docker_arch(platform.machine()), env=[], **EMPTY_CONFIG)
-            rc, out, err = docker.run("load", "-i", archive)
-            if rc != 0:
-                module.fail_json(msg=f"docker load -i {archive} failed: {(err or out).strip()}")
-            action = "loaded"
-            info = docker.inspect(image_id)
-            if info is None:
-                module.fail_json(msg=f"docker load -i {archive} succeeded but image {image_id} is not there")
-        if ref and ref not in (info.get("RepoTags") or []) and docker.inspect(ref) is None and not module.check_mode:
-            docker.run("tag", info["Id"], ref)  # an untagged archive entry: give it the name the campaign uses
-        ref = ref or ((info.get("RepoTags") or [None])[0]) or info["Id"]
-
-    if info is None:
-        assert ref is not None
-        if p["offline"]:
-            module.fail_json(msg=f"image {ref} is not present and offline mode forbids pulling it: load it with "
-                                 "an image archive (docker save) or allow pulling")
-        if module.check_mode:
-            module.exit_json(changed=True, action="would pull", image=ref, digest=None, id=None, repo_digests=[],
-                             size=0, architecture="", os="", host_architecture=docker_arch(platform.machine()),
-                             env=[], **EMPTY_CONFIG)
-        rc, out, err = docker.run("pull", "--quiet", ref)
-        if rc != 0:
-            cause = classify_pull_error(err + out)
-            module.fail_json(msg=f"cannot pull image {ref}: {cause}: {(err or out).strip()}")
-        action = "pulled"
-        info = docker.inspect(ref)
-        if info is None:
-            module.fail_json(msg=f"docker pull {ref} succeeded but the image cannot be inspected")
-
-    assert info is not None and ref is not None
-    host_arch = docker_arch(platform.machine())
-    image_arch = info.get("Architecture") or ""
-    image_os = info.get("Os") or ""
-    if p["check_architecture"] and (image_os != "linux" or docker_arch(image_arch) != host_arch):
-        variant = "/" + info["Variant"] if info.get("Variant") else ""
-        module.fail_json(
-            msg=f"image {ref} is built for {image_os}/{image_arch}{variant}"
-                f" but this host is linux/{host_arch} ({platform.machine()}): use an image for linux/{host_arch}",
-            architecture=image_arch, host_architecture=host_arch)
-    config = info.get("Config") or {}
-    module.exit_json(
-        changed=action in ("pulled", "loaded"),
-        action=action,
-        image=ref,
-        digest=info["Id"],
-        id=info["Id"],
-        repo_digests=list(info.get("RepoDigests") or []),
-        size=int(info.get("Size") or 0),
-        architecture=image_arch,
-        os=image_os,
-        host_architecture=host_arch,
-        env=list(config.get("Env") or []),
-        **image_config_from_inspect(config),
-    )
-
-
-def main() -> None:
-    run_module()
+    task.exit_with(module, rootfs_image.apply)
 
 
 if __name__ == "__main__":

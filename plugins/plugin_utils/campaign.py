@@ -16,7 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, serving, thermal
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
+    fields,
+    serving,
+    thermal,
+    trtllm_cli,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id, slug
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
@@ -104,10 +109,10 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     problems += _serving_models(out["models"], out["workloads"])
     problems += _owned_args(data.get("workloads"), out["workloads"])
     problems += _window_problems(data.get("workloads"), out["models"], out["workloads"])
-    if "timeout_s" not in data and any(_serving(w) for w in out["workloads"]):
+    if "timeout_s" not in data and any(serving.is_serving(w) for w in out["workloads"]):
         # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
         out["serving_timeout_s"] = {w["name"]: estimate.serving_timeout_s(w, out["timeout_s"])
-                                    for w in out["workloads"] if _serving(w)}
+                                    for w in out["workloads"] if serving.is_serving(w)}
     for key in ("preset", "factors", "aa"):  # kept only when given: other campaigns keep their config hash
         if data.get(key) not in (None, False):
             out[key] = data[key]
@@ -242,16 +247,12 @@ def _environments(value: Any, problems: list[str]) -> list[dict]:
     return out
 
 
-def _serving(workload: dict[str, Any]) -> bool:
-    return settings.is_serving(workload)
-
-
 def _engines(value: Any, problems: list[str]) -> dict[str, dict]:
     """The campaign's own serving engines (``engines``: name -> spec, settings.ENGINE_SPEC_FIELDS), each spec
     with its defaults. A name follows the campaign's name rules and never shadows a built-in engine."""
     if not isinstance(value, dict):  # None, or a wrong type reported with the campaign's fields
         return {}
-    builtin = {settings.name_key(e): e for e in settings.ENGINES}
+    builtin = {settings.name_key(e): e for e in serving.engine_names()}
     out = {}
     for name, spec in value.items():
         where = f"campaign.engines.{name}"
@@ -281,7 +282,7 @@ def _engines(value: Any, problems: list[str]) -> dict[str, dict]:
 def _engine_levels(factors: Any, engines: dict[str, dict], problems: list[str]) -> Any:
     """``factors`` when its engine levels are serving engines (built-in or the campaign's), else None (refused)."""
     levels = factors.get("engine") if isinstance(factors, dict) else None
-    known = (*settings.SERVING_ENGINES, *engines)
+    known = (*serving.engine_names(serves=True), *engines)
     bad = [level for level in levels or [] if level not in known]
     if bad:
         problems.append(f"campaign.factors: engine: every level must be a serving engine ({', '.join(known)}), "
@@ -344,19 +345,21 @@ def _workloads(value: Any, problems: list[str], factors: Any = None,
             hint = (f" (the preset {preset_name!r} names none)" if preset_name else "") + (
                 "; a serving workload can take its engines from campaign.factors.engine" if "profile" in resolved
                 else "")
-            problems.append(f"{where}.engine: required, one of {', '.join((*settings.ENGINES, *engines))}{hint}")
+            problems.append(f"{where}.engine: required, one of "
+                            f"{', '.join((*serving.engine_names(), *engines))}{hint}")
             continue
         if not crossed and not isinstance(engine, str):
             continue  # its type is already reported (a list or a mapping cannot name an engine)
-        if not crossed and engine not in settings.ENGINES and engine not in engines:
-            problems.append(f"{where}.engine: {engine!r} is not one of {', '.join((*settings.ENGINES, *engines))}")
+        if not crossed and engine not in serving.ENGINES and engine not in engines:
+            problems.append(f"{where}.engine: {engine!r} is not one of "
+                            f"{', '.join((*serving.engine_names(), *engines))}")
             continue
         resolved = _with_spec(resolved, engines)
-        if engine == "trtllm" and resolved.get("mode", "throughput") not in ("throughput", "latency"):
-            problems.append(f"{where}.mode: {resolved.get('mode')!r} is not throughput or latency")
-        problems += _kind_problems(resolved, preset, preset_name, where, crossed or _serving(resolved))
+        if engine == "trtllm" and resolved.get("mode", "throughput") not in trtllm_cli.MODES:
+            problems.append(f"{where}.mode: {resolved.get('mode')!r} is not {' or '.join(trtllm_cli.MODES)}")
+        problems += _kind_problems(resolved, preset, preset_name, where, crossed or serving.is_serving(resolved))
         if len(problems) == before:
-            if crossed or _serving(resolved):  # in the contract's order: name, engine, profile, the rest
+            if crossed or serving.is_serving(resolved):  # in the contract's order: name, engine, profile, the rest
                 resolved = {k: resolved[k] for k in ("name", "engine", "profile") if k in resolved} | {
                     **settings.serving_defaults(), **resolved}
             out.append(resolved)
@@ -366,7 +369,7 @@ def _workloads(value: Any, problems: list[str], factors: Any = None,
 
 
 def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name: str | None, where: str,
-                   serving: bool) -> list[str]:
+                   serves: bool) -> list[str]:
     """A serving workload needs a profile and takes none of the fields it would ignore; another workload takes
     no serving field. Each problem names the field, and the preset when the field came from it."""
     engine = resolved.get("engine") or "from campaign.factors.engine"
@@ -374,7 +377,7 @@ def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name
     def origin(key: str) -> str:
         return f" (from the preset {preset_name!r})" if key in preset and preset_name else ""
 
-    if serving:
+    if serves:
         problems = [f"{where}.{key}: a serving workload (engine {engine}) does not take it{origin(key)}"
                     + ("; give server arguments as server_args" if key == "extra_args" else "")
                     for key in settings.NON_SERVING_FIELDS if key in resolved]
@@ -383,7 +386,8 @@ def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name
                             f"{{depth, concurrency, pp, tg}} lists, or a preset with one ("
                             + ", ".join(n for n, p in settings.WORKLOAD_PRESETS.items() if "profile" in p) + ")")
         return problems
-    return [f"{where}.{key}: only a serving workload ({', '.join(settings.SERVING_ENGINES)}) takes it, not engine "
+    return [f"{where}.{key}: only a serving workload ({', '.join(serving.engine_names(serves=True))}) takes it, "
+            f"not engine "
             f"{engine}{origin(key)}" for key in settings.SERVING_FIELDS if key in resolved]
 
 
@@ -393,13 +397,13 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
     ``gguf`` - the tokenizer.json beside it or one derived from its own vocabulary: serving.tokenizer_choice), so
     a model with none of them is refused; and llama.cpp serves a .gguf file (``gguf``, else a .gguf ``path``).
     Refused here, before any host is changed."""
-    serving = [w["name"] for w in workloads if _serving(w)]
+    served = [w["name"] for w in workloads if serving.is_serving(w)]
     llamacpp = [w["name"] for w in workloads if w.get("engine") == "llama.cpp"]
     problems = []
-    for i, model in enumerate(models if serving else []):
+    for i, model in enumerate(models if served else []):
         path = model.get("path")
         if not (model.get("tokenizer") or path or model.get("gguf")):
-            problems.append(f"campaign.models[{i}].tokenizer: required: serving workload {serving[0]!r} runs the "
+            problems.append(f"campaign.models[{i}].tokenizer: required: serving workload {served[0]!r} runs the "
                             f"model {model['name']!r}, which has no path or gguf on the hosts to take its tokenizer "
                             f"from; its client (llama-benchy) counts tokens with it, offline: give tokenizer (a "
                             f"tokenizer.json, or a directory holding one, on the hosts), or the model's path (its "
@@ -419,7 +423,7 @@ def _owned_args(raw: Any, workloads: list[dict]) -> list[str]:
     index = _raw_index(raw)
     problems: list[str] = []
     for workload in workloads:
-        if not _serving(workload):
+        if not serving.is_serving(workload):
             continue
         base = workload.get("base", workload.get("name"))
         where = f"campaign.workloads[{index[base]}]" if base in index else "campaign.workloads"

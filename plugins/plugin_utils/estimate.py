@@ -10,13 +10,13 @@ campaign's wall time):
 
 * **typical** = per run, the cooldown's shortest wait (``max(min_wait_s, settle_window_s)``: the settle rule
   needs a full window of readings; 0 with the cooldown off) + a nominal run time per engine
-  (:data:`NOMINAL_RUN_S`, at most ``timeout_s``). The nominal times are orders of magnitude, not measurements:
+  (:func:`nominal_run_s`, at most ``timeout_s``). The nominal times are orders of magnitude, not measurements:
   a TensorRT-LLM run starts the engine and loads the model (minutes for 7B-120B models on a DGX Spark).
 * **upper bound** = per run, ``cooldown.max_wait_s`` (when the cooldown is on) + its timeout: no run can take
   longer without being stopped.
 
 A **serving run** (an engine server and a load generator through the points of a profile) is estimated from its
-profile, as a rough planning figure only: server start (:data:`SERVER_START_S`, per engine) + for every point,
+profile, as a rough planning figure only: server start (:func:`server_start_s`, per engine) + for every point,
 (runs + the client's warm-up run) x (concurrency x (depth + pp) prompt tokens at :data:`PREFILL_TOK_S` + tg
 tokens at :data:`DECODE_TOK_S` per request + :data:`POINT_OVERHEAD_S`). The rates are a mid-size model's order
 of magnitude on a DGX Spark, not a measurement: prefill at long depth is slower (attention grows with the
@@ -47,13 +47,24 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 #: Most runs per host a campaign may plan unless it sets ``max_runs`` higher (README: Limits).
 DEFAULT_MAX_RUNS = 10_000
-#: Nominal seconds of one run per engine (an assumption, stated in every estimate).
-NOMINAL_RUN_S = {"trtllm": 300.0, "hf-generate": 120.0, "matmul": 30.0}
+#: Nominal seconds of one run of an engine the table (serving.ENGINES) gives no ``run_s`` (an assumption, stated
+#: in every estimate).
 UNKNOWN_ENGINE_S = 300.0
 
-#: Serving (rough planning figures, see the module doc): seconds from a server's start to its first answer
-#: (loading the weights; vLLM and SGLang also compile and capture CUDA graphs, trtllm-serve builds its engine).
-SERVER_START_S = {"llama.cpp": 60.0, "vllm": 300.0, "sglang": 300.0, "trtllm-serve": 600.0}
+
+def nominal_run_s(engine: Any) -> float:
+    """Nominal seconds of one run of a job engine: its ``run_s`` in serving.ENGINES, else UNKNOWN_ENGINE_S."""
+    row = serving.ENGINES.get(engine) if isinstance(engine, str) else None
+    return float(row["run_s"]) if row and not row["serves"] else UNKNOWN_ENGINE_S
+
+
+def server_start_s(engine: Any) -> float:
+    """Seconds from a server's start to its first answer (a rough planning figure): its ``start_s`` in
+    serving.ENGINES; a campaign's own engine, the slowest built-in server's."""
+    starts = {name: serving.ENGINES[name]["start_s"] for name in serving.engine_names(serves=True)}
+    return float(starts.get(engine, max(starts.values())) if isinstance(engine, str) else max(starts.values()))
+
+
 #: Prompt tokens per second over all concurrent requests, and generated tokens per second of one request.
 PREFILL_TOK_S = 2500.0
 DECODE_TOK_S = 25.0
@@ -92,10 +103,6 @@ def count_runs(campaign: dict[str, Any]) -> int:
             * (campaign["iterations"] + campaign["warmup_runs"]))
 
 
-def _serving(workload: dict[str, Any]) -> bool:
-    return settings.is_serving(workload)
-
-
 def serving_points(workload: dict[str, Any]) -> int:
     """Points per run of a serving workload: depth x concurrency x pp x tg."""
     return settings.profile_points(workload["profile"])
@@ -119,7 +126,7 @@ def _points_s(workload: dict[str, Any]) -> float:
 
 def serving_run_s(workload: dict[str, Any]) -> float:
     """A rough planning figure for one serving run: server start + its points (see the module doc)."""
-    return SERVER_START_S.get(workload.get("engine"), max(SERVER_START_S.values())) + _points_s(workload)
+    return server_start_s(workload.get("engine")) + _points_s(workload)
 
 
 def serving_timeout_s(workload: dict[str, Any], default_s: float) -> float:
@@ -147,8 +154,7 @@ def upper_s_per_run(campaign: dict[str, Any], workload: dict[str, Any] | None = 
 def typical_run_s(campaign: dict[str, Any], workload: dict[str, Any]) -> float:
     """A typical run of ``workload`` without its cooldown: the serving estimate or the engine's nominal time,
     at most its timeout."""
-    nominal = serving_run_s(workload) if _serving(workload) else NOMINAL_RUN_S.get(workload.get("engine"),
-                                                                                  UNKNOWN_ENGINE_S)
+    nominal = serving_run_s(workload) if serving.is_serving(workload) else nominal_run_s(workload.get("engine"))
     return min(run_timeout_s(campaign, workload), nominal)
 
 
@@ -168,7 +174,7 @@ def serving_summary(campaign: dict[str, Any], workload: dict[str, Any]) -> dict[
     shape), measured requests per run, the estimated run time and the run's timeout."""
     profile = workload["profile"]
     return {"points": serving_points(workload),
-            "shape": " x ".join(f"{len(profile[f.name])} {f.name}" for f in settings.PROFILE_AXES),
+            "shape": " x ".join(f"{len(profile[f.name])} {f.name}" for f in serving.PROFILE_AXES),
             "runs_per_point": workload["runs"], "requests": serving_requests(workload),
             "estimated_s": serving_run_s(workload), "timeout_s": run_timeout_s(campaign, workload)}
 
@@ -201,17 +207,17 @@ def duration_text(seconds: float) -> str:
 def estimate_text(campaign: dict[str, Any]) -> str:
     """'about 3.5 h, at most 2.1 days per host (assuming ...)': the line validate and the plan print."""
     typical, upper = estimate_s(campaign)
-    engines = sorted({w.get("engine") for w in campaign["workloads"] if not _serving(w)}, key=str)
-    serving = [w for w in campaign["workloads"] if _serving(w)]
-    runs = (["a nominal run of " + ", ".join(f"{e} {NOMINAL_RUN_S.get(e, UNKNOWN_ENGINE_S):.0f} s" for e in engines)]
+    engines = sorted({w.get("engine") for w in campaign["workloads"] if not serving.is_serving(w)}, key=str)
+    served = [w for w in campaign["workloads"] if serving.is_serving(w)]
+    runs = (["a nominal run of " + ", ".join(f"{e} {nominal_run_s(e):.0f} s" for e in engines)]
             if engines else []) \
         + ([f"a serving run's estimate from its profile (server start, prefill at {PREFILL_TOK_S:.0f} tok/s, "
-            f"decode at {DECODE_TOK_S:.0f} tok/s per request)"] if serving else [])
+            f"decode at {DECODE_TOK_S:.0f} tok/s per request)"] if served else [])
     return (f"estimated about {duration_text(typical)}, at most {duration_text(upper)} per host (typical: "
             "cooldown max(min_wait_s, settle_window_s) + " + " or ".join(runs)
             + "; at most: cooldown max_wait_s + timeout_s per run"
-            + (", a serving run's own timeout unless the campaign gives timeout_s)" if serving else ")")
-            + "".join(f"; serving {serving_text(campaign, w)}" for w in serving))
+            + (", a serving run's own timeout unless the campaign gives timeout_s)" if served else ")")
+            + "".join(f"; serving {serving_text(campaign, w)}" for w in served))
 
 
 # ------------------------------------------------------------------------------ what a serving run needs of its model
@@ -261,7 +267,7 @@ def window_problems(models: list[dict[str, Any]], workloads: list[dict[str, Any]
     the model was made for (llama.cpp warns only). The problem names the points, the deepest one and the window."""
     out = []
     for workload in workloads:
-        if not settings.is_serving(workload):
+        if not serving.is_serving(workload):
             continue
         try:
             points = serving.profile_points(workload)

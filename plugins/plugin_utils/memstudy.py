@@ -29,6 +29,7 @@ import copy
 import string
 from typing import Any
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 AA_SUFFIX = ".aa"
@@ -117,7 +118,7 @@ def mark_aa(environments: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 #: Which workloads a factor crosses (settings.FACTORS says it in words) and how a level names the crossed one.
 _APPLIES = {
-    "engine": lambda w: w.get("engine") is None or settings.is_serving(w),  # a campaign's own engine too
+    "engine": lambda w: w.get("engine") is None or serving.is_serving(w),  # a campaign's own engine too
     "kv_fraction": lambda w: w.get("engine") == "trtllm",
     "drop_caches": lambda w: True,
 }

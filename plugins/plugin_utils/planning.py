@@ -24,7 +24,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gpu, resume, textfile
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
+    gates,
+    gpu,
+    resume,
+    serving,
+    textfile,
+)
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, config_hash, plan, resolve
 
@@ -59,15 +65,12 @@ def default_campaign(group_names, kind: str) -> dict[str, Any]:
     return copy.deepcopy(settings.CAMPAIGNS[sparks if sparks and "sparks" in (group_names or ()) else other])
 
 
-#: Engines that run on a CPU too: matmul sizes itself down, hf-generate falls back to the CPU (device auto),
-#: llama.cpp has a CPU build. A campaign of these alone needs no GPU (the sanity campaign: matmul).
-CPU_ENGINES = ("matmul", "hf-generate", "llama.cpp")
-
-
 def gpu_engines(campaign: dict[str, Any]) -> list[str]:
     """The engines of the (resolved) campaign's workloads that need a GPU, sorted; [] when a host without a GPU
-    can run it. Any other engine (trtllm, vllm, sglang, trtllm-serve, a campaign's own) needs one."""
-    return sorted({str(w.get("engine", "trtllm")) for w in campaign.get("workloads") or []} - set(CPU_ENGINES))
+    can run it: the engines that run on a CPU too are serving.ENGINES' ``cpu`` ones (the sanity campaign: matmul);
+    any other engine (a campaign's own too) needs one."""
+    return sorted({str(w.get("engine", "trtllm")) for w in campaign.get("workloads") or []}
+                  - set(serving.engine_names(cpu=True)))
 
 
 @dataclass
@@ -191,12 +194,8 @@ PLAN_GROUPS: dict[str, dict[str, str]] = {
     "gpu_state": {"gpus": "sparkfleet_gpus", "persistence_mode": "sparkfleet_gpu_persistence_mode",
                   "locked_clocks": "sparkfleet_gpu_locked_clocks", "power_limit": "sparkfleet_gpu_power_limit",
                   "cpu_governor": "sparkfleet_cpu_governor", "drop_caches": "sparkfleet_drop_caches"},
-    "preflight": {"max_gpu_temp_c": "sparkfleet_preflight_max_gpu_temp_c", "pstates": "sparkfleet_preflight_pstates",
-                  "max_load_per_cpu": "sparkfleet_preflight_max_load_per_cpu",
-                  "min_free_memory_gib": "sparkfleet_preflight_min_free_memory_gib",
-                  "min_free_disk_gib": "sparkfleet_preflight_min_free_disk_gib",
-                  "max_gpu_processes": "sparkfleet_preflight_max_gpu_processes",
-                  "fail_on_unknown": "sparkfleet_preflight_fail_on_unknown",
+    # each gate's limits, as the gate registry declares them (a new gate is one file: sparkfleet_host/gates/)
+    "preflight": {**{f.option: f.name for f in gates.LIMIT_FIELDS},
                   "max_fail_percentage": "sparkfleet_max_fail_percentage"},
     "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct",
                         "acknowledge_host_differences": "sparkfleet_acknowledge_host_differences"},
@@ -428,7 +427,7 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             root = knobs["paths"]["results_root"]
             knobs["campaign"] = campaign["name"]
             knobs["paths"]["results_dir"] = os.path.join(root, campaign["name"], check.host)
-        serving = any(settings.is_serving(w) for w in campaign["workloads"])
+        needs_serving = any(serving.is_serving(w) for w in campaign["workloads"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
-                                     summary, knobs, serving)
+                                     summary, knobs, needs_serving)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

@@ -5,7 +5,7 @@ physical range) of the validation kernel the host modules share (``module_utils/
 The campaign's validation (``campaign.py``), the inventory check (:func:`setting_problems`, in campaign_check
 and ``sparkfleet run``) and the README's settings table (``python -m sparkfleet.settings_doc``) read these
 tables, so there is no second copy of a rule; the cooldown fields are thermal_wait's (``thermal.py``), the
-preflight limits preflight_check's (``gates.py``). Adding a field is one entry in its table.
+preflight limits preflight_check's (``gates/``, a file per gate). Adding a field is one entry in its table.
 
 Workload presets and campaigns (the default campaigns and the campaign presets) are the catalogue: YAML files
 under ``catalogue/`` beside this file, read here once.
@@ -23,7 +23,13 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gpu, readiness, serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
+    gpu,
+    readiness,
+    serving,
+    serving_client,
+    trtllm_cli,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
     DAY_S,
     REQUIRED,
@@ -34,6 +40,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.f
     type_name,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import ENVIRONMENT_KINDS
 
 #: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
 #: campaigns and the campaign presets; any of them can be a campaign's ``preset``).
@@ -129,21 +136,16 @@ def confusable_names(names: Sequence[tuple[str, str]]) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- campaign
 
-#: Engine servers measured by a load generator through a profile of points (docs: notes/serving-contract.md).
-SERVING_ENGINES = ("llama.cpp", "vllm", "sglang", "trtllm-serve")
-ENGINES = ("trtllm", "matmul", "hf-generate", *SERVING_ENGINES)
+#: The built-in engines (serving.ENGINES, the one table), for the docs and the fields' choices: engine servers
+#: measured by a load generator through a profile of points (docs: notes/serving-contract.md), and the engines
+#: that run one job per run. The checks read the table itself (campaign.py), a serving run is serving.is_serving.
+SERVING_ENGINES = serving.engine_names(serves=True)
+JOB_ENGINES = serving.engine_names(serves=False)
+ENGINES = serving.engine_names()
 
-
-def is_serving(workload: Mapping[str, Any]) -> bool:
-    """Whether a resolved workload is a serving run: a built-in serving engine, or one of the campaign's own
-    engines (campaign field ``engines``), whose spec the workload carries as ``engine_spec``."""
-    return workload.get("engine") in SERVING_ENGINES or isinstance(workload.get("engine_spec"), dict)
-
-#: Load generators a serving workload can use: llama-benchy (eugr/llama-benchy).
-SERVING_CLIENTS = ("llama-benchy",)
+#: Load generators a serving workload can use (serving_client.DRIVERS): llama-benchy (eugr/llama-benchy).
+SERVING_CLIENTS = tuple(serving_client.DRIVERS)
 ORDERS = ("interleaved", "randomized", "sequential")
-#: native: chroot into the image's rootfs; container: docker run; bare: straight on the host (no isolation).
-ENVIRONMENT_KINDS = ("native", "container", "bare")
 #: The tag NVIDIA's DGX Spark TensorRT-LLM playbook uses (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md
 #: @9809e38, 2026-04-29; earlier: spark-single-gpu-dev = TensorRT-LLM 1.1.0rc3 until 2025-12, then 1.2.0rc6,
 #: 1.3.0rc5). README.md "On a real Spark" lists the tags sparkfleet supports.
@@ -273,7 +275,7 @@ ENGINE_SPEC_FIELDS = (
     Field("served_model_name_default", "str", None, "The model name the server answers to when the workload "
           "gives none (null: the campaign's model name).", nullable=True),
     Field("kv_log", "str", None, "The built-in engine whose KV log lines it prints (a vLLM fork: vllm); null: "
-          "no KV figure, recorded as such.", choices=SERVING_ENGINES, nullable=True),
+          "no KV figure, recorded as such.", choices=serving.kv_logs(), nullable=True),
 )
 
 CAMPAIGN_FIELDS = (
@@ -355,9 +357,9 @@ ENVIRONMENT_FIELDS = (
 WORKLOAD_FIELDS = (
     Field("name", "str", REQUIRED, "Workload name (identity of its runs)."),
     Field("preset", "str", None, "Preset it starts from: study, T1..T6, matmul."),
-    Field("engine", "str", None, "trtllm, matmul, hf-generate, or a serving engine: llama.cpp, vllm, sglang, "
-          "trtllm-serve, or one of the campaign's engines."),
-    Field("mode", "str", "throughput", "trtllm-bench mode: throughput or latency."),
+    Field("engine", "str", None, "%s, or a serving engine: %s, or one of the campaign's engines."
+          % (", ".join(JOB_ENGINES), ", ".join(SERVING_ENGINES))),
+    Field("mode", "str", "throughput", "trtllm-bench mode: %s." % " or ".join(trtllm_cli.MODES)),
     Field("batch", "int", None, "Largest batch size.", "requests", 1, 4096),
     Field("concurrency", "int", None, "Concurrent requests.", "requests", 1, 65536),
     Field("requests", "int", None, "Requests per run.", "requests", 1, 10 ** 7),
@@ -369,8 +371,7 @@ WORKLOAD_FIELDS = (
     Field("size", "int", None, "Matrix size (matmul).", "", 1, 65536),
     Field("extra_args", "list", None, "Extra engine arguments (argv elements).", elements="str"),
     Field("env", "dict", None, "Environment variables of the workload.", check=_env_vars),
-    Field("kv_fraction", "float", None, "TensorRT-LLM kv_cache_config.free_gpu_memory_fraction, through "
-          "--extra_llm_api_options (trtllm).", "fraction", 0.0, 1.0, low_open=True, nullable=True),
+    trtllm_cli.KV_FRACTION,
     Field("drop_caches", "bool", None, "Drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before "
           "each run of this workload.", nullable=True),
     # serving workloads (engine server + load generator); their defaults are filled in when the workload resolves
@@ -389,7 +390,8 @@ WORKLOAD_FIELDS = (
           low_open=True),
     Field("served_model_name", "str", None, "Serving: the model name the server answers to (null: the "
           "engine's default).", nullable=True),
-    Field("client", "str", "llama-benchy", "Serving: the load generator.", choices=SERVING_CLIENTS),
+    Field("client", "str", serving_client.LlamaBenchy.name, "Serving: the load generator.",
+          choices=SERVING_CLIENTS),
     Field("client_args", "list", [], "Serving: extra load-generator arguments (argv elements), e.g. "
           "--no-warmup; one that sets what sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output "
           "format, the tokenizer, the corpus, ...) is refused. A random-weight model skips the coherence check "
@@ -409,14 +411,6 @@ def serving_defaults() -> dict[str, Any]:
     return {f.name: copy.deepcopy(f.default) for f in WORKLOAD_FIELDS if f.name in SERVING_FIELDS[1:]}
 
 
-#: A serving profile's axes: each a non-empty list of unique levels in its physical range.
-PROFILE_AXES = (
-    Field("depth", "int", REQUIRED, "Context already in the conversation before the prompt.", "tokens", 0,
-          2 ** 21),
-    Field("concurrency", "int", REQUIRED, "Concurrent requests.", "requests", 1, 4096),
-    Field("pp", "int", REQUIRED, "Prompt tokens processed per request.", "tokens", 1, 2 ** 21),
-    Field("tg", "int", REQUIRED, "Tokens generated per request.", "tokens", 1, 2 ** 21),
-)
 #: Most points (depth x concurrency x pp x tg) one serving run may hold.
 MAX_PROFILE_POINTS = 10_000
 
@@ -425,7 +419,7 @@ def profile_problems(value: Any, where: str) -> list[str]:
     """One problem per bad part of a serving ``profile``, each naming it: ``<where>.depth[2]: ...``."""
     if not isinstance(value, dict):
         return ["%s: must be a mapping {depth, concurrency, pp, tg} of lists, got %s" % (where, type_name(value))]
-    axes = {f.name: f for f in PROFILE_AXES}
+    axes = {f.name: f for f in serving.PROFILE_AXES}  # the host checks them again
     problems = ["%s.%s: unknown key (known: %s)" % (where, k, ", ".join(axes)) for k in value if k not in axes]
     for name, f in axes.items():
         levels = value.get(name)
@@ -450,7 +444,7 @@ def profile_problems(value: Any, where: str) -> list[str]:
 
 def profile_points(profile: Mapping[str, Any]) -> int:
     """Points per run of a checked profile: depth x concurrency x pp x tg."""
-    return math.prod(len(profile[f.name]) for f in PROFILE_AXES)
+    return math.prod(len(profile[f.name]) for f in serving.PROFILE_AXES)
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]*$")
 IMAGE_BUILD_FIELDS = (
     Field("method", "str", "debootstrap", "How the image is built.", choices=("debootstrap",)),
@@ -545,7 +539,7 @@ SETTINGS = (
     Field("sparkfleet_trtllm_unknown_version", "str", "refuse", "A TensorRT-LLM version older than every captured "
           "trtllm-bench surface whose own CLI cannot be read from the image (or offline, in plan): refuse (naming "
           "the captured ones) or warn (build its commands as for the oldest; the records say so).",
-          choices=("refuse", "warn")),
+          choices=trtllm_cli.UNKNOWN_VERSION_POLICIES),
     Field("sparkfleet_hf_cache_dir", "abs_path", None, "A Hugging Face cache on the hosts, bound at "
           "/root/.cache/huggingface into the chroot and the container (null: none; trtllm runs are offline "
           "and read the tokenizer from the model's path).", nullable=True),
@@ -559,7 +553,7 @@ SETTINGS = (
           "s", 0.0, 3600.0, low_open=True),
     Field("sparkfleet_report_after_s", "float", 60.0, "The follower prints a line at least this often.", "s",
           0.0, DAY_S, low_open=True),
-    *LIMIT_FIELDS,  # preflight_check's limits (gates.py)
+    *LIMIT_FIELDS,  # preflight_check's limits (gates/: each gate's file)
     Field("sparkfleet_reproducibility_tolerance_pct", "float", 5.0, "A host is named out when it differs from "
           "the other hosts significantly and by more than this.", "%", 0.0, 100.0, low_open=True, high_open=True),
     Field("sparkfleet_fresh", "bool", False, "Measure again where every planned run is already done: the previous "

@@ -3,8 +3,9 @@
 """Unpack a host's fetched results archive into the controller's results tree, safely and atomically.
 
 Used by the results_unpack action (plugins/action/results_unpack.py) on the controller. Standard library
-only: the collection does not depend on the sparkfleet package (whose loader, ``sparkfleet.load``, imports
-the staging directory names below from here).
+and the run-record contract only (module_utils record.py: a record is read as every reader reads it): the
+collection does not depend on the sparkfleet package (whose loader, ``sparkfleet.load``, imports the staging
+directory names below from here).
 
 A fetched tree comes from a machine we do not fully control: members with absolute paths, ``..``,
 links or device files are refused, so nothing can land outside ``results/<campaign>/<host>/``.
@@ -37,11 +38,12 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME, checked_record
+
 #: Names of staging directories (the current one, and the ``tempfile`` prefix earlier versions used):
 #: never results. ``sparkfleet.load`` skips them and names them as leftovers.
 STAGING_PREFIX = ".sparkfleet-staging-"
 STAGING_PREFIXES = (STAGING_PREFIX, ".unpack-")
-RECORD_NAME = "record.json"
 LEDGER_NAME = "ledger.jsonl"
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
 
@@ -113,12 +115,10 @@ def remove_stale_staging(host_dir: Path) -> None:
 
 
 def _ended(run_dir: Path) -> datetime.datetime | None:
-    """The record's ended_utc (or started_utc) as an aware datetime; None without a readable one."""
+    """The record's ended_utc (or started_utc) as an aware datetime; None without a readable, valid record."""
     try:
-        data = json.loads((run_dir / RECORD_NAME).read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
+        data = checked_record(json.loads((run_dir / RECORD_NAME).read_bytes()))
+    except (OSError, ValueError):  # broken JSON, or a record no reader may use (RecordError)
         return None
     for key in ("ended_utc", "started_utc"):
         value = data.get(key)

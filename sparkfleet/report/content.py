@@ -162,28 +162,6 @@ class PendingFigures:
                 for name, title in _TITLES.items() if pngs.get(name)}
 
 
-def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
-    """The answer first (verdicts and the figure that shows the first of them), then the evidence; where the
-    verdicts have nothing to compare, the numbers (headline.py) come before them."""
-    numbers = headline.section(analysis) if headline.nothing_to_compare(analysis) else None
-    return [
-        *filter(None, [numbers]),
-        verdict_section(analysis, figures),
-        overview(analysis),
-        warnings_section(analysis),
-        environment_section(analysis),
-        *report_serving.serving_sections(analysis, figures),  # "Serving": only for serving runs (issue 25)
-        *filter(None, [sample_checks.section(analysis)]),  # serving samples left out as impossible (issue 32)
-        *memory_sections(analysis, figures),
-        statistics_section(analysis, figures),
-        kv_section(analysis, figures),
-        reproducibility_section(analysis),
-        *filter(None, [host_normal.section(analysis.hosts)]),  # "is this host normal?": only with evidence
-        outlier_section(analysis),
-        over_time_section(figures),
-    ]
-
-
 def verdict_section(analysis: Report, figures: dict[str, Figure]) -> Section:
     o = analysis.options
     rule = (f"Different: significant (Welch p < {o.alpha:g}) and larger than ±{o.threshold * 100:g}%. Same: "
@@ -616,3 +594,41 @@ def over_time_section(figures: dict[str, Figure]) -> Section:
     if not shown:
         return Section("Over time", [Paragraph("No run order or telemetry to plot.")])
     return Section("Over time", shown)
+
+
+#: A section builder gives its section, its sections, or None where it has nothing to show.
+SectionBuilder = Callable[[Report, dict[str, Figure]], "Section | list[Section] | None"]
+
+
+def _numbers_first(analysis: Report, _figures: dict[str, Figure]) -> Section | None:
+    """Where the verdicts have nothing to compare, the numbers (headline.py) come before them."""
+    return headline.section(analysis) if headline.nothing_to_compare(analysis) else None
+
+
+#: The report's sections, in order: (name, builder). The answer first (verdicts and the figure that shows the
+#: first of them), then the evidence. A study adds its section(s) here, one entry, built by its own module.
+SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
+    ("numbers", _numbers_first),
+    ("verdicts", verdict_section),
+    ("overview", lambda analysis, _figures: overview(analysis)),
+    ("warnings", lambda analysis, _figures: warnings_section(analysis)),
+    ("environments", lambda analysis, _figures: environment_section(analysis)),
+    ("serving", report_serving.serving_sections),  # only for serving runs (issue 25)
+    ("serving samples left out", lambda analysis, _figures: sample_checks.section(analysis)),  # issue 32
+    ("memory", memory_sections),
+    ("statistics", statistics_section),
+    ("kv cache", kv_section),
+    ("reproducibility", lambda analysis, _figures: reproducibility_section(analysis)),
+    ("hosts", lambda analysis, _figures: host_normal.section(analysis.hosts)),  # only with evidence (issue 24)
+    ("outliers", lambda analysis, _figures: outlier_section(analysis)),
+    ("over time", lambda _analysis, figures: over_time_section(figures)),
+)
+
+
+def build_document(analysis: Report, figures: dict[str, Figure]) -> list[Section]:
+    """The report's sections: each builder of SECTIONS in turn."""
+    sections: list[Section] = []
+    for _name, build in SECTIONS:
+        built = build(analysis, figures)
+        sections += built if isinstance(built, list) else [built] if built is not None else []
+    return sections

@@ -9,13 +9,14 @@ like for like, and its line says so (:func:`caveats`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint as fp_mod
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
+from sparkfleet.load import usable_record
 from sparkfleet.stats import measured_runs
 
 Cell = tuple[str, str, str]  # (model, workload, environment)
@@ -24,11 +25,7 @@ RECORDS_PER_CELL = 3
 
 
 def _record_fingerprint(root: Path, record_dir: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads((root / record_dir / "record.json").read_text())
-    except (OSError, ValueError):
-        return None
-    value = data.get("fingerprint") if isinstance(data, dict) else None
+    value = (usable_record(root / record_dir / RECORD_NAME) or {}).get("fingerprint")
     return value if isinstance(value, dict) and value.get("libraries") is not None else None
 
 

@@ -89,7 +89,7 @@ def point_table(analysis: Report) -> pd.DataFrame:
     if not wanted:
         return pd.DataFrame()
     part = cells[cells["metric"].isin([m for m, _ in wanted])]
-    points = serving._sorted(part.drop_duplicates(keys)[keys])
+    points = serving.in_point_order(part.drop_duplicates(keys)[keys])
     by = part.set_index([*keys, "metric"])
     index = list(points.itertuples(index=False, name=None))
     out: dict[str, list[str] | pd.Series] = {k: points[k].astype(str) for k in keys}

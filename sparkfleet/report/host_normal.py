@@ -35,7 +35,7 @@ import pandas as pd
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
 from sparkfleet import hostcheck, reproducibility, serving
-from sparkfleet.compare import FAMILY_METHOD, _paired, _side, classify, hold_to_family, point_label
+from sparkfleet.compare import FAMILY_METHOD, classify, compare_sides, hold_to_family, point_label
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
@@ -149,7 +149,7 @@ def two_groups(reference: pd.DataFrame, runs: pd.DataFrame, metrics: list[str], 
     t = mine.merge(ref, on=[*KEYS, "metric"], suffixes=("", "_ref"))
     if t.empty:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
-    paired = _paired(_side(t, "_ref"), _side(t, ""), level, same_distribution=True)  # like its peers/reference
+    paired = compare_sides(t, "_ref", "", level, same_distribution=True)  # like its peers/reference
     judged = classify(paired, alpha=alpha, threshold=tolerance)
     scale = t["mean_ref"].abs().where(t["mean_ref"] != 0)
     return t.assign(n_ref=t["n_ref"].astype("int64"), host_mean=t["mean"], ref_mean=t["mean_ref"],
@@ -180,7 +180,7 @@ def against_figures(figures: pd.DataFrame, runs: pd.DataFrame, alpha: float, tol
     if not rows:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
     t = pd.DataFrame(rows)
-    paired = _paired(_side(t, "_ref"), _side(t, ""), level)
+    paired = compare_sides(t, "_ref", "", level)
     judged = classify(paired, alpha=alpha, threshold=tolerance)
     scale = t["mean_ref"].abs()
     return t.assign(n_ref=0, host_mean=t["mean"], ref_mean=t["mean_ref"], deviation_pct=paired["change_pct"],

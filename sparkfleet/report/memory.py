@@ -92,7 +92,7 @@ def run_parts(runs: pd.DataFrame, kv_runs: pd.DataFrame) -> pd.DataFrame:
     cgroup = (charged - model).clip(lower=0).where(container, 0.0) + (total - limit).where(limited, 0.0)
     fraction, _ = load.kv_fraction(m)
     tmp_kv = load.numbers(m, "tmp_kv_gib")  # NaN: the record does not carry it, and the residual leaves it out
-    residual = kv - fraction * (total - peak + tmp_kv.fillna(0.0))
+    residual = compare.kv_residual(m, fraction)
     if not kv_runs.empty and "residual_gib" in kv_runs:
         recorded = kv_runs.set_index("run_id")["residual_gib"]
         residual = m["run_id"].map(recorded).astype(float).fillna(residual)
@@ -189,7 +189,7 @@ def kv_gaps(parts: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataF
     pairs = b.merge(a, on=[*_KEYS, "native"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    w = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)  # CI: the small-n rule
+    w = compare.compare_sides(pairs, "_a", "_b", level)  # CI: the small-n rule
     weights = pairs["n_a"] + pairs["n_b"]
     fraction = (pairs["fraction_a"] * pairs["n_a"] + pairs["fraction_b"] * pairs["n_b"]) / weights
     page = fraction * (pairs["page_cache_gib_b"] - pairs["page_cache_gib_a"])
@@ -294,7 +294,7 @@ def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataF
     pairs = b.merge(a, on=["aa_group", *_KEYS, "metric"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    w = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)  # CI: the small-n rule
+    w = compare.compare_sides(pairs, "_a", "_b", level)  # CI: the small-n rule
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.abs(pairs["mean_a"].to_numpy(float))
         scale = np.where(scale > 0, scale, np.nan)

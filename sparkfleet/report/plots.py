@@ -30,14 +30,17 @@ TELEMETRY_PROBES = 200
 PLOT_METRICS = ("output_tok_s", "latency_ms_avg", "latency_ms_p50", "peak_memory_gib", "kv_cache_gib",
                 "gflops")
 DPI = 90
-_COLORS = plt.get_cmap("tab10").colors
+#: The report's series colours, in order (every figure module takes them from here).
+COLORS = plt.get_cmap("tab10").colors
 
 
-def _subplots(*args, **kwargs):
+def subplots(*args, **kwargs):
+    """plt.subplots with the report's layout (constrained)."""
     return plt.subplots(*args, layout="constrained", **kwargs)
 
 
-def _png(fig: plt.Figure) -> bytes:
+def png_bytes(fig: plt.Figure) -> bytes:
+    """The figure as the report's PNG; the figure is closed."""
     buffer = io.BytesIO()
     # Constrained layout (set per figure) instead of bbox_inches="tight", which draws every figure twice;
     # light PNG compression: the page is local, encoding time matters more than bytes.
@@ -59,7 +62,7 @@ def _cell_order(measured: pd.DataFrame) -> list[tuple]:
 
 
 def _environment_colors(environments: list[str]) -> dict[str, tuple]:
-    return {env: _COLORS[i % len(_COLORS)] for i, env in enumerate(sorted(set(environments)))}
+    return {env: COLORS[i % len(COLORS)] for i, env in enumerate(sorted(set(environments)))}
 
 
 def _labels(cells: list[tuple], sep: str = "\n") -> list[str]:
@@ -83,7 +86,7 @@ def box_plots(runs: pd.DataFrame) -> bytes | None:
     grouped = measured.groupby(list(CELL_KEYS))[metrics]  # only the plotted columns: get_group copies them
     colors = _environment_colors([c[2] for c in cells])
     size = (max(6, 0.9 * len(cells) + 1), 2.4 * len(metrics))
-    fig, axes = _subplots(len(metrics), 1, figsize=size, squeeze=False, sharex=True)
+    fig, axes = subplots(len(metrics), 1, figsize=size, squeeze=False, sharex=True)
     for ax, metric in zip(axes[:, 0], metrics, strict=True):
         data = [grouped.get_group(c)[metric].dropna().to_numpy() for c in cells]
         boxes = ax.boxplot(data, patch_artist=True, widths=0.6, showfliers=True)
@@ -94,7 +97,7 @@ def box_plots(runs: pd.DataFrame) -> bytes | None:
         ax.set_xticks(range(1, len(cells) + 1), _labels(cells), fontsize=7)
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].set_title("Runs per cell" + _shown(total, len(cells), "cells"))
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
@@ -107,7 +110,7 @@ def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
     indexed = cells_table.set_index([*CELL_KEYS, "metric"])
     colors = _environment_colors([c[2] for c in cell_keys])
     size = (4.2 * len(metrics), max(3, 0.28 * len(cell_keys) + 1.5))
-    fig, axes = _subplots(1, len(metrics), figsize=size, squeeze=False)
+    fig, axes = subplots(1, len(metrics), figsize=size, squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         rows = [indexed.loc[(*c, metric)] if (*c, metric) in indexed.index else None for c in cell_keys]
         means = np.array([r["mean"] if r is not None else np.nan for r in rows], dtype=float)
@@ -123,7 +126,7 @@ def ci_bars(cells_table: pd.DataFrame, runs: pd.DataFrame) -> bytes | None:
         ax.grid(axis="x", alpha=0.3)
         if metric != metrics[0]:
             ax.set_yticklabels([])
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def throughput_by_batch(runs: pd.DataFrame) -> bytes | None:
@@ -137,18 +140,18 @@ def throughput_by_batch(runs: pd.DataFrame) -> bytes | None:
         return None
     curves = data.groupby(["model", "environment", "batch"])["output_tok_s"].agg(["mean", "std"]).reset_index()
     series = sorted(curves.groupby(["model", "environment"]).groups)[:12]
-    fig, ax = _subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     for i, (model, environment) in enumerate(series):
         line = curves[(curves["model"] == model) & (curves["environment"] == environment)].sort_values("batch")
         ax.errorbar(line["batch"], line["mean"], yerr=line["std"].fillna(0), marker="o", capsize=3,
-                    color=_COLORS[i % len(_COLORS)], label=f"{model} / {environment}")
+                    color=COLORS[i % len(COLORS)], label=f"{model} / {environment}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size")
     ax.set_ylabel("output_tok_s (mean ± sd)")
     ax.set_title("Throughput against batch size")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def campaign_timeline(runs: pd.DataFrame) -> bytes | None:
@@ -162,7 +165,7 @@ def campaign_timeline(runs: pd.DataFrame) -> bytes | None:
     hosts = sorted(measured["host"].unique())[:MAX_HOSTS]
     colors = _environment_colors(list(measured["environment"].unique()))
     size = (5.5 * len(hosts), 2.4 * len(panels))
-    fig, axes = _subplots(len(panels), len(hosts), figsize=size, squeeze=False, sharex="col")
+    fig, axes = subplots(len(panels), len(hosts), figsize=size, squeeze=False, sharex="col")
     for col, host in enumerate(hosts):
         data = measured[measured["host"] == host]
         if len(data) > MAX_POINTS:
@@ -178,7 +181,7 @@ def campaign_timeline(runs: pd.DataFrame) -> bytes | None:
         axes[0, col].set_title(f"{host}: in run order", fontsize=9)
         axes[-1, col].set_xlabel("order_index")
     axes[0, 0].legend(fontsize=7)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def kv_budget(kv_runs: pd.DataFrame, fraction: float) -> bytes | None:
@@ -191,7 +194,7 @@ def kv_budget(kv_runs: pd.DataFrame, fraction: float) -> bytes | None:
     data = data.assign(_budget=data["headroom_gib"] + tmp_kv)
     term = " + tmp_kv" if "tmp_kv_gib" in data and data["tmp_kv_gib"].notna().any() else ""
     colors = _environment_colors(list(data["environment"].unique()))
-    fig, ax = _subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     for environment, part in data.groupby("environment"):
         ax.plot(part["_budget"], part["kv_cache_gib"], "o", ms=4, color=colors[environment],
                 label=str(environment))
@@ -202,7 +205,7 @@ def kv_budget(kv_runs: pd.DataFrame, fraction: float) -> bytes | None:
     ax.set_title("KV cache is what the peak leaves over")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def telemetry_files(runs: pd.DataFrame, root: Path) -> list[tuple[pd.Series, Path]]:
@@ -234,19 +237,19 @@ def telemetry(runs: pd.DataFrame, root: Path) -> bytes | None:
     panels = [c for c in ("gpu_temp_c", "mem_used_gib", "gpu_power_w") if any(c in f for _, f in series)]
     if not series or not panels:
         return None
-    fig, axes = _subplots(len(panels), 1, figsize=(7, 2.4 * len(panels)), squeeze=False, sharex=True)
+    fig, axes = subplots(len(panels), 1, figsize=(7, 2.4 * len(panels)), squeeze=False, sharex=True)
     for i, (run, frame) in enumerate(series):
         label = f"{run['model']} / {run['environment']} #{run['iteration']} @{run['host']}"
         for ax, column in zip(axes[:, 0], panels, strict=True):
             if column in frame:
                 ax.plot(frame["t_s"], pd.to_numeric(frame[column], errors="coerce"), lw=1,
-                        color=_COLORS[i % len(_COLORS)], label=label)
+                        color=COLORS[i % len(COLORS)], label=label)
                 ax.set_ylabel(column, fontsize=8)
                 ax.grid(alpha=0.3)
     axes[0, 0].set_title(f"Telemetry of {len(series)} sampled runs")
     axes[0, 0].legend(fontsize=6)
     axes[-1, 0].set_xlabel("t (s)")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 _OUTCOME_COLORS = {"different": "#bc4c00", "same": "#1a7f37", "undetermined": "#6e7781"}
@@ -272,7 +275,7 @@ def effects(lines: list, threshold: float) -> bytes | None:
     columns += [(m, m) for m in dict.fromkeys(column(v) for v in verdicts) if m not in dict(columns)]
     band = threshold * 100
     size = (3.6 * len(columns) + 1.6, 0.55 * len(rows) + 1.4)
-    fig, axes = _subplots(1, len(columns), figsize=size, squeeze=False, sharey=True)
+    fig, axes = subplots(1, len(columns), figsize=size, squeeze=False, sharey=True)
     y_of = {row: i for i, row in enumerate(rows)}
     for ax, (key, title) in zip(axes[0], columns, strict=True):
         ax.axvspan(-band, band, color="#d0d7de", alpha=0.45, lw=0)
@@ -304,7 +307,7 @@ def effects(lines: list, threshold: float) -> bytes | None:
     fig.suptitle(f"Relative difference with 95% CI; grey band ±{band:g}% (smaller differences do not matter); "
                  "colour = verdict (orange different, green same, grey undetermined; hollow: no interval, "
                  "n too small)", fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 _PART_COLORS = {"model_gib": "#8c959f", "page_cache_gib": "#d4a72c", "cgroup_gib": "#bc4c00",
@@ -319,7 +322,7 @@ def memory_decomposition(table: pd.DataFrame) -> bytes | None:
     data = table.head(MAX_CELLS)
     keys = [k for k in ("host", "model", "workload") if data[k].nunique() > 1] or ["workload"]
     labels = [" / ".join([*(str(r[k]) for k in keys), str(r["environment"])]) for _, r in data.iterrows()]
-    fig, ax = _subplots(figsize=(9, 0.42 * len(data) + 2.2))
+    fig, ax = subplots(figsize=(9, 0.42 * len(data) + 2.2))
     y = np.arange(len(data))
     left_pos = np.zeros(len(data))
     left_neg = np.zeros(len(data))
@@ -339,4 +342,4 @@ def memory_decomposition(table: pd.DataFrame) -> bytes | None:
                  fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="outside lower center", ncols=len(PARTS))
     ax.grid(axis="x", alpha=0.3)
-    return _png(fig)
+    return png_bytes(fig)

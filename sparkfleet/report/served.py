@@ -8,12 +8,13 @@ Records written before these were recorded load as they are and say so: the vers
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
+from sparkfleet.load import usable_record
 from sparkfleet.report.wording import num
 
 #: Records read per group for the weights' card (the first that has one is shown).
@@ -23,11 +24,8 @@ _KEYS = ["engine", "environment", "model"]
 
 def _card(root: Path | None, record_dirs: list[str]) -> dict[str, Any] | None:
     for record_dir in record_dirs[:RECORDS_PER_GROUP] if root is not None else []:
-        try:
-            data = json.loads((Path(root) / record_dir / "record.json").read_text())
-        except (OSError, ValueError):
-            continue
-        provenance = data.get("provenance") if isinstance(data, dict) else None
+        data = usable_record(Path(root) / record_dir / RECORD_NAME) or {}
+        provenance = data.get("provenance")
         card = provenance.get("expected") if isinstance(provenance, dict) else None
         if isinstance(card, dict):
             return card

@@ -40,7 +40,7 @@ from sparkfleet.report.document import (
 )
 from sparkfleet.report.memory import noise_floor
 from sparkfleet.report.types import Finding, Verdict, VerdictLine, plain
-from sparkfleet.report.verdicts import _line_outcome, _verdicts_from, _with_floor, aa_twins
+from sparkfleet.report.verdicts import aa_twins, line_outcome, verdicts_from, with_floor
 from sparkfleet.report.wording import pct
 
 ENVIRONMENT, ENGINE = "serving-environment", "serving-engine"
@@ -91,11 +91,6 @@ def words(metric: str) -> str:
 
 # --- the comparisons -------------------------------------------------------------------------------------
 
-def _long(measured: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
-    long = measured.melt(id_vars=keys, value_vars=metrics, var_name="metric", value_name="value")
-    return long[long["value"].notna()]
-
-
 def _references(measured: pd.DataFrame, question: str) -> pd.DataFrame:
     """Per (context, model): the side everything else is compared with. Environments: the native one
     (compare.native_environment); engines: the first by name."""
@@ -110,16 +105,17 @@ def _references(measured: pd.DataFrame, question: str) -> pd.DataFrame:
 
 def paired_points(points: pd.DataFrame, question: str, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
     """Per point cell and metric: each environment against native (question ENVIRONMENT, same engine) or each
-    engine against the first (ENGINE, same environment), compare._paired's Welch columns with ``a``/``b``.
+    engine against the first (ENGINE, same environment), compare.compare_moments's Welch columns with ``a``/``b``.
     A/A twins are left out: they are compared only with their own pair (the noise floor)."""
-    measured = serving._stat_frame(points)
+    measured = serving.points_for_statistics(points)
     twins = aa_twins(measured)
     measured = measured[~measured["environment"].astype(str).isin(twins)]
     metrics = serving.metrics_present(points)
     if measured.empty or not metrics:
         return pd.DataFrame()
     context, side = _CONTEXT[question], _SIDE[question]
-    moments = stats.moments(_long(measured, list(serving.POINT_KEYS), metrics), [*serving.POINT_KEYS, "metric"])
+    moments = stats.moments(compare.long_table(measured, list(serving.POINT_KEYS), metrics),
+                            [*serving.POINT_KEYS, "metric"])
     moments = moments.merge(_references(measured, question), on=[context, "model"])
     fixed = [k for k in serving.POINT_KEYS if k != side] + ["metric", "a"]
     ref = moments[moments[side] == moments["a"]].drop(columns=[side])
@@ -127,7 +123,7 @@ def paired_points(points: pd.DataFrame, question: str, level: float = stats.DEFA
     pairs = other.merge(ref, on=fixed, suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    result = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)
+    result = compare.compare_sides(pairs, "_a", "_b", level)
     labels = pairs[[context, "model", *serving.PROFILE, "metric", "a", "b"]].reset_index(drop=True)
     out = pd.concat([labels.assign(question=question), result], axis=1)
     order = {m: i for i, m in enumerate(serving.SERVING_METRICS)}
@@ -147,9 +143,9 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
         point = point_label(row["depth"], row["concurrency"], row["pp"], row["tg"])
         return f"{row['model']} / {row[context]} / {point}"
 
-    # _verdicts_from judges "better" by compare.direction and words the clause by wording.words, both serving-aware
-    verdicts = [_with_floor(v, floors) for v in _verdicts_from(paired, judged, question, subject, "a", "b",
-                                                                _SIDE[question], threshold)]
+    # verdicts_from judges "better" by compare.direction and words the clause by wording.words, both serving-aware
+    verdicts = [with_floor(v, floors) for v in verdicts_from(paired, judged, question, subject, "a", "b",
+                                                               _SIDE[question], threshold)]
     table = paired.assign(
         scope=paired["metric"].map(serving.SCOPES), outcome=judged["outcome"], reason=judged["reason"],
         required_n=judged["required_n"], cv_pooled=judged["cv_pooled"], p_family=judged["p_family"],
@@ -163,20 +159,20 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
 def aa_point_pairs(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
     """Every A/A twin (member b, c, ...) against member a of its pair, per point cell and serving metric, in
     memory.aa_pairs' columns (what memory.noise_floor reads), hosts pooled as the point cells pool them."""
-    measured = serving._stat_frame(points)
+    measured = serving.points_for_statistics(points)
     if measured.empty or measured["aa_group"].isna().all():
         return pd.DataFrame()
     measured = measured[measured["aa_group"].notna()].assign(aa_member=lambda f: f["aa_member"].astype(str))
     metrics = serving.metrics_present(points)
     cell = ["aa_group", "engine", "model", *serving.PROFILE]
-    side = stats.moments(_long(measured, [*cell, "aa_member", "environment"], metrics),
+    side = stats.moments(compare.long_table(measured, [*cell, "aa_member", "environment"], metrics),
                          [*cell, "aa_member", "environment", "metric"])
     a = side[side["aa_member"] == "a"].drop(columns=["aa_member"])
     b = side[side["aa_member"] != "a"].drop(columns=["aa_member"])
     pairs = b.merge(a, on=[*cell, "metric"], suffixes=("_b", "_a"))
     if pairs.empty:
         return pd.DataFrame()
-    w = compare._paired(compare._side(pairs, "_a"), compare._side(pairs, "_b"), level)
+    w = compare.compare_sides(pairs, "_a", "_b", level)
     with np.errstate(invalid="ignore", divide="ignore"):
         scale = np.abs(pairs["mean_a"].to_numpy(float))
         scale = np.where(scale > 0, scale, np.nan)
@@ -279,7 +275,7 @@ def verdict_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
             answer = f"{b} and {a} are the same at every point and metric (within ±{threshold * 100:g}%)"
         if undetermined:
             answer += f"; {undetermined} of {len(group)} point metrics undetermined"
-        outcome = _line_outcome(group)
+        outcome = line_outcome(group)
         lines.append(VerdictLine("serving", f"{model} / {held}", outcome, outcome, text, tuple(group),
                                  f"Serving {model} ({held}): {answer}."))
     return lines
@@ -321,7 +317,7 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     metrics = [m for m in serving.SERVING_METRICS if m in set(part["metric"])]
     wide = part.pivot_table(index=keys, columns="metric", values=["median", "ci95_low", "ci95_high", "n", "ci95_note"],
                             aggfunc="first", sort=False, dropna=False).reset_index()  # keep all-NaN CIs (n < 3)
-    order = serving._sorted(pd.DataFrame({k: wide[(k, "")] for k in keys}))
+    order = serving.in_point_order(pd.DataFrame({k: wide[(k, "")] for k in keys}))
     wide = wide.set_index([(k, "") for k in keys]).loc[list(order.itertuples(index=False, name=None))].reset_index()
     ci_of = part.drop_duplicates(keys).set_index(keys)["ci95_of"]
     columns: dict[str, Any] = {k: wide[(k, "")].astype(str) for k in keys}

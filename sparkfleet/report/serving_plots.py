@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sparkfleet.report.plots import _COLORS, _png, _subplots
+from sparkfleet.report.plots import COLORS, png_bytes, subplots
 
 #: Panel rows a figure draws at most (the rest are in serving_cells.csv; the title says how many are left out).
 MAX_ROWS = 8
@@ -23,7 +23,7 @@ THROUGHPUT_PANELS = (("tg_tok_s", "aggregate"), ("tg_req_tok_s", "per user"),
 
 def _series_colors(cells: pd.DataFrame) -> dict[tuple[str, str], tuple]:
     series = sorted(set(zip(cells["engine"].astype(str), cells["environment"].astype(str), strict=True)))
-    return {s: _COLORS[i % len(_COLORS)] for i, s in enumerate(series)}
+    return {s: COLORS[i % len(COLORS)] for i, s in enumerate(series)}
 
 
 def _line(ax, part: pd.DataFrame, x: str, color: tuple, label: str) -> None:
@@ -62,8 +62,8 @@ def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
     data = cells[cells["metric"].isin([m for m, _ in panels])]
     rows, left = _groups(data, ["model", "pp", "tg", "depth"])
     colors = _series_colors(data)
-    fig, axes = _subplots(len(rows), len(panels), figsize=(3.4 * len(panels) + 0.6, 2.5 * len(rows) + 0.8),
-                          squeeze=False)
+    fig, axes = subplots(len(rows), len(panels), figsize=(3.4 * len(panels) + 0.6, 2.5 * len(rows) + 0.8),
+                         squeeze=False)
     indexed = data.set_index(["model", "pp", "tg", "depth", "metric"]).sort_index()
     for r, (model, pp, tg, depth) in enumerate(rows):
         for c, (metric, scope) in enumerate(panels):
@@ -87,7 +87,7 @@ def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
     if handles:
         fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 4))
     fig.suptitle(f"Throughput against concurrency per (engine, environment); {_band_words(data)}{left}", fontsize=9)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def ttft_vs_depth(cells: pd.DataFrame) -> bytes | None:
@@ -100,7 +100,7 @@ def ttft_vs_depth(cells: pd.DataFrame) -> bytes | None:
     colors = _series_colors(data)
     columns = min(len(groups), 4)
     count = -(-len(groups) // columns)
-    fig, axes = _subplots(count, columns, figsize=(3.6 * columns + 0.4, 2.8 * count + 0.8), squeeze=False)
+    fig, axes = subplots(count, columns, figsize=(3.6 * columns + 0.4, 2.8 * count + 0.8), squeeze=False)
     for ax in axes.flat[len(groups):]:
         ax.set_visible(False)
     for ax, (model, pp, tg, concurrency) in zip(axes.flat, groups, strict=False):
@@ -116,7 +116,7 @@ def ttft_vs_depth(cells: pd.DataFrame) -> bytes | None:
     if handles:
         fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 4))
     fig.suptitle(f"End-to-end time to first token against depth; {_band_words(data)}{left}", fontsize=9)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 __all__ = ["throughput_vs_concurrency", "ttft_vs_depth"]

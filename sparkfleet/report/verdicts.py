@@ -170,14 +170,14 @@ def _join(clauses: list[str]) -> str:
     return "; ".join(clauses) + "."
 
 
-def _line_outcome(verdicts: list[Verdict]) -> str:
+def line_outcome(verdicts: list[Verdict]) -> str:
     """A line is "different" when any of its metrics is, else "undetermined" when any is, else "same"."""
     outcomes = {v.outcome for v in verdicts}
     return next((o for o in ("different", "undetermined") if o in outcomes), "same")
 
 
-def _verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, subject_of, a_col: str, b_col: str,
-                   text_side: str, threshold: float) -> list[Verdict]:
+def verdicts_from(table: pd.DataFrame, judged: pd.DataFrame, question: str, subject_of, a_col: str, b_col: str,
+                  text_side: str, threshold: float) -> list[Verdict]:
     out = []
     for (_, row), (_, j) in zip(table.iterrows(), judged.iterrows(), strict=True):
         mean_a = _clean(row["mean_a"])
@@ -240,9 +240,9 @@ def environment_lines(analysis: Analysis, floors: dict[str, float]) -> list[Verd
         judged = judged_all.iloc[start:start + len(chosen)].reset_index(drop=True)
         start += len(chosen)
         subject = f"{model} / {workload}"
-        verdicts = _verdicts_from(chosen, judged, "environment", lambda _r, s=subject: s, "native", "environment",
-                                  "environment", options.threshold)
-        verdicts = [_with_floor(v, floors) for v in verdicts]
+        verdicts = verdicts_from(chosen, judged, "environment", lambda _r, s=subject: s, "native", "environment",
+                                 "environment", options.threshold)
+        verdicts = [with_floor(v, floors) for v in verdicts]
         hosts = int(chosen["hosts"].max())
         clauses = _merge_identical([v.text for v in verdicts], verdicts, "{names} identical in all {runs} runs")
         head = f"{model} / {workload}, {environment} vs {native}"
@@ -254,7 +254,7 @@ def environment_lines(analysis: Analysis, floors: dict[str, float]) -> list[Verd
         unlike = caveat_text(fingerprint_caveats(prints, str(model), str(workload), str(native), str(environment)))
         if unlike:
             text += f" Caveat: {unlike}."
-        outcome = _line_outcome(verdicts)
+        outcome = line_outcome(verdicts)
         headline = f"{model} / {workload}: {headline_of(verdicts, environment, native, options.threshold)}."
         if unlike:
             headline += " Not like for like: their environments differ beyond isolation (see the caveat)."
@@ -295,7 +295,7 @@ def twins_note(analysis: Analysis) -> str:
             "comparisons with other environments would repeat the original's and are left out of the verdicts.")
 
 
-def _with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:
+def with_floor(v: Verdict, floors: dict[str, float]) -> Verdict:
     """The verdict with the metric's A/A noise floor, and "under the noise floor" said where it is."""
     under = under_floor(v.change_pct, v.metric, floors)
     if under is None:
@@ -426,10 +426,10 @@ def regression_lines(analysis: Analysis) -> list[VerdictLine]:
     paired = paired.assign(_a="baseline", _b="current").reset_index(drop=True)
     cells = [" / ".join(str(r[k]) for k in keys) for _, r in paired.iterrows()]
     points = _point_names(paired)
-    verdicts = _verdicts_from(paired, paired[["outcome", "reason", "required_n", "cv_pooled", "p_family",
-                                              "family_size"]], "regression",
-                              lambda r: " / ".join([*(str(r[k]) for k in keys), *_point_of(r)]), "_a", "_b",
-                              "side", options.threshold)
+    verdicts = verdicts_from(paired, paired[["outcome", "reason", "required_n", "cv_pooled", "p_family",
+                                             "family_size"]], "regression",
+                             lambda r: " / ".join([*(str(r[k]) for k in keys), *_point_of(r)]), "_a", "_b",
+                             "side", options.threshold)
     run_level = [v for v, point in zip(verdicts, points, strict=True) if point is None]
     lines = _cell_regression_lines(run_level, options.threshold)
     lines += _point_regression_lines(verdicts, cells, paired, points, options.threshold)

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .textfile import write_atomic
+
 MARKER = ".sparkfleet-rootfs.json"
 PARTIAL_PREFIX = ".partial-"
 #: Marker format: 1 = digest, image, env; 2 = also entrypoint, cmd, working_dir, user (the image config the
@@ -101,6 +103,11 @@ def read_marker(rootfs: str) -> dict[str, Any]:
     if not isinstance(data, dict) or not data.get("digest"):
         raise ChrootError(f"{path} is not a sparkfleet rootfs marker")
     return data
+
+
+def write_marker(rootfs: str, marker: Mapping[str, Any]) -> None:
+    """Replace the marker of a complete rootfs atomically (temporary file, fsync, rename)."""
+    write_atomic(os.path.join(rootfs, MARKER), json.dumps(marker, indent=2, sort_keys=True) + "\n")
 
 
 def load_image_env(rootfs: str) -> dict[str, str]:

@@ -75,15 +75,15 @@ class Field(object):
         """'0 to 120 C', 'above 0 s', '' - for docs."""
         unit = (" " + self.unit) if self.unit else ""
         if self.low is not None and self.high is not None:
-            left = "above %s" % _num(self.low) if self.low_open else _num(self.low)
-            right = "below %s" % _num(self.high) if self.high_open else _num(self.high)
+            left = "above %s" % number_text(self.low) if self.low_open else number_text(self.low)
+            right = "below %s" % number_text(self.high) if self.high_open else number_text(self.high)
             if self.low_open or self.high_open:
                 return "%s, %s%s" % (left, right, unit)
             return "%s to %s%s" % (left, right, unit)
         if self.low is not None:
-            return "%s %s%s" % ("above" if self.low_open else "at least", _num(self.low), unit)
+            return "%s %s%s" % ("above" if self.low_open else "at least", number_text(self.low), unit)
         if self.high is not None:
-            return "at most %s%s" % (_num(self.high), unit)
+            return "at most %s%s" % (number_text(self.high), unit)
         return ""
 
     def to_ansible_type(self) -> str:
@@ -93,7 +93,8 @@ class Field(object):
                 "list": "list", "dict": "dict"}.get(self.kind, "raw")
 
 
-def _num(value: float) -> str:
+def number_text(value: float) -> str:
+    """A number as a message shows it: an integral value without its '.0' (120, not 120.0), else %g."""
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return "%d" % value
     return "%g" % value
@@ -116,16 +117,17 @@ def range_problem(f: Field, value: float) -> Optional[str]:
     """Why ``value`` is outside ``f``'s physical range, or None."""
     unit = (" " + f.unit) if f.unit and f.unit not in ("runs",) else ""
     both = f.low is not None and f.high is not None and f.low != 0 and not (f.low_open or f.high_open)
+    low, high, got = (None if x is None else number_text(x) for x in (f.low, f.high, value))
     if f.low is not None and (value <= f.low if f.low_open else value < f.low):
         if f.low == 0:
-            return ("must be positive, got %s" if f.low_open else "must not be negative, got %s") % _num(value)
+            return ("must be positive, got %s" if f.low_open else "must not be negative, got %s") % got
         if both:
-            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
-        return "must be %s %s%s, got %s" % ("above" if f.low_open else "at least", _num(f.low), unit, _num(value))
+            return "must be between %s and %s%s, got %s" % (low, high, unit, got)
+        return "must be %s %s%s, got %s" % ("above" if f.low_open else "at least", low, unit, got)
     if f.high is not None and (value >= f.high if f.high_open else value > f.high):
         if both:
-            return "must be between %s and %s%s, got %s" % (_num(f.low), _num(f.high), unit, _num(value))
-        return "must be %s %s%s, got %s" % ("below" if f.high_open else "at most", _num(f.high), unit, _num(value))
+            return "must be between %s and %s%s, got %s" % (low, high, unit, got)
+        return "must be %s %s%s, got %s" % ("below" if f.high_open else "at most", high, unit, got)
     return None
 
 

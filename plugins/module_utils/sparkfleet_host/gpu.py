@@ -75,6 +75,9 @@ QUERY_FIELDS = (
     "clocks_throttle_reasons.active",
 )
 
+#: ``nvidia-smi -q -d PERFORMANCE``: the clock event reasons and (driver 580+) their cumulative counters.
+PERFORMANCE_ARGS = ("-q", "-d", "PERFORMANCE")
+
 #: ``--query-gpu`` fields of :func:`memory_info`.
 MEMORY_FIELDS = ("index", "memory.total", "memory.free")
 #: What nvidia-smi prints instead of a process line when there is none.
@@ -286,6 +289,16 @@ def query_argv(
 def compute_apps_argv(executable: str) -> list[str]:
     """The compute processes, one CSV line each."""
     return [executable, "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
+
+
+def report_argv(executable: str) -> list[str]:
+    """``nvidia-smi -q``: the whole report (attestation.parse_nvidia_smi_q reads it)."""
+    return [executable, "-q"]
+
+
+def performance_argv(executable: str, gpu: int | None = None) -> list[str]:
+    """``nvidia-smi -q -d PERFORMANCE [-i GPU]``: the clock event reasons and their counters."""
+    return [executable, *PERFORMANCE_ARGS] + ([] if gpu is None else ["-i", str(gpu)])
 
 
 def persistence_mode_argv(executable: str, index: int, enabled: bool) -> list[str]:

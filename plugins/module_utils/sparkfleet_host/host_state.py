@@ -8,8 +8,8 @@ record's ``readiness`` and ``attestation`` sections (record.SECTION_KEYS).
   through gpu.py's sensor and the cumulative clock-event counters at the start and the end of its window, then
   judges them with what the load delivered (readiness.judge) and decides under the campaign's policy
   (readiness.action).
-* :func:`reapply_lost_controls` puts back, once, the clock lock (and power limit) sparkfleet itself applied when
-  the probe finds the cap lost (a hang or a driver reset dropped it), and probes again: that verdict counts.
+* A lost cap is put back by gpu_control.reapply_lost_controls (with the controls the gpu_state role applied,
+  gpu_control.read_applied_controls), which probes again: that verdict counts.
 * :func:`run_state_before` / :func:`run_state_after` bracket the measured run: ``nvidia-smi -q -d PERFORMANCE``
   event/throttle counters as deltas, memory at start (MemFree/MemAvailable/Cached, free 2 MiB blocks of
   /proc/buddyinfo), the controls sparkfleet applied (the gpu_state role's files: a ``-lgc`` lock cannot be read
@@ -31,18 +31,19 @@ import statistics
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import attestation, readiness
+from . import attestation, gpu_control, readiness
 from .gpu import (
+    PERFORMANCE_ARGS,
     GpuSensor,
     GpuSensorError,
+    Runner,
     find_nvidia_smi,
-    lock_clocks_argv,
     open_sensor,
     parse_int,
     parse_number,
-    power_limit_argv,
+    performance_argv,
     query_gpu,
     smi_facts,
     subprocess_runner,
@@ -69,14 +70,6 @@ SAMPLE_INTERVAL_S = 0.25
 #: The first part of the load window is ramp-up (clock boost, the first kernels): samples there are left out.
 RAMP_FRACTION = 1.0 / 3
 
-#: Where the gpu_state role keeps the state it found before applying (roles/gpu_state/defaults/main.yml:
-#: ``{{ sparkfleet_plan.paths.work_dir }}/state/gpu_state_saved.json``; results_root is ``<work_dir>/results``).
-SAVED_STATE_NAME = os.path.join("state", "gpu_state_saved.json")
-#: The gpu_state module's record of the clocks it locked (its option state_file's default).
-DEFAULT_LOCK_RECORD = "/run/sparkfleet/gpu-state.json"
-
-#: ``nvidia-smi -q -d PERFORMANCE``: the clock event reasons and (driver 580+) their cumulative counters.
-PERFORMANCE_ARGS = ("-q", "-d", "PERFORMANCE")
 #: Read back before each run: what nvidia-smi *can* report of the controls (a lock it cannot).
 READBACK_FIELDS = ("index", "name", "persistence_mode", "power.limit", "clocks.max.sm")
 
@@ -84,10 +77,8 @@ READBACK_FIELDS = ("index", "name", "persistence_mode", "power.limit", "clocks.m
 SCOPE_GB10 = "GPU rail only"
 SCOPE_BOARD = "GPU board"
 
-Runner = Callable[[Sequence[str]], Tuple[int, str, str]]
 
-
-# --------------------------------------------------------------------------- settings and controls
+# --------------------------------------------------------------------------- settings
 
 
 def probe_settings(settings: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -104,69 +95,6 @@ def probe_settings(settings: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     if isinstance(probe_s, bool) or not isinstance(probe_s, (int, float)) or not 0 < probe_s <= PROBE_S_MAX:
         raise ValueError("readiness.probe_s: seconds in (0, %g], got %r" % (PROBE_S_MAX, probe_s))
     return out
-
-
-def saved_state_file(results_root: str) -> str:
-    """The gpu_state role's saved-state file of the host whose results root is ``results_root``."""
-    return os.path.join(os.path.dirname(os.path.normpath(results_root)), SAVED_STATE_NAME)
-
-
-def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def read_applied_controls(saved_file: Optional[str]) -> Dict[str, Any]:
-    """The controls sparkfleet applied, from the gpu_state role's files (nvidia-smi cannot read a lock back).
-
-    The role writes ``saved_file`` (``{host, saved, state_file}``, the state found before it applied anything,
-    kept until undo) and its module records each lock in ``state_file`` (``{"locked_clocks": {"0": {min, max}
-    | null}}``). Returns ``{"applied", "source", "state_file", "locked_clocks": {gpu: {min, max} | None},
-    "requested", "prior", "error"}``: ``applied`` False (with ``error`` None) when no saved file exists (the
-    role has not applied controls, or undo ran); ``requested`` is the plan's gpu_state group when the saved file
-    carries it (None otherwise); ``prior`` the saved state's persistence, power limit and lock per GPU."""
-    out: Dict[str, Any] = {"applied": False, "source": saved_file, "state_file": None, "locked_clocks": {},
-                           "requested": None, "prior": None, "error": None}
-    if not saved_file or not os.path.exists(saved_file):
-        return out
-    try:
-        saved = _read_json(saved_file)
-        if not isinstance(saved, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        out["error"] = "%s: %s" % (saved_file, exc)
-        return out
-    out["applied"] = True
-    out["requested"] = saved.get("requested")
-    prior = saved.get("saved") if isinstance(saved.get("saved"), dict) else {}
-    out["prior"] = {"cpu_governor": prior.get("cpu_governor"),
-                    "gpus": {str(g.get("index")): {k: g.get(k) for k in ("persistence_mode", "power_limit",
-                                                                         "locked_clocks")}
-                             for g in prior.get("gpus") or [] if isinstance(g, dict)}}
-    state_file = saved.get("state_file") or DEFAULT_LOCK_RECORD
-    out["state_file"] = state_file
-    try:
-        record = _read_json(state_file)
-        locks = record.get("locked_clocks") if isinstance(record, dict) else None
-        out["locked_clocks"] = {str(k): v for k, v in (locks or {}).items()}
-    except FileNotFoundError:
-        pass  # no lock was ever set (or the host rebooted: /run is gone, and so is the lock)
-    except (OSError, ValueError) as exc:
-        out["error"] = "%s: %s" % (state_file, exc)
-    return out
-
-
-def applied_controls(results_root: str) -> Dict[str, Any]:
-    """:func:`read_applied_controls` of the host whose results root is ``results_root``."""
-    return read_applied_controls(saved_state_file(results_root))
-
-
-def applied_lock(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[Tuple[float, float]]:
-    """The (min, max) MHz lock recorded for ``gpu``, or None."""
-    lock = ((controls or {}).get("locked_clocks") or {}).get(str(gpu))
-    if isinstance(lock, dict) and lock.get("min") is not None and lock.get("max") is not None:
-        return float(lock["min"]), float(lock["max"])
-    return None
 
 
 # --------------------------------------------------------------------------- the readiness probe
@@ -361,7 +289,7 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     load ends (:func:`probe_counters`), and judge them (readiness.judge) with the GPU's name, maximum SM clock and
     enforced power limit (:func:`gpu_facts`; ``max_clock_mhz`` overrides the maximum), the TFLOP/s the load
     delivered, the degraded bands and the lock and power limit recorded in ``applied_controls``
-    (:func:`read_applied_controls`). The informational clock ratio is against ``expected_clock_mhz`` of the
+    (gpu_control.read_applied_controls). The informational clock ratio is against ``expected_clock_mhz`` of the
     settings (``expected_source`` "campaign", ``min_fraction``), else the maximum SM clock (source "max_clock",
     ``min_fraction_of_max``, default readiness.DEFAULT_MIN_FRACTION_OF_MAX).
     ``action`` is readiness.action under the policy: ``{"action": "run" | "mark" | "refuse", "warn", ...}``.
@@ -489,12 +417,12 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
         verdict = readiness.judge(_median(clocks), _median(powers), expected_sm_clock_mhz=expected,
                                   expected_source=source, min_fraction=fraction,
                                   degraded_bands=cfg["degraded_bands"],
-                                  applied_lock_mhz=applied_lock(applied_controls, gpu),
+                                  applied_lock_mhz=gpu_control.applied_lock(applied_controls, gpu),
                                   gpu_name=names[0] if names else facts.get("name"), max_clock_mhz=max_clock,
                                   samples=[{k: v for k, v in s.items() if k != "name"} for s in samples],
                                   counter_deltas_us=deltas, window_s=span if span and span > 0 else None,
                                   power_limit_w=_figure(facts.get("power_limit_w")),
-                                  applied_power_limit_w=applied_power_limit(applied_controls, gpu),
+                                  applied_power_limit_w=gpu_control.applied_power_limit(applied_controls, gpu),
                                   tflops=_figure(load.get("tflops")),
                                   tflops_dtype=load.get("dtype") or PROBE_DTYPES.get(str(load.get("backend"))),
                                   tflops_size=size)
@@ -502,96 +430,6 @@ def readiness_probe(settings: Optional[Mapping[str, Any]], applied_controls: Opt
     except ValueError as exc:
         return _unknown(cfg, started, "bad_settings", str(exc), error=str(exc), **extra)
     return _section(cfg, started, verdict, decided, **extra)
-
-
-# --------------------------------------------------------------------------- a lost cap put back
-
-
-#: gpu_state's _POWER_TOLERANCE_W (plugins/modules/gpu_state.py): within it the module left the limit alone.
-POWER_TOLERANCE_W = 0.5
-#: The most of nvidia-smi's answers kept in ``reapplied.output``.
-REAPPLY_OUTPUT_MAX = 2000
-
-
-def applied_power_limit(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[float]:
-    """The power limit (W) sparkfleet's gpu_state role set on ``gpu``, or None: the plan asked for one (the saved
-    file's ``requested``, for this GPU) and the GPU had a different one before (none, as on a GB10: the module
-    skipped it; an equal one: the module left it alone, so sparkfleet applied nothing)."""
-    controls = controls or {}
-    requested = controls.get("requested") if isinstance(controls.get("requested"), dict) else {}
-    watts = requested.get("power_limit")
-    gpus = requested.get("gpus")
-    if watts is None or (gpus is not None and gpu not in [int(g) for g in gpus]):
-        return None
-    prior = (((controls.get("prior") or {}).get("gpus") or {}).get(str(gpu)) or {}).get("power_limit")
-    if prior is None or abs(float(prior) - float(watts)) <= POWER_TOLERANCE_W:
-        return None
-    return float(watts)
-
-
-def controls_to_reapply(controls: Optional[Mapping[str, Any]], gpu: int = 0) -> Optional[Dict[str, Any]]:
-    """What sparkfleet applied to ``gpu`` and a lost cap would take back: ``{"gpu", "locked_clocks": {min, max},
-    "power_limit": W | None}``, or None when sparkfleet recorded no lock for it (no saved file: the role never
-    ran here, or undo ran; no lock record: none was asked for, or a reboot emptied /run)."""
-    controls = controls or {}
-    if not controls.get("applied") or applied_lock(controls, gpu) is None:
-        return None
-    lock = controls["locked_clocks"][str(gpu)]
-    return {"gpu": gpu, "locked_clocks": {"min": int(lock["min"]), "max": int(lock["max"])},
-            "power_limit": applied_power_limit(controls, gpu)}
-
-
-def _has_lost_cap(section: Optional[Mapping[str, Any]]) -> bool:
-    return any(r.get("cause") == "lost_cap" for r in (section or {}).get("reasons") or [])
-
-
-def reapply_controls(wanted: Mapping[str, Any], nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
-                     ) -> Dict[str, Any]:
-    """Run the setters for ``wanted`` (:func:`controls_to_reapply`) in gpu_state's order, power limit then lock,
-    with gpu.py's argv builders, stopping at the first failure as the module does. Returns ``{"controls",
-    "commands", "rc", "output"}``: ``rc`` 0 when every setter succeeded, else the failing one's (127: no
-    nvidia-smi)."""
-    out: Dict[str, Any] = {"controls": dict(wanted), "commands": [], "rc": 0, "output": ""}
-    try:
-        smi = find_nvidia_smi(nvidia_smi)
-    except GpuSensorError as exc:
-        out.update(rc=127, output=str(exc))
-        return out
-    gpu, lock = int(wanted["gpu"]), wanted["locked_clocks"]
-    argvs = [power_limit_argv(smi, gpu, float(wanted["power_limit"]))] if wanted.get("power_limit") else []
-    argvs.append(lock_clocks_argv(smi, gpu, int(lock["min"]), int(lock["max"])))
-    texts = []
-    for argv in argvs:
-        rc, stdout, stderr = runner(argv)
-        out["commands"].append(" ".join(argv))
-        texts.append(("%s\n%s" % (stdout, stderr)).strip())
-        if rc != 0:
-            out["rc"] = rc
-            break
-    out["output"] = "\n".join(t for t in texts if t)[-REAPPLY_OUTPUT_MAX:]
-    return out
-
-
-def reapply_lost_controls(section: Optional[Dict[str, Any]], controls: Optional[Mapping[str, Any]],
-                          probe: Callable[[], Dict[str, Any]], *, gpu: int = 0, nvidia_smi: str = "nvidia-smi",
-                          runner: Runner = subprocess_runner) -> Optional[Dict[str, Any]]:
-    """The readiness section after putting a lost cap back (issue 24: controls re-applied once a lost cap is
-    detected). When ``section`` (:func:`readiness_probe`'s, for ``gpu``) has a ``lost_cap`` reason and sparkfleet
-    recorded a lock for that GPU in ``controls`` (:func:`read_applied_controls`), runs exactly what sparkfleet
-    applied (``-pl W`` where it set a power limit, ``-lgc MIN,MAX``) and calls ``probe`` once more: the second
-    section is returned, with ``reapplied`` ({controls, commands, rc, output}) and ``before_reapply`` (the
-    first). A setter that fails: the first section with ``reapplied``, not probed again (its verdict stands).
-    Anything else (no lost cap, nothing sparkfleet applied): ``section`` unchanged, nothing run."""
-    if not _has_lost_cap(section):
-        return section
-    wanted = controls_to_reapply(controls, gpu)
-    if wanted is None:
-        return section
-    reapplied = reapply_controls(wanted, nvidia_smi, runner)
-    if reapplied["rc"] != 0:
-        return dict(section or {}, reapplied=reapplied)
-    first = {k: v for k, v in (section or {}).items() if k not in ("reapplied", "before_reapply")}
-    return dict(probe(), reapplied=reapplied, before_reapply=first)
 
 
 # --------------------------------------------------------------------------- over the run
@@ -609,7 +447,7 @@ def performance_snapshot(nvidia_smi: str = "nvidia-smi", runner: Runner = subpro
                          gpu: Optional[int] = None) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     """(``nvidia-smi -q -d PERFORMANCE [-i GPU]`` parsed by attestation.parse_nvidia_smi_q, None) or (None, why)."""
     try:
-        argv = [find_nvidia_smi(nvidia_smi)] + list(PERFORMANCE_ARGS) + ([] if gpu is None else ["-i", str(gpu)])
+        argv = performance_argv(find_nvidia_smi(nvidia_smi), gpu)
     except GpuSensorError as exc:
         return None, str(exc)
     rc, out, err = runner(argv)
@@ -638,14 +476,15 @@ def run_state_before(*, controls: Optional[Mapping[str, Any]] = None, results_ro
                      nvidia_smi: str = "nvidia-smi", proc_root: str = "/proc",
                      runner: Runner = subprocess_runner) -> Dict[str, Any]:
     """The state just before the measured run, to pass to :func:`run_state_after`: the event counters, memory
-    at start, the controls applied (``controls`` as :func:`read_applied_controls` returned them, else read for
+    at start, the controls applied (``controls`` as gpu_control.read_applied_controls returned them, else read for
     ``results_root``), nvidia-smi's read-back of them, the GPU names (for the energy's scope)."""
     errors: List[str] = []
     snapshot, why = performance_snapshot(nvidia_smi, runner)
     if why:
         errors.append("counters: %s" % why)
     if controls is None:
-        controls = applied_controls(results_root) if results_root else read_applied_controls(None)
+        controls = (gpu_control.applied_controls(results_root) if results_root
+                    else gpu_control.read_applied_controls(None))
     controls = dict(controls)
     if controls.get("error"):
         errors.append("controls: %s" % controls["error"])

@@ -19,7 +19,7 @@ import signal
 import time
 from typing import Optional
 
-from . import host_state, modelcard, serving
+from . import gpu_control, host_state, modelcard, serving
 from .fields import WEEK_S, Field, field_problem
 from .jobs import JobRegistration, remove_left_containers
 from .ledger import append_event, finished_fields, run_states
@@ -220,7 +220,7 @@ def execute(run, params: dict, job, cards) -> dict:
         return finish(record, "failed", "setup: %s" % exc, {})
     # Is the GPU what it should be right now (issue 24)? A short fixed load after the cooldown: a run on a
     # degraded host is refused or marked suspect under the policy, never silently averaged in.
-    controls = host_state.applied_controls(params["results_root"])
+    controls = gpu_control.applied_controls(params["results_root"])
     settings = params.get("readiness") or {}
     if settings.get("probe_s", 1) != 0:  # 0: the probe is off
         def probe() -> dict:
@@ -231,7 +231,7 @@ def execute(run, params: dict, job, cards) -> dict:
             launcher.remove_container()
             return section
         # A lost cap that sparkfleet set itself is put back once and probed again: the second verdict counts.
-        record.readiness = host_state.reapply_lost_controls(probe(), controls, probe)
+        record.readiness = gpu_control.reapply_lost_controls(probe(), controls, probe)
     if record.readiness and record.readiness["action"]["action"] == "refuse":
         return finish(record, "failed", "readiness: %s" % readiness_reason(record.readiness), {})
     drop, problem = launcher.prepare_memory(record)

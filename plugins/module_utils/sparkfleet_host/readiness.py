@@ -28,7 +28,7 @@ at 698.9 W of its 700 W cap runs at 70% of its maximum clock; a Spark its owner 
    applied itself (a check whose band or floor lies at or above the lock's maximum is skipped). With such a lock
    the expectation is min(lock max, the class's healthy clock); below 0.9 x that is a note, never a fault (an
    H200 at 700 W "cannot reliably sustain a locked 1830 MHz": tile-ai/TileOPs #1587). A clock above the lock by
-   more than the tolerance is ``lost_cap`` (suspect: host_state re-applies the lock once and probes again).
+   more than the tolerance is ``lost_cap`` (suspect: gpu_control re-applies the lock once and probes again).
 5. ``suspect``, low throughput - delivered TFLOP/s below 0.71 x the class reference (DCGM's targeted_stress passes
    at 0.95 x target_stress, itself 0.75 x a measured peak: TargetedStress_wrapper.cpp, diag-skus.yaml.in), the
    reference scaled by enforced limit / reference power when the limit is lower. H100 SXM and H200 (700 W): 700

@@ -35,6 +35,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .textfile import write_atomic
 
+#: A run record's file name, in its run directory (``<host>/runs/<run_id>/record.json``).
+RECORD_NAME = "record.json"
+
 #: Run statuses: the final state of a run (record.json ``status``, the ledger's ``finished`` events).
 STATUSES = ("ok", "failed", "timeout", "invalid")
 #: Statuses a retry (``sparkfleet_retry_failed``) runs again.
@@ -163,6 +166,8 @@ CONFIG_METRICS = ("device_total_gib", "kv_fraction")
 #: Memory metrics must say where their figure came from (log line, report json, telemetry, ...).
 MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", *CONFIG_METRICS, *KV_BUDGET_METRICS)
 
+#: Where a run runs (its environment's kind): native, chroot into the image's rootfs; container, docker run;
+#: bare, straight on the host (no isolation).
 ENVIRONMENT_KINDS = ("native", "container", "bare")
 
 #: ``provenance.status``: the engine's output showed the requested model (an identifying field matched and
@@ -405,7 +410,11 @@ def json_schema() -> Dict[str, Any]:
 # ----------------------------------------------------------------------------- format versions
 
 
-class RecordVersionError(ValueError):
+class RecordError(ValueError):
+    """A record no reader may use: one that breaks the contract, or is of a version this code cannot read."""
+
+
+class RecordVersionError(RecordError):
     """A record of a format version this code cannot read (newer than it, or never defined)."""
 
 
@@ -604,6 +613,22 @@ def _type_ok(value_type: type, types: Any) -> bool:
         if issubclass(value_type, _JSON_TYPES[name]):
             return True
     return False
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def checked_record(data: Any) -> Dict[str, Any]:
+    """A parsed ``record.json`` as every reader takes it: at the current format version (:func:`upgrade`), its
+    metrics outside their physical range left out and named (:func:`screened`), honouring the contract
+    (:func:`validate`). Raises :class:`RecordError` naming what makes it unusable."""
+    data = upgrade(data)
+    if isinstance(data, dict):
+        data, _ = screened(data)
+    problems = validate(data)
+    if problems:
+        raise RecordError("; ".join(problems))
+    return data
 
 
 # ------------------------------------------------------------------------------------- writing

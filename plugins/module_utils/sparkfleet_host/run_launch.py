@@ -360,7 +360,7 @@ class Launcher:
         engine_version, versions.engine_version and serving.engine_version ({version, source, argv, log, error}).
         A version that cannot be read never fails the run; it is named instead."""
         workload = self.run.workload
-        argv, label = serving_provenance.version_command(workload)
+        argv, label = serving.version_command(workload)
         entry = {"version": None, "source": label if argv else None, "argv": argv, "log": None, "error": None}
         section["engine_version"] = entry
         if argv is None:

@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
-"""Serving runs: the engine servers (one launch spec per engine), their profile points, and a server's life.
+"""The built-in engines' table, and serving runs: the engine servers, their profile points, a server's life.
 
 A serving run (docs: the serving contract, issue 25) is one engine server lifetime in the run's environment,
 driven by a load generator on the host (serving_client) through every point of the workload's profile. This
-file knows the engines: :data:`ENGINES` (argv, default port, readiness path; one table, extended by adding a
-row; a campaign's own engines travel in the workload as ``engine_spec``, :func:`engine_spec` reads either),
+file holds the built-in engines: :data:`ENGINES`, every layer's one table (a server's argv, default port,
+readiness path, version command; a job's nominal run time; extended by adding a row; a campaign's own engines
+travel in the workload as ``engine_spec``, :func:`engine_spec` reads either),
 :func:`profile_points` (the profile crossed, named, in the run's seeded shuffled order), and
 :class:`ServerProcess`, which starts the server argv (already wrapped for its environment by run_launch's
 Launcher) in its own process group, waits until it answers on 127.0.0.1, and always stops it.
@@ -27,6 +28,7 @@ import urllib.request
 from typing import Optional
 
 from . import fingerprint, gguf_tokenizer, listeners, procstat, serving_client, serving_provenance
+from .fields import REQUIRED, Field, field_problem
 
 #: The server listens here only: the client runs on the same host, nothing else reaches it.
 LOOPBACK = "127.0.0.1"
@@ -188,21 +190,64 @@ def _trtllm_serve_argv(workload: dict, model: dict, port: int, served: str, extr
 TRTLLM_SERVE_OWNS = ((("--port",), SETS_PORT), (("--host",), SETS_HOST))
 
 
-#: engine -> how its server starts and says it is ready. ``ready_path``: an HTTP GET answering 200 once the
-#: model is loaded (llama-server's /health answers 503 while loading: tools/server/README.md; vLLM, SGLang and
-#: trtllm-serve serve /health once the engine is up: trtllm docs/source/commands/trtllm-serve.rst).
-#: ``kv_log``: the KV parser (parsers/serving_kv.py) that reads its server.log; ``served_default``: the name the
-#: server answers to when the workload gives none (None: the campaign's model name).
+def job_engine(cpu: bool, run_s: float) -> dict:
+    """A built-in engine that runs one job per run (its output read by its own parser, parsers/detect.py)."""
+    return {"serves": False, "cpu": cpu, "run_s": run_s, "launcher": None}
+
+
+def serving_engine(argv, port: int, kv_log: str, owns: tuple, abbrev: bool, version: tuple, start_s: float,
+                   cpu: bool = False, ready_path: str = "/health", served_default: Optional[str] = None) -> dict:
+    """A built-in engine that serves: a server measured through a profile of points by a load generator."""
+    return {"serves": True, "cpu": cpu, "argv": argv, "port": port, "ready_path": ready_path, "kv_log": kv_log,
+            "served_default": served_default, "owns": owns, "abbrev": abbrev, "version": version,
+            "start_s": start_s, "launcher": None}
+
+
+#: The built-in engines, every layer's one table (settings, campaign checks, planning, estimates and the host read
+#: it; a new engine is one entry). Every engine: ``serves`` (a server through a profile of points, else one job per
+#: run), ``cpu`` (it runs on a CPU too: matmul sizes itself down, hf-generate falls back to the CPU, llama.cpp has a
+#: CPU build; a campaign of these alone needs no GPU), ``launcher`` (how it spans several nodes: None, one node).
+#: A job: ``run_s``, the nominal seconds of one run (an order of magnitude for planning: a TensorRT-LLM run starts
+#: the engine and loads the model). A server: ``argv`` (its command line), ``port`` (its default),
+#: ``ready_path`` (an HTTP GET answering 200 once the model is loaded: llama-server's /health answers 503 while
+#: loading, tools/server/README.md; vLLM, SGLang and trtllm-serve serve /health once the engine is up: trtllm
+#: docs/source/commands/trtllm-serve.rst), ``kv_log`` (the KV parser, parsers/serving_kv.py, that reads its
+#: server.log), ``served_default`` (the name the server answers to when the workload gives none; None: the
+#: campaign's model name), ``owns``/``abbrev`` (its flags sparkfleet sets, above), ``version`` ((argv, label) of its
+#: version command in the run's environment, serving_provenance parses the output) and ``start_s`` (seconds from
+#: its start to its first answer, for planning: loading the weights; vLLM and SGLang also compile and capture CUDA
+#: graphs, trtllm-serve builds its engine).
 ENGINES = {
-    "llama.cpp": {"argv": _llamacpp_argv, "port": 8080, "ready_path": "/health", "kv_log": "llama.cpp",
-                  "served_default": None, "owns": LLAMACPP_OWNS, "abbrev": False},
-    "vllm": {"argv": _vllm_argv, "port": 8000, "ready_path": "/health", "kv_log": "vllm", "served_default": None,
-             "owns": VLLM_OWNS, "abbrev": True},
-    "sglang": {"argv": _sglang_argv, "port": 30000, "ready_path": "/health", "kv_log": "sglang",
-               "served_default": None, "owns": SGLANG_OWNS, "abbrev": True},
-    "trtllm-serve": {"argv": _trtllm_serve_argv, "port": 8000, "ready_path": "/health", "kv_log": "trtllm-serve",
-                     "served_default": None, "owns": TRTLLM_SERVE_OWNS, "abbrev": False},
+    "trtllm": job_engine(cpu=False, run_s=300.0),
+    "matmul": job_engine(cpu=True, run_s=30.0),
+    "hf-generate": job_engine(cpu=True, run_s=120.0),
+    "llama.cpp": serving_engine(_llamacpp_argv, port=8080, kv_log="llama.cpp", owns=LLAMACPP_OWNS, abbrev=False,
+                                version=(["llama-server", "--version"], "llama-server --version"), start_s=60.0,
+                                cpu=True),
+    "vllm": serving_engine(_vllm_argv, port=8000, kv_log="vllm", owns=VLLM_OWNS, abbrev=True,
+                           version=(["vllm", "--version"], "vllm --version"), start_s=300.0),
+    "sglang": serving_engine(_sglang_argv, port=30000, kv_log="sglang", owns=SGLANG_OWNS, abbrev=True,
+                             version=(["python3", "-c", serving_provenance.PY_VERSION, "sglang", "sglang"],
+                                      "the sglang package's version (python3)"), start_s=300.0),
+    "trtllm-serve": serving_engine(_trtllm_serve_argv, port=8000, kv_log="trtllm-serve", owns=TRTLLM_SERVE_OWNS,
+                                   abbrev=False, version=(["python3", "-c", serving_provenance.PY_VERSION,
+                                                           "tensorrt_llm", "tensorrt_llm"],
+                                                          "the tensorrt_llm package's version (python3)"),
+                                   start_s=600.0),
 }
+
+
+def engine_names(serves: Optional[bool] = None, cpu: Optional[bool] = None) -> tuple:
+    """The built-in engines' names in the table's order: all of them, or those that serve (``serves``) or run on
+    a CPU (``cpu``) as asked."""
+    return tuple(name for name, row in ENGINES.items()
+                 if (serves is None or row["serves"] == serves) and (cpu is None or row["cpu"] == cpu))
+
+
+def kv_logs() -> tuple:
+    """The KV log formats a campaign's own engine can name (``kv_log``): those the built-in servers print."""
+    return tuple(dict.fromkeys(ENGINES[name]["kv_log"] for name in engine_names(serves=True)))
+
 
 # A campaign's own engine (campaign field ``engines``: Ollama, LMDeploy, a custom build) arrives resolved inside
 # each of its workloads as ``engine_spec``: {command, ready_path, port, served_model_name_default, kv_log}.
@@ -246,8 +291,8 @@ def _custom_row(engine: str, spec: dict) -> dict:
     kv_log = spec.get("kv_log")
     if problem is None and not (isinstance(ready_path, str) and ready_path.startswith("/")):
         problem = "ready_path %r must start with '/'" % (ready_path,)
-    if problem is None and kv_log is not None and kv_log not in ENGINES:
-        problem = "kv_log %r is not one of %s" % (kv_log, ", ".join(ENGINES))
+    if problem is None and kv_log is not None and kv_log not in kv_logs():
+        problem = "kv_log %r is not one of %s" % (kv_log, ", ".join(kv_logs()))
     if problem:
         raise ServingError("engine %s: %s" % (engine, problem))
     command = list(spec["command"])
@@ -327,20 +372,38 @@ def engine_spec(workload: dict) -> dict:
     """The launch spec of the workload's engine, one shape for both kinds: its ENGINES row, or the row of the
     campaign's own engine its ``engine_spec`` describes. Raises ServingError for neither."""
     engine = (workload or {}).get("engine")
-    if engine in ENGINES:
-        return ENGINES[engine]
+    row = _builtin(engine)
+    if row is not None and row["serves"]:
+        return row
     custom = (workload or {}).get("engine_spec")
     if not isinstance(custom, dict):
         raise ServingError("engine %r is not a serving engine (one of %s, or one of the campaign's engines)"
-                           % (engine, ", ".join(ENGINES)))
+                           % (engine, ", ".join(engine_names(serves=True))))
     return _custom_row(str(engine), custom)
 
 
-def is_serving(workload: dict) -> bool:
-    """Whether the workload is a serving run: its engine is a server in ENGINES, or a campaign's own engine
-    (its ``engine_spec`` travels with it)."""
+def _builtin(engine) -> Optional[dict]:
+    """The engine's ENGINES row, or None (any other value, of any type: a workload's engine is not checked yet)."""
+    return ENGINES.get(engine) if isinstance(engine, str) else None
+
+
+def is_serving(workload) -> bool:
+    """Whether the (resolved) workload is a serving run: its engine is a built-in server, or a campaign's own
+    engine (its ``engine_spec`` travels with it)."""
     workload = workload or {}
-    return str(workload.get("engine", "")) in ENGINES or isinstance(workload.get("engine_spec"), dict)
+    row = _builtin(workload.get("engine"))
+    return bool(row and row["serves"]) or isinstance(workload.get("engine_spec"), dict)
+
+
+def version_command(workload: dict):
+    """(argv, label) of the workload's engine version command (its ENGINES row's ``version``), or (None, why there
+    is none)."""
+    engine = (workload or {}).get("engine")
+    row = _builtin(engine)
+    if row is not None and row.get("version"):
+        argv, label = row["version"]
+        return list(argv), label
+    return None, "engine %s declares no version command sparkfleet knows" % engine
 
 
 def kv_log(workload: dict) -> Optional[str]:
@@ -501,13 +564,25 @@ def point_name(point: dict) -> str:
     return "d%d.c%d.pp%d.tg%d" % (point["depth"], point["concurrency"], point["pp"], point["tg"])
 
 
-def _levels(profile: dict, key: str, low: int) -> list:
-    values = profile.get(key)
+#: A serving profile's axes and their physical ranges, defined once: the campaign's profile fields
+#: (settings.profile_problems) and the host's check of the profile it runs (:func:`profile_points`).
+PROFILE_AXES = (
+    Field("depth", "int", REQUIRED, "Context already in the conversation before the prompt.", "tokens", 0,
+          2 ** 21),
+    Field("concurrency", "int", REQUIRED, "Concurrent requests.", "requests", 1, 4096),
+    Field("pp", "int", REQUIRED, "Prompt tokens processed per request.", "tokens", 1, 2 ** 21),
+    Field("tg", "int", REQUIRED, "Tokens generated per request.", "tokens", 1, 2 ** 21),
+)
+
+
+def _levels(profile: dict, axis: Field) -> list:
+    values = profile.get(axis.name)
     if not isinstance(values, list) or not values:
-        raise ValueError("profile.%s must be a non-empty list of integers, got %r" % (key, values))
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError("profile.%s: %r is not an integer >= %d" % (key, v, low))
+        raise ValueError("profile.%s must be a non-empty list of integers, got %r" % (axis.name, values))
+    for i, v in enumerate(values):
+        problem = field_problem(axis, v)
+        if problem:
+            raise ValueError("profile.%s[%d]: %s" % (axis.name, i, problem))
     return sorted(set(values))
 
 
@@ -518,8 +593,7 @@ def profile_points(workload: dict) -> list:
     if not isinstance(profile, dict):
         raise ValueError("workload %s: a serving workload needs a profile mapping, got %r"
                          % (workload.get("name"), profile))
-    depth, conc = _levels(profile, "depth", 0), _levels(profile, "concurrency", 1)
-    pp, tg = _levels(profile, "pp", 1), _levels(profile, "tg", 1)
+    depth, conc, pp, tg = (_levels(profile, axis) for axis in PROFILE_AXES)
     points = []
     for d in depth:
         for c in conc:

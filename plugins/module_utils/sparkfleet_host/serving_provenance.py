@@ -6,7 +6,7 @@ A serving record says which engine build answered and which weights it served, c
 mislabelled model or an unknown build cannot pass for the campaign's:
 
 * **the engine's version**, from the engine's own command in the run's environment before the server starts
-  (:func:`version_command`, :func:`parse_version`): ``llama-server --version`` (ggml-org/llama.cpp
+  (its serving.ENGINES row's ``version``, :func:`parse_version`): ``llama-server --version`` (ggml-org/llama.cpp
   common/arg.cpp's ``--version``, printed by common/build-info.cpp.in ``llama_print_build_info`` on stderr:
   ``version: <version> (build <n>, commit <hash>)`` and ``built with <compiler> for <target>``; builds before it
   print ``version: <n> (<hash>)``), ``vllm --version`` (vllm-project/vllm vllm/entrypoints/cli/main.py: argparse's
@@ -65,29 +65,11 @@ PY_VERSION = "\n".join((
     "sys.exit('no %s package (dist-info metadata or %s/version.py) for %s' % (dist, mod, sys.executable))",
 ))
 
-#: engine -> (argv of its version command, what the record calls it).
-VERSION_COMMANDS = {
-    "llama.cpp": (["llama-server", "--version"], "llama-server --version"),
-    "vllm": (["vllm", "--version"], "vllm --version"),
-    "sglang": (["python3", "-c", PY_VERSION, "sglang", "sglang"], "the sglang package's version (python3)"),
-    "trtllm-serve": (["python3", "-c", PY_VERSION, "tensorrt_llm", "tensorrt_llm"],
-                     "the tensorrt_llm package's version (python3)"),
-}
-
 _VERSION_TOKEN = re.compile(r"^v?\d+(?:\.\d+)+[0-9A-Za-z.+_-]*$")
 _LLAMA_VERSION = re.compile(r"^version:\s*(\S.*?)\s*$")
 _LLAMA_BUILD = re.compile(r"\(build (\d+), commit ([0-9A-Za-z]+)\)")
 _LLAMA_OLD = re.compile(r"^(\d+) \(([0-9A-Za-z]+)\)$")
 _LLAMA_BUILT = re.compile(r"^built with (.+?) for (.+?)\s*$")
-
-
-def version_command(workload: dict):
-    """(argv, label) of the workload's engine version command, or (None, why there is none)."""
-    engine = (workload or {}).get("engine")
-    if engine in VERSION_COMMANDS:
-        argv, label = VERSION_COMMANDS[engine]
-        return list(argv), label
-    return None, "engine %s declares no version command sparkfleet knows" % engine
 
 
 def _lines(text: str) -> list:

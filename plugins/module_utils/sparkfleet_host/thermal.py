@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .fields import DAY_S, GPU_TEMP_C, Field, _num, field_problem
+from .fields import DAY_S, GPU_TEMP_C, Field, field_problem, number_text
 from .gpu import GpuSensor, GpuSensorError
 
 _EPS = 1e-9
@@ -72,8 +72,8 @@ def cooldown_problems(values: Mapping[str, Any], where: str = "", by: str = "nam
     key = (lambda name: name) if by == "name" else (lambda name: COOLDOWN_BY_NAME[name].option)
     for name, why in (("min_wait_s", ""), ("settle_window_s", ": the GPUs could never settle in time")):
         if {name, "max_wait_s"} <= set(good) and good[name] > good["max_wait_s"]:
-            problems.append("%s%s: %s is above %s %s%s" % (prefix, key(name), _num(good[name]), key("max_wait_s"),
-                                                         _num(good["max_wait_s"]), why))
+            problems.append("%s%s: %s is above %s %s%s" % (prefix, key(name), number_text(good[name]),
+                                                         key("max_wait_s"), number_text(good["max_wait_s"]), why))
     return problems
 
 

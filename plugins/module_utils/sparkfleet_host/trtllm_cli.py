@@ -31,6 +31,7 @@ import os
 import re
 
 from . import trtllm_surfaces
+from .fields import Field, field_problem
 
 #: The image's standalone dataset script (NVIDIA's DGX Spark benchmarking guide runs it with ``--stdout``:
 #: NVIDIA/dgx-spark-playbooks nvidia/connect-two-sparks/assets/performance_benchmarking_guide.md, lines
@@ -48,6 +49,12 @@ LLM_API_OPTIONS = "extra_llm_api_options.yaml"
 #: Spellings of the LLM API options file flag, preferred first: ``--config`` since PR #10005 (2025-12), with
 #: ``--extra_llm_api_options`` its alias; before it ``--extra_llm_api_options`` alone.
 OPTIONS_FILE_FLAGS = ("--config", "--extra_llm_api_options")
+#: A trtllm workload's kv_fraction, defined once: the campaign's workload field (settings.WORKLOAD_FIELDS, the
+#: memory study's kv_fraction levels) and the check here before a command is built.
+KV_FRACTION = Field("kv_fraction", "float", None, "TensorRT-LLM kv_cache_config.free_gpu_memory_fraction, through "
+                    "--extra_llm_api_options (trtllm).", "fraction", 0.0, 1.0, low_open=True, nullable=True)
+#: trtllm-bench's modes a trtllm workload can run (its ``mode``).
+MODES = ("throughput", "latency")
 #: Spellings of the KV cache fraction (trtllm-serve's common options also know the long one).
 KV_FRACTION_FLAGS = ("--kv_cache_free_gpu_mem_fraction", "--kv_cache_free_gpu_memory_fraction")
 #: The image's programs a run may use, by the name the surface gives them.
@@ -648,11 +655,22 @@ def run_env(hf_cache):
 # -------------------------------------------------------------------------------------------- argv
 
 
+def kv_fraction(workload):
+    """The workload's kv_fraction as a float, or None when it gives none. Raises TrtllmCliError outside
+    :data:`KV_FRACTION`'s range."""
+    value = workload.get("kv_fraction")
+    problem = field_problem(KV_FRACTION, value)
+    if problem:
+        raise TrtllmCliError("kv_fraction %s" % problem)
+    return None if value is None else float(value)
+
+
 def llm_api_options(workload):
     """The LLM API options file (:data:`LLM_API_OPTIONS`) a trtllm workload needs (its kv_fraction), or None."""
-    if workload.get("engine", "trtllm") != "trtllm" or workload.get("kv_fraction") is None:
+    fraction = kv_fraction(workload) if workload.get("engine", "trtllm") == "trtllm" else None
+    if fraction is None:
         return None
-    return "kv_cache_config:\n  free_gpu_memory_fraction: %r\n" % float(workload["kv_fraction"])
+    return "kv_cache_config:\n  free_gpu_memory_fraction: %r\n" % fraction
 
 
 def _build(workload, model_ref, path, tokenizer, run_dir, resolved):
@@ -671,7 +689,7 @@ def _build(workload, model_ref, path, tokenizer, run_dir, resolved):
         # The image's script, as NVIDIA's Spark guide runs it: JSON lines on stdout, into the dataset file.
         prepare = (["python3", resolved["script_path"], "--tokenizer", tokenizer, "--stdout"] + lengths, dataset)
     mode = workload.get("mode", "throughput")
-    if mode not in ("throughput", "latency"):
+    if mode not in MODES:
         raise TrtllmCliError("mode %r is not throughput or latency" % (mode,))
     level = _command(programs, BENCH, mode)
     base = [BENCH, "--model", model_ref]
@@ -683,13 +701,14 @@ def _build(workload, model_ref, path, tokenizer, run_dir, resolved):
         bench += ["--max_batch_size", str(workload["batch"])]
     if workload.get("concurrency"):
         bench += ["--concurrency", str(workload["concurrency"])]
-    if workload.get("kv_fraction") is not None:
+    fraction = kv_fraction(workload)
+    if fraction is not None:
         if any(str(a).split("=", 1)[0] in OPTIONS_FILE_FLAGS for a in extra):
             raise TrtllmCliError("kv_fraction and an --extra_llm_api_options/--config file in extra_args: set "
                                  "kv_cache_config in one place")
         # The LLM API options file is what sizes the KV cache (PyTorch backend); the CLI flag says the same,
         # so the engine's report (world_info.kv_cache_percentage, from the CLI) agrees with its log.
-        bench += [_spelling(level, KV_FRACTION_FLAGS) or KV_FRACTION_FLAGS[0], repr(float(workload["kv_fraction"]))]
+        bench += [_spelling(level, KV_FRACTION_FLAGS) or KV_FRACTION_FLAGS[0], repr(fraction)]
         flag = _spelling(level, OPTIONS_FILE_FLAGS) if level is not None else OPTIONS_FILE_FLAGS[-1]
         if mode == "throughput" and flag is None:
             missing.append("`%s %s` has neither %s (the LLM API options file that sizes the KV cache: kv_fraction)"

@@ -11,7 +11,14 @@ import pytest
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
 from sparkfleet.cli import main
-from sparkfleet.compare import classify, compare_campaigns, compare_environments, kv_decomposition, kv_shift
+from sparkfleet.compare import (
+    classify,
+    compare_campaigns,
+    compare_environments,
+    kv_decomposition,
+    kv_residual,
+    kv_shift,
+)
 
 
 def write_campaign(root: Path, cells: dict[tuple[str, str], dict[str, list[float]]], host: str = "h1",
@@ -93,6 +100,13 @@ def test_recorded_fraction_wins_over_the_assumed_one() -> None:
     assert table.iloc[0]["fraction_source"] == "recorded"
     assert table.iloc[0]["residual_gib"] == pytest.approx(-0.36)  # 39.64 - 0.8 * 50
     assert fit.runs_with_recorded_fraction == 1
+
+
+def test_the_kv_residual_adds_tmp_kv_to_the_budget_only_where_the_record_has_it() -> None:
+    """One formula for every reader of the KV residual (compare.kv_decomposition, report.memory.run_parts)."""
+    runs = pd.DataFrame({"device_total_gib": [120.0, 120.0], "peak_memory_gib": [70.0, 70.0],
+                         "kv_cache_gib": [45.5, 45.5], "tmp_kv_gib": [0.5, np.nan]})
+    assert list(kv_residual(runs, 0.9)) == pytest.approx([45.5 - 0.9 * 50.5, 45.5 - 0.9 * 50.0])
 
 
 def _normal(mean: float, sd: float, n: int, seed: int) -> list[float]:
@@ -301,7 +315,7 @@ def test_holm_adjusts_step_down_and_leaves_nan_out_of_the_family() -> None:
 
 
 def _rows(p_values: list[float], change_pct: float = 8.0, n: int = 5) -> pd.DataFrame:
-    """Rows as compare._paired makes them: every row beyond the 5% threshold, with the given p-values."""
+    """Rows as compare.compare_moments makes them: every row beyond the 5% threshold, with the given p-values."""
     k = len(p_values)
     return pd.DataFrame({"n_a": [n] * k, "n_b": [n] * k, "mean_a": [100.0] * k, "mean_b": [100 + change_pct] * k,
                          "sd_a": [3.0] * k, "sd_b": [3.0] * k, "diff": [change_pct] * k,

@@ -39,8 +39,6 @@ from typing import Dict, List, Optional, Tuple
 from .trtllm_memory import parse_memory_lines
 from .vllm import vllm_kv
 
-ENGINES = ("vllm", "sglang", "llama.cpp", "trtllm-serve")
-
 _MIB = 1.0 / 1024
 
 
@@ -250,13 +248,15 @@ def _vllm(text: str) -> dict:
 
 
 _PARSERS = {"vllm": _vllm, "sglang": _sglang, "llama.cpp": _llamacpp, "trtllm-serve": _trtllm}
+#: The KV log formats read here, each named after the engine that prints it (an engine's ``kv_log``, serving.ENGINES).
+KV_LOGS = tuple(_PARSERS)
 
 
 def parse_kv(engine: str, text: str) -> dict:
     """KV-cache sizing an engine logged at start-up (module docstring); unknown engine: ValueError naming it."""
     parser = _PARSERS.get(engine)
     if parser is None:
-        raise ValueError(f"parse_kv: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+        raise ValueError(f"parse_kv: unknown engine {engine!r}; expected one of {', '.join(KV_LOGS)}")
     try:
         return parser(text or "")
     except Exception as exc:  # a log shape nobody foresaw costs the KV figure, never the run

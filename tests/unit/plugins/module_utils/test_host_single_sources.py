@@ -67,6 +67,9 @@ def test_nvidia_smi_argv_of_every_call():
     assert gpu.power_limit_argv("smi", 0, 300.5) == ["smi", "-i", "0", "-pl", "300.5"]
     assert gpu.lock_clocks_argv("smi", 0, 1500, 1980) == ["smi", "-i", "0", "-lgc", "1500,1980"]
     assert gpu.reset_clocks_argv("smi", 0) == ["smi", "-i", "0", "-rgc"]
+    assert gpu.report_argv("smi") == ["smi", "-q"]
+    assert gpu.performance_argv("smi") == ["smi", "-q", "-d", "PERFORMANCE"]
+    assert gpu.performance_argv("smi", 1) == ["smi", "-q", "-d", "PERFORMANCE", "-i", "1"]
 
 
 class FakeNvml:

@@ -1,6 +1,6 @@
 """host_state (issue 24): the readiness probe's wiring with a fake sensor and a fake load script, the energy
 integral on telemetry.csv files with known power steps, counters as deltas through the nvidia-smi stand-in, and
-the applied controls read back from the gpu_state role's files."""
+the applied controls read back from the gpu_state role's files (gpu_control)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from _ansible_modules import REPO, STANDINS, host_util
 
 host_state = host_util("host_state")
+gpu_control = host_util("gpu_control")
 gpu = host_util("gpu")
 FIXTURES = REPO / "tests" / "fixtures" / "attestation"
 HEADER = "t_s,gpu,gpu_temp_c,gpu_power_w,sm_clock_mhz,gpu_util_pct,throttle_reasons,mem_used_gib,cgroup_mem_gib\n"
@@ -259,26 +260,26 @@ def write_role_files(tmp_path: Path, lock=None, requested=None, prior_power_limi
 
 def test_the_controls_are_read_back_from_the_saved_file_and_the_lock_record(tmp_path):
     results_root = write_role_files(tmp_path, lock={"min": 2405, "max": 2405})
-    controls = host_state.applied_controls(results_root)
+    controls = gpu_control.applied_controls(results_root)
     assert controls["applied"] is True and controls["error"] is None
     assert controls["locked_clocks"] == {"0": {"min": 2405, "max": 2405}}
     assert controls["prior"] == {"cpu_governor": "ondemand", "gpus": {"0": {"persistence_mode": False,
                                                                             "power_limit": None,
                                                                             "locked_clocks": None}}}
-    assert host_state.applied_lock(controls) == (2405.0, 2405.0)
+    assert gpu_control.applied_lock(controls) == (2405.0, 2405.0)
 
 
 def test_no_saved_file_means_nothing_applied_and_a_rebooted_host_has_no_lock(tmp_path):
-    assert host_state.applied_controls(str(tmp_path / "results"))["applied"] is False
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock=None))  # /run emptied by a reboot
+    assert gpu_control.applied_controls(str(tmp_path / "results"))["applied"] is False
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock=None))  # /run emptied by a reboot
     assert controls["applied"] is True and controls["locked_clocks"] == {} and controls["error"] is None
-    assert host_state.applied_lock(controls) is None
+    assert gpu_control.applied_lock(controls) is None
 
 
 def test_a_corrupt_saved_file_is_an_error_not_an_exception(tmp_path):
     results_root = write_role_files(tmp_path)
-    Path(host_state.saved_state_file(results_root)).write_text("{not json")
-    controls = host_state.applied_controls(results_root)
+    Path(gpu_control.saved_state_file(results_root)).write_text("{not json")
+    controls = gpu_control.applied_controls(results_root)
     assert controls["applied"] is False and "gpu_state_saved.json" in controls["error"]
 
 
@@ -380,7 +381,7 @@ def lost_cap_section(tmp_path) -> dict:
 
 def test_a_lost_cap_is_relocked_to_the_recorded_range_and_the_second_probe_counts(fake_smi, tmp_path):
     fake_smi.touch()  # under load from here on: the stand-in reports its load clock, clamped by any lock
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 1800, "max": 2000}))
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 1800, "max": 2000}))
 
     def again():
         return probe(tmp_path, gpu.NvidiaSmiSensor(), controls=controls)
@@ -388,7 +389,7 @@ def test_a_lost_cap_is_relocked_to_the_recorded_range_and_the_second_probe_count
     first = again()  # the GPU lost the lock (a hang, a driver reset): its load clock, 2405 MHz
     assert first["state"] == "suspect" and "lost_cap" in {r["cause"] for r in first["reasons"]}
     assert first["sm_clock_mhz"] == 2405.0
-    section = host_state.reapply_lost_controls(first, controls, again)
+    section = gpu_control.reapply_lost_controls(first, controls, again)
     assert fake_gpu_state()["locked_clocks"] == [1800, 2000]  # exactly the range sparkfleet recorded
     assert section["reapplied"]["rc"] == 0
     assert section["reapplied"]["controls"] == {"gpu": 0, "locked_clocks": {"min": 1800, "max": 2000},
@@ -403,14 +404,14 @@ def test_a_lost_cap_is_relocked_to_the_recorded_range_and_the_second_probe_count
 def test_a_clock_below_the_lock_is_no_lost_cap_and_a_degraded_band_stays_suspect(fake_smi, tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_FAKE_GPU_DEGRADED", "1")  # 850 MHz under load whatever the lock allows
     fake_smi.touch()
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 600, "max": 2000}))
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 600, "max": 2000}))
 
     def again():
         return probe(tmp_path, gpu.NvidiaSmiSensor(), controls=controls)
 
     # below a lock is what a power cap or a fault does, never a lost lock (issue 32): nothing is re-applied; the
     # clock sits in the GB10's degraded band, above which sparkfleet locked it (max 2000): suspect
-    section = host_state.reapply_lost_controls(again(), controls, again)
+    section = gpu_control.reapply_lost_controls(again(), controls, again)
     assert section["reapplied"] is None and section["before_reapply"] is None
     assert section["state"] == "suspect" and section["sm_clock_mhz"] == 850.0
     assert [r["cause"] for r in section["reasons"]] == ["degraded_band"]
@@ -421,10 +422,10 @@ def test_a_clock_below_the_lock_is_no_lost_cap_and_a_degraded_band_stays_suspect
 def test_a_power_limit_sparkfleet_set_is_put_back_before_the_lock(fake_smi, tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_FAKE_GPU_MODEL", "h100")  # 700 W limit, settable
     requested = {"gpus": None, "locked_clocks": {"min": 1500, "max": 1500}, "power_limit": 450.0}
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 1500, "max": 1500},
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 1500, "max": 1500},
                                                             requested=requested, prior_power_limit=700.0))
     reprobe = Calls({"state": "healthy", "reasons": []})
-    section = host_state.reapply_lost_controls(lost_cap_section(tmp_path), controls, reprobe)
+    section = gpu_control.reapply_lost_controls(lost_cap_section(tmp_path), controls, reprobe)
     assert fake_gpu_state()["power_limit"] == 450.0 and fake_gpu_state()["locked_clocks"] == [1500, 1500]
     assert [c.split()[3] for c in section["reapplied"]["commands"]] == ["-pl", "-lgc"]  # gpu_state's order
     assert len(reprobe.args) == 1 and section["state"] == "healthy"
@@ -437,45 +438,45 @@ def test_a_power_limit_sparkfleet_set_is_put_back_before_the_lock(fake_smi, tmp_
     ({"power_limit": 450.0, "gpus": [1]}, 700.0, "asked for another GPU only"),
 ])
 def test_a_power_limit_sparkfleet_did_not_set_is_left_alone(tmp_path, requested, prior, gpus_note):
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000},
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000},
                                                             requested=requested, prior_power_limit=prior))
-    assert host_state.applied_power_limit(controls) is None, gpus_note
-    assert host_state.controls_to_reapply(controls)["power_limit"] is None
+    assert gpu_control.applied_power_limit(controls) is None, gpus_note
+    assert gpu_control.controls_to_reapply(controls)["power_limit"] is None
 
 
 def test_without_a_lock_sparkfleet_recorded_nothing_is_run_and_the_verdict_stays(tmp_path):
     section = lost_cap_section(tmp_path)
     runner, reprobe = Calls((0, "", "")), Calls({"state": "healthy", "reasons": []})
-    rebooted = host_state.applied_controls(write_role_files(tmp_path, lock=None))  # /run emptied: no record
+    rebooted = gpu_control.applied_controls(write_role_files(tmp_path, lock=None))  # /run emptied: no record
     not_ours = {"applied": False, "locked_clocks": {"0": {"min": 2000, "max": 2000}}}  # no saved file: not set by us
     for controls in (rebooted, not_ours, None):
-        out = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
+        out = gpu_control.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
         assert out == section
     assert runner.args == [] and reprobe.args == []
 
 
 def test_a_healthy_or_otherwise_suspect_section_is_never_reapplied(tmp_path):
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
     runner, reprobe = Calls((0, "", "")), Calls({"state": "healthy", "reasons": []})
     for sensor in (FakeSensor(2000.0), FakeSensor(2405.0)):  # held; above, but no lock given to the judge
         section = probe(tmp_path, sensor)
-        assert host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable,
+        assert gpu_control.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable,
                                                 runner=runner) == section
     degraded = probe(tmp_path, FakeSensor(850.0))
-    assert host_state.reapply_lost_controls(degraded, controls, reprobe, nvidia_smi=sys.executable,
+    assert gpu_control.reapply_lost_controls(degraded, controls, reprobe, nvidia_smi=sys.executable,
                                             runner=runner) == degraded
     assert runner.args == [] and reprobe.args == []
 
 
 def test_a_failed_reapply_is_recorded_and_the_first_verdict_stands(tmp_path):
-    controls = host_state.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
+    controls = gpu_control.applied_controls(write_role_files(tmp_path, lock={"min": 2000, "max": 2000}))
     section = lost_cap_section(tmp_path)
     runner = Calls((4, "", "Insufficient Permissions"))
     reprobe = Calls({"state": "healthy", "reasons": []})
-    out = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
+    out = gpu_control.reapply_lost_controls(section, controls, reprobe, nvidia_smi=sys.executable, runner=runner)
     assert [argv[0][-2:] for argv in runner.args] == [["-lgc", "2000,2000"]]
     assert reprobe.args == []  # not probed again
     assert out["reapplied"]["rc"] == 4 and out["reapplied"]["output"]
     assert out["state"] == "suspect" and out["reasons"] == section["reasons"] and out["before_reapply"] is None
-    missing = host_state.reapply_lost_controls(section, controls, reprobe, nvidia_smi="/nonexistent/nvidia-smi")
+    missing = gpu_control.reapply_lost_controls(section, controls, reprobe, nvidia_smi="/nonexistent/nvidia-smi")
     assert missing["reapplied"]["rc"] != 0 and missing["state"] == "suspect" and reprobe.args == []

@@ -18,6 +18,7 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning, 
 
 readiness = host_util("readiness")
 host_state = host_util("host_state")
+gpu_control = host_util("gpu_control")
 attestation = host_util("attestation")
 gpu = host_util("gpu")
 FIXTURES = REPO / "tests" / "fixtures" / "attestation"
@@ -375,7 +376,7 @@ def role_files(tmp_path: Path, lock=None, power_limit=None, prior_power_limit=No
              "saved": {"gpus": [{"index": 0, "power_limit": prior_power_limit, "persistence_mode": True,
                                  "locked_clocks": None}]}}
     (tmp_path / "work" / "state" / "gpu_state_saved.json").write_text(json.dumps(saved))
-    return host_state.applied_controls(str(tmp_path / "work" / "results"))
+    return gpu_control.applied_controls(str(tmp_path / "work" / "results"))
 
 
 def smi_set(*args: str) -> None:

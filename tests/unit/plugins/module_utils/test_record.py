@@ -158,6 +158,19 @@ def test_a_future_or_unknown_version_is_refused_by_name():
         record.upgrade(_record(schema_version=0))
 
 
+def test_the_one_reader_migrates_screens_and_validates():
+    """checked_record: what every controller reader of record.json takes (the loader, the report, the unpack)."""
+    read = record.checked_record(_record(study_iteration=4, metrics={"output_tok_s": -5.0}))
+    assert read["schema_version"] == record.SCHEMA_VERSION and read["extra"] == {"study_iteration": 4}
+    assert read["metrics"] == {} and record.rejected_metrics(read)  # out of its physical range: named, dropped
+    with pytest.raises(record.RecordError, match="status 'failed' without a reason"):
+        record.checked_record(_record(status="failed"))
+    with pytest.raises(record.RecordError, match="schema_version 7 is newer"):  # a RecordVersionError
+        record.checked_record(_record(schema_version=7))
+    with pytest.raises(record.RecordError, match="not a JSON object"):
+        record.checked_record([1])
+
+
 def test_every_migration_step_is_defined():
     assert sorted(record.MIGRATIONS) == list(range(1, record.SCHEMA_VERSION))
 

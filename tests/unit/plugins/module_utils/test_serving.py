@@ -189,9 +189,10 @@ def test_profile_points_cross_the_levels_and_are_named():
 @pytest.mark.parametrize("profile, message", [
     (None, "needs a profile mapping"),
     ({**PROFILE, "depth": []}, "profile.depth must be a non-empty list"),
-    ({**PROFILE, "concurrency": [0]}, r"profile.concurrency: 0 is not an integer >= 1"),
-    ({**PROFILE, "tg": ["64"]}, r"profile.tg: '64' is not an integer >= 1"),
-    ({**PROFILE, "depth": [True]}, r"profile.depth: True is not an integer >= 0"),
+    ({**PROFILE, "concurrency": [0]}, r"profile.concurrency\[0\]: must be between 1 and 4096 requests, got 0"),
+    ({**PROFILE, "concurrency": [1, 5000]}, r"profile.concurrency\[1\]: must be between 1 and 4096 requests"),
+    ({**PROFILE, "tg": ["64"]}, r"profile.tg\[0\]: must be an integer, got a string '64'"),
+    ({**PROFILE, "depth": [True]}, r"profile.depth\[0\]: must be an integer, got a boolean True"),
 ])
 def test_a_malformed_profile_is_refused(profile, message):
     with pytest.raises(ValueError, match=message):

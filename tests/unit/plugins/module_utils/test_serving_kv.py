@@ -6,7 +6,7 @@ import pytest
 from _shared import own_fixture, trtllm_fixture
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.serving_kv import (
-    ENGINES,
+    KV_LOGS,
     parse_kv,
 )
 
@@ -173,7 +173,7 @@ def test_trtllm_serve_budget_without_allocation_line():
 # --------------------------------------------------------------------------- every engine
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", KV_LOGS)
 def test_nothing_found_is_all_none(engine):
     out = parse_kv(engine, "INFO: Uvicorn running on http://127.0.0.1:8000\n\x00garbage\n")
     assert out["engine"] == engine

@@ -19,6 +19,7 @@ import pytest
 from _ansible_modules import STANDINS, host_util, load_module, run_module
 
 prov = host_util("serving_provenance")
+serving = host_util("serving")
 modelcard = host_util("modelcard")
 record_mod = host_util("record")
 run_record = host_util("run_record")
@@ -70,7 +71,7 @@ def _env(**extra):
 def test_the_vllm_standin_answers_version_as_vllm_does():
     """vllm/entrypoints/cli/main.py: argparse's version action prints importlib.metadata.version("vllm") and exits 0
     (the real CLI may log INFO lines first: the last version-shaped line is taken)."""
-    argv, label = prov.version_command({"engine": "vllm"})
+    argv, label = serving.version_command({"engine": "vllm"})
     assert argv == ["vllm", "--version"] and label == "vllm --version"
     proc = subprocess.run([sys.executable, str(STANDINS / "vllm"), "--version"], capture_output=True, text=True,
                           timeout=60, env=_env(SPARKFLEET_FAKE_VERSION="0.11.2"))
@@ -83,7 +84,7 @@ def test_the_vllm_standin_answers_version_as_vllm_does():
 def test_the_sglang_standin_answers_as_the_package_does():
     """python3 -c PY_VERSION sglang sglang: no dist-info beside the stand-in package, so its version.py
     (python/sglang/version.py), read as text, never imported."""
-    argv, _ = prov.version_command({"engine": "sglang"})
+    argv, _ = serving.version_command({"engine": "sglang"})
     proc = subprocess.run([sys.executable] + argv[1:], capture_output=True, text=True, timeout=60,
                           env=_env(path=[STANDINS]))
     parsed = prov.parse_version("sglang", proc.stdout)
@@ -94,7 +95,7 @@ def test_the_sglang_standin_answers_as_the_package_does():
 def test_tensorrt_llm_from_its_metadata_else_its_version_py(tmp_path):
     """The trtllm-serve version: the tensorrt_llm distribution's metadata (pip's dist-info), else the package's
     version.py as NVIDIA's images lay it out (tensorrt_llm/version.py: __version__ = "1.2.1")."""
-    argv, _ = prov.version_command({"engine": "trtllm-serve"})
+    argv, _ = serving.version_command({"engine": "trtllm-serve"})
     site = tmp_path / "site"
     (site / "tensorrt_llm").mkdir(parents=True)
     (site / "tensorrt_llm" / "__init__.py").write_text("raise SystemExit('imported: would start CUDA')\n")
@@ -114,13 +115,13 @@ def test_tensorrt_llm_from_its_metadata_else_its_version_py(tmp_path):
 
 
 def test_no_package_no_version_and_the_reason():
-    argv, _ = prov.version_command({"engine": "sglang"})
+    argv, _ = serving.version_command({"engine": "sglang"})
     proc = subprocess.run([sys.executable] + argv[1:], capture_output=True, text=True, timeout=60,
                           env=_env(path=[]))
     assert proc.returncode != 0
     parsed = prov.parse_version("sglang", proc.stdout + proc.stderr)
     assert parsed["version"] is None and "no sglang package" in parsed["error"]
-    assert prov.version_command({"engine": "ollama", "engine_spec": {}}) == (
+    assert serving.version_command({"engine": "ollama", "engine_spec": {}}) == (
         None, "engine ollama declares no version command sparkfleet knows")
 
 

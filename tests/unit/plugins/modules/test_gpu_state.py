@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _ansible_modules import STANDINS, load_module, run_module
+from _ansible_modules import STANDINS, host_util, load_module, run_module
+
+gpu_control = host_util("gpu_control")
+task = host_util("task")
 
 GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
 
@@ -190,7 +193,7 @@ def test_governor_verification(gs, h200, monkeypatch):
     def lazy_write(self, cpu: str, governor: str) -> None:  # the kernel refused silently
         gs_writes.append(cpu)
 
-    monkeypatch.setattr(gs.GpuState, "write_governor", lazy_write)
+    monkeypatch.setattr(gpu_control.GpuState, "write_governor", lazy_write)
     res = run_module(gs, h200.args(cpu_governor="performance"))
     assert res["failed"] is True and res["msg"].startswith("cpu_governor did not take on cpu0")
     assert gs_writes == ["cpu0", "cpu1", "cpu2", "cpu3"]
@@ -247,6 +250,20 @@ def test_only_selected_gpus(gs, h200, monkeypatch):
     assert res["changes"] == ["GPU 1: persistence_mode true -> false"]
     state = json.loads(h200.fake_state.read_text())["gpus"]
     assert state["0"]["persistence"] is True and state["1"]["persistence"] is False
+
+
+def test_the_work_runs_without_ansible_module(h200):
+    """The module is its argument spec and one call: gpu_control.apply takes plain params and a Task."""
+    warnings: list[str] = []
+    params = {"state": "present", "gpus": None, "persistence_mode": None, "locked_clocks": None,
+              "reset_locked_clocks": False, "power_limit": None, "cpu_governor": "performance", "drop_caches": False,
+              "saved": None, "nvidia_smi": "nvidia-smi", **h200.args()}
+    run = host_util("gpu").subprocess_runner
+    planned = gpu_control.apply(params, task.Task(run, lambda *a, **k: None, warnings.append, check_mode=True))
+    assert planned["changed"] is True and planned["after"]["cpu_governor"] == "performance"
+    assert h200.governors() == ["ondemand"] * 4 and warnings == []
+    with pytest.raises(task.TaskFailed, match="power_limit must be greater than 0"):
+        gpu_control.apply({**params, "power_limit": -1.0}, task.Task(run, lambda *a, **k: None, warnings.append))
 
 
 def test_docs_are_valid_yaml(gs):

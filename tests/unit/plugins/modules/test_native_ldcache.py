@@ -1,5 +1,5 @@
-"""The chroot's ld cache refresh and CUDA forward-compat choice (chroot_mounts), made as the NVIDIA container
-toolkit makes them for `docker run --gpus` (nvidia-container-toolkit @90988f7a,
+"""The chroot's ld cache refresh and CUDA forward-compat choice (chroot_mounts; sparkfleet_host.mounts), made as the
+NVIDIA container toolkit makes them for `docker run --gpus` (nvidia-container-toolkit @90988f7a,
 cmd/nvidia-cdi-hook/cudacompat/cudacompat.go and cmd/nvidia-cdi-hook/update-ldcache/update-ldcache.go)."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import pytest
 from _ansible_modules import host_util, load_module
 
 sc = host_util("chroot")
+mounts = host_util("mounts")
+task = host_util("task")
 
 
 def _rootfs(tmp_path: Path, compat: list[str] | None = ("libcuda.so.590.44.01",), cache: bool = True) -> Path:
@@ -75,7 +77,7 @@ def test_ldconfig_argv_is_the_hooks_run_inside_the_rootfs(tmp_path):
 
 
 class FakeModule:
-    """What refresh_ld_cache / restore_ld_cache use of AnsibleModule; ldconfig is mocked (it rewrites the cache)."""
+    """What refresh_ld_cache uses of AnsibleModule (through task.of); ldconfig is mocked (it rewrites the cache)."""
 
     def __init__(self, **params):
         self.params = {"ldconfig": True, "cuda_compat": True, "host_driver_version": None, **params}
@@ -101,10 +103,9 @@ class FakeModule:
 
 
 def test_refresh_then_restore_puts_the_image_back(tmp_path):
-    mounts = load_module("chroot_mounts")
     root = _rootfs(tmp_path)
     module = FakeModule(host_driver_version="580.95.05")
-    ldcache, compat = mounts.refresh_ld_cache(module, str(root), [])
+    ldcache, compat = mounts.refresh_ld_cache(module.params, task.of(module), str(root), [])
     assert compat["enabled"] and compat["conf"] == sc.CUDA_COMPAT_CONF
     assert (root / "etc/ld.so.conf.d/00-compat-sparkfleet.conf").read_text() == "/usr/local/cuda-13.0/compat\n"
     assert module.calls == [["/usr/sbin/chroot", str(root), "/sbin/ldconfig.real", "-f", "/etc/ld.so.conf",
@@ -115,34 +116,33 @@ def test_refresh_then_restore_puts_the_image_back(tmp_path):
     assert state["cuda_compat"]["enabled"] and state["had_cache"] is True
     assert sc.read_native_state(str(root))["ldcache"]["refreshed"]
 
-    again, _ = mounts.refresh_ld_cache(module, str(root), [])
+    again, _ = mounts.refresh_ld_cache(module.params, task.of(module), str(root), [])
     assert not again["changed"]  # idempotent: same entry, same cache
     assert (root / "etc/ld.so.cache.sparkfleet-orig").read_bytes() == b"image cache"  # the first backup is kept
 
     # A newer host driver since: the compat entry goes.
     newer = FakeModule(host_driver_version="595.10.01")
-    _, compat = mounts.refresh_ld_cache(newer, str(root), [])
+    _, compat = mounts.refresh_ld_cache(newer.params, task.of(newer), str(root), [])
     assert not compat["enabled"] and not (root / "etc/ld.so.conf.d/00-compat-sparkfleet.conf").exists()
 
-    assert mounts.restore_ld_cache(module, str(tmp_path)) == [str(root)]
+    assert mounts.restore_ld_cache(str(tmp_path), module.check_mode) == [str(root)]
     assert (root / "etc/ld.so.cache").read_bytes() == b"image cache"
     assert not (root / "etc/ld.so.cache.sparkfleet-orig").exists() and not (root / sc.NATIVE_STATE).exists()
-    assert mounts.restore_ld_cache(module, str(tmp_path)) == []
+    assert mounts.restore_ld_cache(str(tmp_path), module.check_mode) == []
 
 
 def test_restore_removes_a_cache_the_image_never_had_and_off_switches(tmp_path):
-    mounts = load_module("chroot_mounts")
     root = _rootfs(tmp_path, cache=False)
     module = FakeModule(host_driver_version="580.95.05")
-    ldcache, compat = mounts.refresh_ld_cache(module, str(root), [])
+    ldcache, compat = mounts.refresh_ld_cache(module.params, task.of(module), str(root), [])
     assert module.calls[0][-1] == "-N" and ldcache["backup"] is None
     assert not compat["enabled"]  # no ld cache in the image: the toolkit leaves compat off too
-    assert mounts.restore_ld_cache(module, str(root)) == [str(root)]
+    assert mounts.restore_ld_cache(str(root), module.check_mode) == [str(root)]
     assert not (root / "etc/ld.so.cache").exists()
 
     off = FakeModule(ldconfig=False, cuda_compat=False, host_driver_version="580.95.05")
     root2 = _rootfs(tmp_path / "b")
-    ldcache, compat = mounts.refresh_ld_cache(off, str(root2), [])
+    ldcache, compat = mounts.refresh_ld_cache(off.params, task.of(off), str(root2), [])
     assert off.calls == [] and not ldcache["refreshed"] and compat["reason"] == "cuda_compat is off"
 
 

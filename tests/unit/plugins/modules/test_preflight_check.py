@@ -1,5 +1,6 @@
-"""Preflight gates: the rules (sparkfleet_host/gates.py) on made-up measurements, and the preflight_check module
-run end to end against the nvidia-smi stand-in on PATH, a temp results dir and the build machine's /proc."""
+"""Preflight gates: the rules (sparkfleet_host/gates/, one file per gate) on made-up measurements, and the
+preflight_check module run end to end against the nvidia-smi stand-in on PATH, a temp results dir and the build
+machine's /proc."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 from _ansible_modules import STANDINS, host_util, load_module, run_module
 
 gates = host_util("gates")
+gate = host_util("gates.gate")
+cpu_load, free_memory, free_disk, gpu_processes = (host_util(f"gates.{name}") for name in (
+    "cpu_load", "free_memory", "free_disk", "gpu_processes"))
 Command = gates.Command
 
 LIMITS = {"max_gpu_temp_c": 60.0, "pstates": [], "max_load_per_cpu": 0.5, "min_free_memory_gib": 8.0,
@@ -26,10 +30,16 @@ def rows(*gpus: tuple[str, str]) -> list[dict[str, Any]]:
     return [{"index": str(i), "temperature.gpu": temp, "pstate": state} for i, (temp, state) in enumerate(gpus)]
 
 
-def evaluate(limits: dict[str, Any] | None = None, gpu_rows=None, gpu_error: str = "", apps: Command = NO_APPS,
-             load1: float = 1.0, cpus: int = 16, mem_kib: int = 64 * GIB_KIB, disk_kib: int = 500 * GIB_KIB):
-    return gates.evaluate({**LIMITS, **(limits or {})}, rows(("38", "P8")) if gpu_rows is None else gpu_rows,
-                          gpu_error, apps, load1, cpus, mem_kib, disk_kib, "/var/lib/sparkfleet")
+def measured(gpu_rows=None, gpu_error: str = "", apps: Command = NO_APPS, load1: float = 1.0, cpus: int = 16,
+             mem_kib: int = 64 * GIB_KIB, disk_kib: int = 500 * GIB_KIB) -> dict[str, Any]:
+    """What each gate's measure gives, by gate name."""
+    gpus = (rows(("38", "P8")) if gpu_rows is None else gpu_rows, gpu_error)
+    return {"gpu_temperature": gpus, "performance_state": gpus, "cpu_load": (load1, cpus), "free_memory": mem_kib,
+            "free_disk": (disk_kib, "/var/lib/sparkfleet"), "gpu_processes": apps}
+
+
+def evaluate(limits: dict[str, Any] | None = None, **measurements: Any):
+    return gates.evaluate({**LIMITS, **(limits or {})}, measured(**measurements))
 
 
 # --------------------------------------------------------------------------- the rules
@@ -70,7 +80,8 @@ def test_the_hottest_gpu_at_its_limit_passes(temps, verdict):
 
 def test_gates_that_cannot_be_measured_are_null_and_warned_or_failed():
     missing = Command.not_started(2)
-    g = evaluate(gpu_rows=[], gpu_error=missing.error, apps=missing)
+    m = measured(gpu_rows=[], gpu_error=missing.error, apps=missing)
+    g = gates.evaluate(LIMITS, m)
     assert g["gpu_temperature"] == {"value": None, "limit": 60.0, "unit": "C", "pass": None,
                                     "error": "Error executing command."}
     assert g["performance_state"] == {"value": [], "limit": [], "pass": None}
@@ -83,9 +94,9 @@ def test_gates_that_cannot_be_measured_are_null_and_warned_or_failed():
     assert gates.failure_message("h", g, names) == (
         "preflight gate(s) failed on h: gpu_temperature measured  C (limit 60.0 C); "
         "performance_state measured [] (limit []); gpu_processes measured  (limit 0)")
-    assert gates.unknown_warning("performance_state", g) == (
+    assert gates.unknown_warning("performance_state", g, m) == (
         "preflight gate performance_state could not be measured: Error executing command.")
-    assert gates.unknown_warning("gpu_processes", g) == (
+    assert gates.unknown_warning("gpu_processes", g, m) == (
         "preflight gate gpu_processes could not be measured: Error executing command.")
 
 
@@ -120,15 +131,15 @@ def test_load_is_judged_per_online_cpu(load1, cpus, per_cpu, limit, verdict):
 
 
 def test_sizes_are_gib_rounded_to_two_decimals():
-    assert gates.gib(1234567) == round(1234567 / 1048576, 2) == 1.18
+    assert gate.gib(1234567) == round(1234567 / 1048576, 2) == 1.18
     g = evaluate(mem_kib=23_570_000, disk_kib=65_536_000)
     assert g["free_memory"]["value"] == 22.48 and g["free_disk"]["value"] == 62.5
 
 
 def test_process_count_skips_blank_lines_and_the_no_process_line():
     apps = Command(0, "1234, /usr/bin/python3, 1024 MiB\n\n5678, ./trtllm, 2048 MiB\r\n")
-    assert gates.process_count(apps) == 2
-    assert gates.process_count(NO_APPS) == 0
+    assert gpu_processes.process_count(apps) == 2
+    assert gpu_processes.process_count(NO_APPS) == 0
     g = evaluate({"max_gpu_processes": 2}, apps=apps)
     assert g["gpu_processes"] == {"value": 2, "limit": 2, "pass": True, "error": "",
                                   "processes": ["1234, /usr/bin/python3, 1024 MiB", "", "5678, ./trtllm, 2048 MiB"]}
@@ -140,22 +151,32 @@ def test_a_failed_command_records_its_output_then_the_command_modules_msg():
     assert Command(0, "out\n").error == "out" and Command(0).error == ""
 
 
-def test_query_gpus_goes_through_gpu_query_gpu():
+def test_the_gpu_gates_share_one_query_through_gpu_query_gpu():
     calls = []
 
     def run(argv):
         calls.append(list(argv))
-        return Command(0, "0, 38, P8\n1, 40, P0\n")
+        return Command(0, "0, 38, P8\n1, 40, P0\n") if "--query-gpu" in argv[1] else NO_APPS
 
-    found, error = gates.query_gpus("nvidia-smi", run)
-    assert calls == [["nvidia-smi", "--query-gpu=index,temperature.gpu,pstate", "--format=csv,noheader,nounits"]]
+    m = gates.measure("/", "nvidia-smi", run)
+    assert calls == [["nvidia-smi", "--query-gpu=index,temperature.gpu,pstate", "--format=csv,noheader,nounits"],
+                     ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]]
+    found, error = m["gpu_temperature"]
+    assert m["performance_state"] is m["gpu_temperature"]
     assert [(r["temperature.gpu"], r["pstate"]) for r in found] == [("38", "P8"), ("40", "P0")]
     assert error == "0, 38, P8\n1, 40, P0"  # the output, recorded only if no temperature can be read from it
 
-    assert gates.query_gpus("x", lambda argv: Command(6, "No devices were found\n")) == (
+    fields = ("index", "temperature.gpu", "pstate")
+    assert gate.query_gpus(fields, "x", lambda argv: Command(6, "No devices were found\n")) == (
         [], "No devices were foundnon-zero return code")
-    found, error = gates.query_gpus("x", lambda argv: Command(0, "0, 38\n"))
+    found, error = gate.query_gpus(fields, "x", lambda argv: Command(0, "0, 38\n"))
     assert found == [] and "2 columns for 3 fields" in error
+
+
+def test_a_figure_linux_always_has_that_cannot_be_read_names_its_gate(tmp_path):
+    with pytest.raises(gates.Unmeasurable) as caught:
+        gates.measure(str(tmp_path / "missing"), "nvidia-smi", lambda argv: NO_APPS)
+    assert caught.value.gate == "free_disk" and isinstance(caught.value.reason, FileNotFoundError)
 
 
 def test_limits_are_checked_by_the_campaign_settings_rules():
@@ -178,21 +199,21 @@ def test_readers(tmp_path):
     (tmp_path / "loadavg").write_text("2.73 1.10 0.90 3/612 4242\n")
     (tmp_path / "meminfo").write_text("MemTotal:       131072000 kB\nMemFree: 1 kB\nMemAvailable:   23570000 kB\n")
     (tmp_path / "bad").write_text("MemTotal: 1 kB\n")
-    assert gates.load_1min(str(tmp_path / "loadavg")) == 2.73
-    assert gates.mem_available_kib(str(tmp_path / "meminfo")) == 23570000
+    assert cpu_load.load_1min(str(tmp_path / "loadavg")) == 2.73
+    assert free_memory.mem_available_kib(str(tmp_path / "meminfo")) == 23570000
     with pytest.raises(ValueError, match="no MemAvailable"):
-        gates.mem_available_kib(str(tmp_path / "bad"))
-    assert gates.online_cpus() == os.sysconf("SC_NPROCESSORS_ONLN")
+        free_memory.mem_available_kib(str(tmp_path / "bad"))
+    assert cpu_load.online_cpus() == os.sysconf("SC_NPROCESSORS_ONLN")
     st = os.statvfs(tmp_path)
-    assert gates.disk_available_kib(str(tmp_path)) == -(-st.f_bavail * st.f_frsize // 1024)
+    assert free_disk.disk_available_kib(str(tmp_path)) == -(-st.f_bavail * st.f_frsize // 1024)
 
 
 def test_free_disk_rounds_up_to_whole_kib_as_df_does(monkeypatch):
     class St:
         f_bavail, f_frsize = 3, 512
 
-    monkeypatch.setattr(gates.os, "statvfs", lambda path: St)
-    assert gates.disk_available_kib("/x") == 2
+    monkeypatch.setattr(free_disk.os, "statvfs", lambda path: St)
+    assert free_disk.disk_available_kib("/x") == 2
 
 
 # --------------------------------------------------------------------------- the module
@@ -219,9 +240,11 @@ class Host:
         for name in ("SPARKFLEET_FAKE_GPU_LOAD", "SPARKFLEET_FAKE_IDLE_TEMP", "SPARKFLEET_FAKE_GPU_COUNT"):
             monkeypatch.delenv(name, raising=False)
 
-    def args(self, **kw: Any) -> dict[str, Any]:
-        return {"host": "spark1", "work_dir": str(self.work), "results_dir": str(self.results),
-                "max_load_per_cpu": 1000, "min_free_memory_gib": 0, "min_free_disk_gib": 0, **kw}
+    def args(self, nvidia_smi: str = "nvidia-smi", work_dir: Path | None = None, **limits: Any) -> dict[str, Any]:
+        """The module's arguments; ``limits`` go in its ``limits``."""
+        return {"host": "spark1", "work_dir": str(work_dir or self.work), "results_dir": str(self.results),
+                "nvidia_smi": nvidia_smi,
+                "limits": {"max_load_per_cpu": 1000, "min_free_memory_gib": 0, "min_free_disk_gib": 0, **limits}}
 
     def record(self) -> dict[str, Any]:
         return json.loads((self.results / "preflight.json").read_text())
@@ -323,8 +346,9 @@ def test_module_leaves_an_unchanged_record_alone_and_diffs_a_changed_one(pc, hos
 def test_module_refuses_limits_out_of_range_and_an_unreadable_work_dir(pc, host):
     res = run_module(pc, host.args(max_gpu_temp_c=500))
     assert res["failed"] is True and res["msg"] == "max_gpu_temp_c must be at most 120 C, got 500"
-    res = run_module(pc, host.args(work_dir=str(host.tmp / "missing")))
-    assert res["failed"] is True and "cannot read the load, free memory or free disk of spark1" in res["msg"]
+    res = run_module(pc, host.args(work_dir=host.tmp / "missing"))
+    assert res["failed"] is True and res["msg"].startswith(
+        f"preflight_check: cannot measure free_disk on spark1 (work_dir {host.tmp / 'missing'}): [Errno 2]")
     assert not (host.work / "results").exists()
 
 
@@ -332,6 +356,19 @@ def test_module_takes_limits_as_strings_as_extra_vars_give_them(pc, host):
     res = run_module(pc, host.args(max_gpu_temp_c="30", max_load_per_cpu="100", fail_on_unknown="false"))
     assert res["failed"] is True and res["gates"]["gpu_temperature"]["limit"] == 30.0
     assert res["msg"] == "preflight gate(s) failed on spark1: gpu_temperature measured 38.0 C (limit 30.0 C)"
+
+
+def test_module_takes_the_plans_preflight_group_whole_and_refuses_what_no_gate_takes(pc, host):
+    res = run_module(pc, host.args(max_gpu_temp=45, max_gpu_processes="x"))
+    assert res["failed"] is True and res["problems"][0].startswith(
+        "limits: argument 'max_gpu_processes' is of type str and we were unable to convert to int")
+    assert res["problems"][1].startswith("limits: unknown key max_gpu_temp. Supported parameters include: ")
+    assert not (host.work / "results").exists()
+    res = run_module(pc, host.args(max_fail_percentage=100))  # the play's, carried by the same plan group
+    assert not res.get("failed") and res["gates"]["cpu_load"]["limit"] == 1000 * os.sysconf("SC_NPROCESSORS_ONLN")
+    res = run_module(pc, {k: v for k, v in host.args().items() if k != "limits"})  # every default
+    assert res["gates"]["free_disk"]["limit"] == 20.0 and res["gates"]["cpu_load"]["limit"] == 0.5 * os.sysconf(
+        "SC_NPROCESSORS_ONLN")
 
 
 def test_write_text_if_changed_writes_only_a_change_atomically(tmp_path, monkeypatch):

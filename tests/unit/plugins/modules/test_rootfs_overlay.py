@@ -7,7 +7,8 @@ import os
 import pytest
 from _ansible_modules import host_util, load_module, run_module
 
-ro = load_module("rootfs_overlay")
+ro = host_util("rootfs_overlay")
+overlay = load_module("rootfs_overlay")
 sc = host_util("chroot")
 
 
@@ -75,23 +76,23 @@ def test_marker_comparison_ignores_the_time():
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="checks the refusal without root")
 def test_refused_without_root(tmp_path):
-    res = run_module(ro, {"root": str(tmp_path)})
+    res = run_module(overlay, {"root": str(tmp_path)})
     assert res["failed"] and "needs root" in res["msg"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the checks after the root check need root")
 def test_bad_arguments_are_refused_before_mounting(tmp_path):
-    res = run_module(ro, {"root": str(tmp_path), "name": "../escape"})
+    res = run_module(overlay, {"root": str(tmp_path), "name": "../escape"})
     assert res["failed"] and "name" in res["msg"]
-    res = run_module(ro, {"root": str(tmp_path), "lower": str(tmp_path / "nowhere")})
+    res = run_module(overlay, {"root": str(tmp_path), "lower": str(tmp_path / "nowhere")})
     assert res["failed"] and "not a directory" in res["msg"]
-    res = run_module(ro, {"root": str(tmp_path / "w,x"), "lower": str(tmp_path)})
+    res = run_module(overlay, {"root": str(tmp_path / "w,x"), "lower": str(tmp_path)})
     assert res["failed"] and "cannot hold ','" in res["msg"]
     inside = tmp_path / "inside"
     inside.mkdir()
-    res = run_module(ro, {"root": str(tmp_path), "lower": str(inside)})
+    res = run_module(overlay, {"root": str(tmp_path), "lower": str(inside)})
     assert res["failed"] and "inside the work dir" in res["msg"]
-    res = run_module(ro, {"root": str(tmp_path), "env": {"A B": "1"}})
+    res = run_module(overlay, {"root": str(tmp_path), "env": {"A B": "1"}})
     assert res["failed"] and "invalid environment variable name" in res["msg"]
 
 
@@ -100,7 +101,7 @@ def test_check_mode_mounts_and_writes_nothing(tmp_path):
     lower = tmp_path / "lower"
     lower.mkdir()
     work = tmp_path / "work"
-    res = run_module(ro, {"root": str(work), "lower": str(lower)}, check_mode=True)
+    res = run_module(overlay, {"root": str(work), "lower": str(lower)}, check_mode=True)
     assert not res.get("failed"), res
     assert res["changed"] and res["mounted"]
     assert res["path"] == str(work / "rootfs" / ro.default_name(str(lower)))
@@ -110,6 +111,6 @@ def test_check_mode_mounts_and_writes_nothing(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the checks after the root check need root")
 def test_unmounted_with_nothing_mounted_changes_nothing(tmp_path):
-    res = run_module(ro, {"root": str(tmp_path), "state": "unmounted"})
+    res = run_module(overlay, {"root": str(tmp_path), "state": "unmounted"})
     assert not res.get("failed"), res
     assert res["changed"] is False and res["unmounted"] == []

@@ -56,7 +56,7 @@ def test_the_estimate_states_its_assumptions():
     c = resolve(base(iterations=5, timeout_s=600, cooldown={"min_wait_s": 60, "settle_window_s": 30,
                                                             "max_wait_s": 900}))
     typical, upper = estimate.estimate_s(c)
-    assert typical == 10 * (60 + estimate.NOMINAL_RUN_S["trtllm"])  # min_wait + a nominal trtllm run
+    assert typical == 10 * (60 + estimate.nominal_run_s("trtllm"))  # min_wait + a nominal trtllm run
     assert upper == 10 * (900 + 600)  # max_wait + timeout
     off = resolve(base(iterations=5, timeout_s=100, cooldown={"enabled": False}))
     assert estimate.estimate_s(off) == (10 * 100, 10 * 100)  # the nominal run capped by the timeout

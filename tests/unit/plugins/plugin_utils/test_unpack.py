@@ -93,7 +93,7 @@ def _record(host: str, i: int, version: int) -> dict:
 
 
 def _host_archive(tmp_path: Path, name: str, version: int, runs: int = 30, log_bytes: int = 1000,
-                  host: str = "h1") -> Path:
+                  host: str = "h1", schema_version: int = 1) -> Path:
     """A host's results as collect packs them: runs/<run_id>/{record.json, bench.log} and ledger.jsonl."""
     path = tmp_path / name
     with tarfile.open(path, "w:gz") as tar:
@@ -103,7 +103,7 @@ def _host_archive(tmp_path: Path, name: str, version: int, runs: int = 30, log_b
             tar.addfile(info, io.BytesIO(data))
         ledger = b""
         for i in range(1, runs + 1):
-            rec = _record(host, i, version)
+            rec = {**_record(host, i, version), "schema_version": schema_version}
             add(f"runs/{rec['run_id']}/record.json", json.dumps(rec).encode(), 1e9 + version)
             # random bytes: gzip cannot shrink them, so a large log makes the unpack take a while
             add(f"runs/{rec['run_id']}/bench.log", f"v{version}\n".encode() + os.urandom(log_bytes), 1e9 + version)
@@ -144,6 +144,16 @@ def test_an_older_copy_is_replaced_by_a_newer_one_keeping_files_only_the_control
     assert (run / "notes.txt").read_text() == "kept"  # the same attempt: extra files kept
     unpack_host_archive(_host_archive(tmp_path, "new.tgz", 2), campaign, "h1")
     assert set(_versions(campaign).values()) == {2}
+
+
+def test_a_copy_whose_record_no_reader_may_use_never_replaces_a_collected_run(tmp_path):
+    """The unpack reads a record's time as every reader does (record.checked_record): a record of a format
+    version this controller cannot read is no record, so it never counts as newer than a collected one."""
+    campaign = tmp_path / "results" / "c"
+    unpack_host_archive(_host_archive(tmp_path, "old.tgz", 1, runs=3), campaign, "h1")
+    future = _host_archive(tmp_path, "future.tgz", 2, runs=3, schema_version=contract.SCHEMA_VERSION + 1)
+    assert unpack_host_archive(future, campaign, "h1") == 1  # the ledger only
+    assert set(_versions(campaign).values()) == {1}
 
 
 def test_staging_directories_are_never_results_and_are_named(tmp_path):
