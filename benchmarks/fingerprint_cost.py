@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU cost of the run fingerprint (plugins/module_utils/sparkfleet_host/fingerprint.py) on the measured step.
+"""CPU cost of the run fingerprint (plugins/module_utils/sparkfleet_host/sensors/fingerprint.py) on the measured step.
 
 bench_run samples the benchmark process's fingerprint in a thread while the measured step runs: at 0.1, 0.3, 0.6,
 1, 1.5, 2, 3, 4.5, 6, 9, 12, 20, 30, 45 and 60 s, then once a minute, at most 60 samples (SCHEDULE_S,
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import fingerprint  # noqa: E402
 
 
 def cpu_s() -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import run_id  # noqa: E402
 
 HOSTS = 20
 MODELS = ("deepseek-7b", "qwen-72b", "gpt-oss-120b", "llama-8b", "mistral-7b")

@@ -3,7 +3,7 @@
 
 Approaches, each run for --seconds in its own process so that its CPU can be attributed:
 
-  ours/<sensor>   plugins/module_utils/sparkfleet_host/telemetry.py: a sampler thread on deadlines; GPU figures from
+  ours/<sensor>   sparkfleet_host/sensors/telemetry.py: a sampler thread on deadlines; GPU figures from
                   NVML in-process (``nvml``) or ONE ``nvidia-smi -lms`` child (``nvidia-smi``); host memory from
                   /proc/meminfo and a cgroup memory file by pread. ``none`` = host memory and cgroup only (the floor).
   study           bash loop: every period ``nvidia-smi --query-gpu=... --format=csv`` and
@@ -94,7 +94,9 @@ def jitter_stats(lateness_s: list[float]) -> dict[str, float | None]:
 
 
 def worker_ours(sensor: str, interval: float, seconds: float, cgroup_file: str | None) -> dict[str, Any]:
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.telemetry import TelemetrySampler  # noqa: PLC0415
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors.telemetry import (
+        TelemetrySampler,  # noqa: PLC0415
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         sampler = TelemetrySampler(
@@ -194,7 +196,7 @@ def start_container() -> tuple[str | None, str]:
 def cgroup_file_of(container_id: str | None) -> str | None:
     if not container_id:
         return None
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.memstate import (
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors.memstate import (
         cgroup_dir_of_pid,  # noqa: PLC0415
     )
 

@@ -40,7 +40,7 @@ STUDY_THRESHOLD, STUDY_EXTRA_S = 45.0, 300.0
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
-gpu = importlib.import_module("ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu")
+gpu = importlib.import_module("ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors.gpu")
 
 
 def load_thermal_wait() -> Any:

@@ -48,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT.parents[2]), str(ROOT / "tests" / "unit" / "sparkfleet")]
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract  # noqa: E402
 from sparkfleet import compare, fleet_state  # noqa: E402
 from sparkfleet import serving as serving_metrics  # noqa: E402
 from sparkfleet.load import load_runs  # noqa: E402

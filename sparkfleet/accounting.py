@@ -32,13 +32,12 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger as ledger_mod
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving import profile_points
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import ledger as ledger_mod
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import profile_points
 from sparkfleet import serving as serving_points
 
-LEDGER_NAME = "ledger.jsonl"
 #: An earlier attempt kept aside by a resume (run_record.Recorder.move_aside): not a run of its own.
 _ASIDE = re.compile(r"\.(interrupted|retried)-\d+$")
 #: Kinds of missing runs, in the order a report lists them.
@@ -277,7 +276,7 @@ def account(root: Path, runs: pd.DataFrame, problem_paths: Iterable[tuple[Path, 
 
     def states(host_dir: Path) -> dict[str, dict[str, Any]]:
         if host_dir not in ledgers:
-            ledgers[host_dir] = ledger_mod.last_by_run(ledger_mod.read_events(str(host_dir / LEDGER_NAME)),
+            ledgers[host_dir] = ledger_mod.last_by_run(ledger_mod.read_events(str(host_dir / ledger_mod.LEDGER_NAME)),
                                                        ("started", "finished"))
         return ledgers[host_dir]
 

@@ -16,6 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import (
+    ENGINES,
+    point_name,
+)
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import serving
 from sparkfleet.load import DEFAULT_KV_FRACTION, kv_fraction, numbers
@@ -34,7 +38,7 @@ from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FAMILY_METHOD", "POINT_COLUMNS", "classify", "compare_campaigns",
            "compare_environments", "compare_moments", "compare_sides", "hold_to_family", "holm", "kv_residual",
-           "long_table", "point_label"]
+           "long_table"]
 
 #: Which way is better. KV cache is memory the engine *could* give to requests, so more is better; peak
 #: memory, latencies and times are costs. The configuration metrics (record.CONFIG_METRICS) are neither.
@@ -289,8 +293,9 @@ class KvFit:
     runs_with_tmp_kv: int = 0  # runs whose record carries tmp_kv_gib; the others' budget leaves it out
 
 
-#: Engines whose KV cache grows with the sequence instead of being preallocated from the free memory.
-GROWING_KV_ENGINES = ("hf-generate", "matmul")
+#: Engines whose KV cache grows with the sequence instead of being preallocated from the free memory (ENGINES'
+#: ``kv_grows``).
+GROWING_KV_ENGINES = tuple(name for name, row in ENGINES.items() if row["kv_grows"])
 
 
 def kv_budget(runs: pd.DataFrame) -> pd.Series:
@@ -415,7 +420,7 @@ def left_out(baseline: str | os.PathLike[str], current: str | os.PathLike[str]) 
 def direction(metric: str) -> int:
     """+1 when higher is better, -1 when lower is better, 0 when the metric is not judged. A serving point's
     metric goes by its scope (sparkfleet.serving.direction: throughput up, latency down)."""
-    if metric in serving.SCOPES:
+    if metric in serving.SERVING_METRICS:
         return serving.direction(metric)
     return 1 if metric in HIGHER_IS_BETTER else -1 if metric in LOWER_IS_BETTER else 0
 
@@ -423,11 +428,6 @@ def direction(metric: str) -> int:
 #: What a serving row of compare_campaigns adds to the run cell's keys: the engine and the point, named and by
 #: its profile (sparkfleet.serving.PROFILE). A row with ``point`` NaN is a run-level comparison.
 POINT_COLUMNS = ("engine", "point", *serving.PROFILE)
-
-
-def point_label(depth: object, concurrency: object, pp: object, tg: object) -> str:
-    """The contract's point name: d4096.c2.pp512.tg64."""
-    return f"d{depth}.c{concurrency}.pp{pp}.tg{tg}"
 
 
 def compare_campaigns(
@@ -515,7 +515,7 @@ def _point_frame(points: pd.DataFrame) -> pd.DataFrame:
     measured = serving.points_for_statistics(points)
     if measured.empty:
         return measured.assign(point=pd.Series(dtype="string"))
-    return measured.assign(point=[point_label(*p) for p in measured[list(serving.PROFILE)].itertuples(
+    return measured.assign(point=[point_name(*p) for p in measured[list(serving.PROFILE)].itertuples(
         index=False, name=None)])
 
 

@@ -9,7 +9,7 @@ The hosts write, besides the run records the loader reads:
   ``{energy_j, j_per_output_token, scope, steady, startup, ...}``: the steady split worked out from the run's
   telemetry.csv where a record predates it);
 * per host, ``<host>/attestation.json`` (kernel, driver, CUDA, VBIOS, firmware, image digest:
-  plugins/module_utils/sparkfleet_host/attestation.py) and ``<host>/bandwidth.json`` (``{bandwidth_bytes_s, method,
+  sparkfleet_host/health/attestation.py) and ``<host>/bandwidth.json`` (``{bandwidth_bytes_s, method,
   ...}``, or ``{bandwidth_bytes_s: null, error}`` where it could not be measured).
 
 This module reads them (the loader does not make columns of the sections: each record is read again, and only
@@ -29,10 +29,13 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation as host_attestation
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import host_state, modelcard
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import modelcard
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import (
+    attestation as host_attestation,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import host_state
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import roofline, serving
 from sparkfleet.load import record_from_bytes

@@ -4,7 +4,7 @@ Metrics become columns with their DESIGN names (``output_tok_s``, ``peak_memory_
 objects (workload parameters, cooldown, telemetry summary, versions, metric sources, raw samples as JSON
 text) are flattened with a prefix; the memory section and the memory-state factor levels become
 ``mem_*``, ``cuda_*``, ``aa_group``/``aa_member`` and ``factor_*`` columns (MEMORY_COLUMNS). A record of an
-older format version is read through its migrations (``sparkfleet_host.record.upgrade``, docs/RECORD.md);
+older format version is read through its migrations (``sparkfleet_host.contract.record.upgrade``, docs/RECORD.md);
 one newer than this code, not JSON, or breaking the run-record contract is reported by path and skipped: one
 bad file never stops a report, and never disappears without a word. A serving run's points (its ``serving``
 section) also become rows of a second table, one per run x point (sparkfleet.serving, ``LoadResult.serving``).
@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
 from sparkfleet import serving as serving_points
 from sparkfleet.accounting import Accounting, account

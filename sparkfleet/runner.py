@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import procstat
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import type_name
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.fields import type_name
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import procstat
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir, read_text, read_yaml
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import setting_problems

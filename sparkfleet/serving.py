@@ -31,32 +31,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
+    AGGREGATE,
+    SERVING_METRICS,
+)
 from sparkfleet import stats
 
-#: The point metrics (llama-benchy's figures; docs/serving-contract.md, "Record").
-SERVING_METRICS = ("pp_tok_s", "tg_tok_s", "peak_tg_tok_s", "pp_req_tok_s", "tg_req_tok_s", "ttfr_ms",
-                   "e2e_ttft_ms", "est_ppt_ms")
-AGGREGATE, PER_USER, LATENCY = "aggregate", "per user", "latency"
-#: Each metric's scope: a table or a figure shows one scope only.
-SCOPES = {"pp_tok_s": AGGREGATE, "tg_tok_s": AGGREGATE, "peak_tg_tok_s": AGGREGATE,
-          "pp_req_tok_s": PER_USER, "tg_req_tok_s": PER_USER,
-          "ttfr_ms": LATENCY, "e2e_ttft_ms": LATENCY, "est_ppt_ms": LATENCY}
-UNITS = {m: "ms" if SCOPES[m] == LATENCY else "tok/s" for m in SERVING_METRICS}
-WORDS = {
-    "pp_tok_s": "prompt throughput (aggregate)",
-    "tg_tok_s": "generation throughput (aggregate)",
-    "peak_tg_tok_s": "peak generation throughput (aggregate)",
-    "pp_req_tok_s": "prompt throughput (per user)",
-    "tg_req_tok_s": "generation throughput (per user)",
-    "ttfr_ms": "time to first response",
-    "e2e_ttft_ms": "end-to-end time to first token",
-    "est_ppt_ms": "estimated prompt processing time",
-}
+#: The point metrics, their scopes (a table or a figure shows one scope only) and words: the contract's table.
+SCOPES = {m: spec.scope for m, spec in SERVING_METRICS.items()}
+WORDS = {m: spec.words for m, spec in SERVING_METRICS.items()}
 
 
 def direction(metric: str) -> int:
     """+1: higher is better (throughput), -1: lower is better (latency)."""
-    return -1 if SCOPES.get(metric) == LATENCY else 1
+    spec = SERVING_METRICS.get(metric)
+    return spec.direction if spec else 1
 
 
 PROFILE = ("depth", "concurrency", "pp", "tg")
@@ -175,10 +164,9 @@ def failed_points(points: pd.DataFrame) -> pd.DataFrame:
 
 #: llama-benchy's samples per point (llama_benchy/results.py, 0.4.0): one per run for the aggregate figures, one per
 #: request (concurrency x runs) for the per-user and latency figures.
-PER_RUN_SAMPLES = ("pp_tok_s", "tg_tok_s", "peak_tg_tok_s")
-PER_REQUEST_SAMPLES = ("pp_req_tok_s", "tg_req_tok_s", "ttfr_ms", "e2e_ttft_ms", "est_ppt_ms")
+PER_RUN_SAMPLES = tuple(m for m, spec in SERVING_METRICS.items() if spec.scope == AGGREGATE)
 #: Each per-user rate and the aggregate rate of the same requests.
-AGGREGATE_OF = {"pp_req_tok_s": "pp_tok_s", "tg_req_tok_s": "tg_tok_s"}
+AGGREGATE_OF = {m: spec.aggregate for m, spec in SERVING_METRICS.items() if spec.aggregate}
 #: The checks impossible_samples makes, in words (``check`` column).
 CHECKS = {
     "figure_negative": "negative figure",

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import (
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
     KV_BUDGET_METRICS,
     METRICS,
     STATUSES,

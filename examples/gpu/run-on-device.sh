@@ -119,7 +119,7 @@ cd "$REPO" || die "no $REPO"  # from here on: the copy (Python puts the working 
 import os, sys
 import ansible, jinja2, yaml, pandas, pynvml, sparkfleet.cli
 from ansible.release import __version__ as v
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record
 for mod in (sparkfleet.cli, record):  # this checkout's code, not another copy on the path
     assert os.path.realpath(mod.__file__).startswith(os.path.realpath(sys.argv[1]) + "/"), mod.__file__
 print("ansible-core", v, "| pandas", pandas.__version__, "| nvidia-ml-py", getattr(pynvml, "__version__", "?"),

@@ -12,7 +12,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import ledger
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import ledger
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args as validated_args
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import marked_sections
 

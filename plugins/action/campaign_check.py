@@ -12,7 +12,7 @@ import shlex
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args, marked_sections
 

@@ -12,7 +12,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.release import __version__ as ANSIBLE_VERSION
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import lease, reuse
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import reuse
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import lease
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.controller import checked_args
 

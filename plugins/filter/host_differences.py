@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import attestation
 
 
 def host_differences(attestations, blocking=True):

@@ -96,8 +96,8 @@ seealso:
   - module: sparkfleet.bench.bench_run
   - module: sparkfleet.bench.bench_stop
   - module: ansible.builtin.async_status
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""

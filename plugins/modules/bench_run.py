@@ -4,7 +4,7 @@
 # Apache License 2.0
 """Run a host's planned benchmark runs: cooldown, launch, telemetry, timeout, parse, record, ledger.
 
-The module checks its options and calls the host code (sparkfleet_host.matrix_run and the run_launch,
+The module checks its options and calls the host code (sparkfleet_host.run.matrix_run and the run_launch,
 run_judge, run_record and ledger pieces it drives).
 """
 
@@ -238,8 +238,8 @@ seealso:
   - module: sparkfleet.bench.bench_follow
   - module: sparkfleet.bench.bench_stop
   - module: sparkfleet.bench.thermal_wait
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -338,8 +338,7 @@ sparkfleet_events:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import use_bindings
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.matrix_run import (
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run.matrix_run import (
     JobStopped,
     MatrixError,
     check_request,
@@ -347,6 +346,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.m
     run_job,
     summary,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors.gpu import use_bindings
 
 
 def main():

@@ -57,8 +57,8 @@ notes:
 seealso:
   - module: sparkfleet.bench.bench_run
   - module: sparkfleet.bench.bench_follow
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -103,7 +103,7 @@ containers_error:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.jobs import (  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run.jobs import (  # noqa: E402
     list_jobs,
     remove_left_containers,
     stop_job,

@@ -52,8 +52,8 @@ notes:
 seealso:
   - module: sparkfleet.bench.campaign_plan
   - module: sparkfleet.bench.bench_run
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""

@@ -74,8 +74,8 @@ attributes:
 seealso:
   - module: sparkfleet.bench.campaign_check
   - module: sparkfleet.bench.bench_run
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""

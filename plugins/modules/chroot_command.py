@@ -77,8 +77,8 @@ attributes:
 seealso:
   - module: sparkfleet.bench.chroot_mounts
   - module: ansible.builtin.command
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -120,7 +120,7 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import (  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs.chroot import (  # noqa: E402
     ChrootError,
     chroot_argv,
     launch_env,

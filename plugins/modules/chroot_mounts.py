@@ -2,7 +2,7 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
 """Ansible module: the bind mounts that make an extracted container rootfs usable through chroot, with the GPU;
-the work is sparkfleet_host.mounts."""
+the work is sparkfleet_host.rootfs.mounts."""
 
 from __future__ import annotations
 
@@ -124,18 +124,12 @@ options:
 notes:
   - Needs root. Mounts live in the mount namespace the module runs in.
   - Check mode reports RV(mounted) and RV(unmounted) as they would be, changing nothing.
-attributes:
-  check_mode:
-    support: full
-    description: Reports what it would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: sparkfleet.bench.rootfs_extract
   - module: sparkfleet.bench.chroot_command
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.reports_changes
 """
 
 EXAMPLES = r"""
@@ -211,7 +205,8 @@ missing:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import mounts, task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs import mounts
 
 
 def main() -> None:

@@ -75,8 +75,8 @@ notes:
   - Nothing of the image runs; the container made for C(docker cp) is removed again.
 seealso:
   - module: sparkfleet.bench.bench_run
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -140,7 +140,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import trtllm_cli
 
 
 def _copy(docker: str, cid: str, path: str, tmp: str) -> None:

@@ -117,8 +117,8 @@ attributes:
     description: Supported.
 seealso:
   - module: sparkfleet.bench.thermal_wait
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""

@@ -3,7 +3,7 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
 """Attest a host once per campaign (issue 24): software and firmware identity, memory state, memory bandwidth; the
-work is sparkfleet_host.host_attest."""
+work is sparkfleet_host.health.host_attest."""
 
 from __future__ import annotations
 
@@ -69,18 +69,13 @@ options:
     type: float
     default: 30
 attributes:
-  check_mode:
-    support: full
-    description: It only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
   platform:
     support: full
     platforms: posix
     description: Linux hosts; every tool is optional.
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.read_only
 """
 
 EXAMPLES = r"""
@@ -135,7 +130,8 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import host_attest, task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import host_attest
 
 
 def main() -> None:

@@ -64,8 +64,8 @@ attributes:
     description: Reads C(/proc) and takes an flock, so Linux hosts only.
 seealso:
   - module: sparkfleet.bench.bench_stop
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -97,7 +97,7 @@ holder:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import lease  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import lease
 
 
 def main():

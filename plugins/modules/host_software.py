@@ -22,18 +22,13 @@ description:
   - Reads only; every command has a time limit.
 options: {}
 attributes:
-  check_mode:
-    support: full
-    description: It only reads; it runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is no diff.
   platform:
     support: full
     platforms: posix
     description: Linux hosts; each tool is optional.
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.read_only
 """
 
 EXAMPLES = r"""
@@ -77,7 +72,7 @@ import subprocess  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import hostinfo  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import hostinfo
 
 TIMEOUT_S = 20
 

@@ -75,8 +75,8 @@ notes:
 seealso:
   - module: sparkfleet.bench.result_files
   - module: sparkfleet.bench.thermal_wait
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -151,6 +151,9 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator  # noqa: E402
 from ansible.module_utils.errors import UnsupportedError  # noqa: E402
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.textfile import (  # noqa: E402
+    write_text_if_changed,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import (  # noqa: E402
     Command,
     Unmeasurable,
@@ -163,9 +166,6 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.g
     record_text,
     unknown_gates,
     unknown_warning,
-)
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import (  # noqa: E402
-    write_text_if_changed,
 )
 
 RECORD = "preflight.json"

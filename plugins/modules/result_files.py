@@ -55,8 +55,8 @@ notes:
 seealso:
   - module: ansible.builtin.copy
   - module: ansible.builtin.file
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""
@@ -100,7 +100,7 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.textfile import write_atomic  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.textfile import write_atomic  # noqa: E402
 
 
 def bad_name(name: str) -> bool:

@@ -52,8 +52,8 @@ attributes:
     description: Runs on the controller only.
 seealso:
   - module: ansible.builtin.fetch
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
 """
 
 EXAMPLES = r"""

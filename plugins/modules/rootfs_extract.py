@@ -2,7 +2,7 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
 """Ansible module: extract a container image's filesystem into a directory, atomically, for chroot; the work is
-sparkfleet_host.rootfs_extract."""
+sparkfleet_host.rootfs.rootfs_extract."""
 
 from __future__ import annotations
 
@@ -108,18 +108,12 @@ options:
 notes:
   - Needs root (file ownership and device files in the image).
   - Check mode reports what would be extracted or pruned; the disk check still runs.
-attributes:
-  check_mode:
-    support: full
-    description: Reports what it would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: sparkfleet.bench.rootfs_image
   - module: sparkfleet.bench.chroot_mounts
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.reports_changes
 """
 
 EXAMPLES = r"""
@@ -185,7 +179,8 @@ prune_skipped:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import rootfs_extract, task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs import rootfs_extract
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
 """Ansible module: make sure a container image is present on the host, for native rootfs extraction; the work is
-sparkfleet_host.rootfs_image."""
+sparkfleet_host.rootfs.rootfs_image."""
 
 from __future__ import annotations
 
@@ -51,17 +51,11 @@ options:
 notes:
   - Needs access to the Docker engine (root or the docker group).
   - In check mode an absent image is reported as C(changed) with RV(digest) V(null); nothing is pulled.
-attributes:
-  check_mode:
-    support: full
-    description: Reports what it would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: sparkfleet.bench.rootfs_extract
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.reports_changes
 """
 
 EXAMPLES = r"""
@@ -154,7 +148,8 @@ action:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import rootfs_image, task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs import rootfs_image
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
 """Ansible module: a rootfs for native (chroot) runs made as an overlay of a host directory (the host's own /); the
-work is sparkfleet_host.rootfs_overlay."""
+work is sparkfleet_host.rootfs.rootfs_overlay."""
 
 from __future__ import annotations
 
@@ -74,19 +74,13 @@ notes:
   - The upper and work directories may lie inside O(lower) (the work dir on the host's root file system); the
     kernel then refuses lookups of them through the overlay (ELOOP), which nothing in the chroot needs.
   - Check mode reports what would be mounted or written.
-attributes:
-  check_mode:
-    support: full
-    description: Reports what it would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: sparkfleet.bench.rootfs_extract
   - module: sparkfleet.bench.chroot_mounts
   - module: sparkfleet.bench.chroot_command
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.reports_changes
 """
 
 EXAMPLES = r"""
@@ -149,7 +143,8 @@ unmounted:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import rootfs_overlay, task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs import rootfs_overlay
 
 
 def main() -> None:

@@ -105,18 +105,12 @@ options:
 notes:
   - Check mode takes one reading and returns it without waiting.
   - Supports C(check_mode).
-attributes:
-  check_mode:
-    support: full
-    description: Reports what it would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: ansible.builtin.wait_for
   - module: sparkfleet.bench.gpu_state
-author:
-  - sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.reports_changes
 """
 
 EXAMPLES = r"""
@@ -244,18 +238,18 @@ from collections.abc import Callable, Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gpu import (  # noqa: E402
-    GpuSensor,
-    GpuSensorError,
-    Runner,
-    open_sensor,
-)
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.thermal import (  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.thermal import (  # noqa: E402
     COOLDOWN_BY_OPTION,
     COOLDOWN_DEFAULTS,
     CooldownError,
     validate_cooldown_options,
     wait_for_cooldown,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors.gpu import (  # noqa: E402
+    GpuSensor,
+    GpuSensorError,
+    Runner,
+    open_sensor,
 )
 
 # Seams for tests: a fake clock and a fake sensor replace these (looked up at call time).

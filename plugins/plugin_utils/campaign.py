@@ -16,13 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
-    fields,
-    serving,
-    thermal,
-    trtllm_cli,
-)
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id, slug
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import fields
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import run_id, slug
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import thermal
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, memstudy, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import FileProblem, read_yaml
@@ -30,7 +27,7 @@ from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import File
 WRAPPER_KEY = "sparkfleet_campaign"
 
 # The campaign's fields and presets are defined once, in settings.py and the catalogue; the cooldown's in
-# sparkfleet_host/thermal.py (thermal_wait and bench_run check the same rules).
+# sparkfleet_host/health/thermal.py (thermal_wait and bench_run check the same rules).
 COOLDOWN_DEFAULTS = fields.defaults(thermal.COOLDOWN_FIELDS)
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 #: Most runs per host a campaign may plan unless it sets ``max_runs`` higher (README: Limits).

@@ -29,7 +29,7 @@ import copy
 import string
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 AA_SUFFIX = ".aa"

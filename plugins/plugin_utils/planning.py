@@ -24,13 +24,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
-    gates,
-    gpu,
-    resume,
-    serving,
-    textfile,
-)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gates
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume, textfile
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, config_hash, plan, resolve
 

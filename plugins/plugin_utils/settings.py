@@ -1,7 +1,7 @@
 """The campaign language and the inventory settings: what sparkfleet accepts, checked on the controller.
 
 Every field is a :class:`~fields.Field` (name, type, default, doc line and - for numbers - a unit and a
-physical range) of the validation kernel the host modules share (``module_utils/sparkfleet_host/fields.py``).
+physical range) of the validation kernel the host modules share (``module_utils/sparkfleet_host/contract/fields.py``).
 The campaign's validation (``campaign.py``), the inventory check (:func:`setting_problems`, in campaign_check
 and ``sparkfleet run``) and the README's settings table (``python -m sparkfleet.settings_doc``) read these
 tables, so there is no second copy of a rule; the cooldown fields are thermal_wait's (``thermal.py``), the
@@ -23,14 +23,7 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
-    gpu,
-    readiness,
-    serving,
-    serving_client,
-    trtllm_cli,
-)
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.fields import (
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.fields import (
     DAY_S,
     REQUIRED,
     WEEK_S,
@@ -39,8 +32,15 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.f
     number_problem,
     type_name,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import ENVIRONMENT_KINDS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import (
+    serving,
+    serving_client,
+    trtllm_cli,
+)
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import ENVIRONMENT_KINDS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import readiness
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
 
 #: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
 #: campaigns and the campaign presets; any of them can be a campaign's ``preset``).
@@ -263,7 +263,7 @@ def _ready_path(value: str) -> str | None:
 
 #: A campaign's own serving engine (campaign field ``engines``: name -> spec; Ollama, LMDeploy, a custom build).
 #: Resolved with its defaults, the spec travels to the hosts in each of its workloads as ``engine_spec``
-#: (sparkfleet_host/serving.py builds its server argv from it, as from a built-in engine's row).
+#: (sparkfleet_host/engines/serving.py builds its server argv from it, as from a built-in engine's row).
 ENGINE_SPEC_FIELDS = (
     Field("command", "list", REQUIRED, "The server's argv; placeholders %s ({host} is always %s; "
           "{model}: the model's path, or its gguf when it has only that)."

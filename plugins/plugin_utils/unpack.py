@@ -38,13 +38,16 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME, checked_record
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.ledger import LEDGER_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
+    RECORD_NAME,
+    checked_record,
+)
 
 #: Names of staging directories (the current one, and the ``tempfile`` prefix earlier versions used):
 #: never results. ``sparkfleet.load`` skips them and names them as leftovers.
 STAGING_PREFIX = ".sparkfleet-staging-"
 STAGING_PREFIXES = (STAGING_PREFIX, ".unpack-")
-LEDGER_NAME = "ledger.jsonl"
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError, zlib.error)
 
 

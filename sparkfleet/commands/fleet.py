@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import write_json_atomic
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import write_json_atomic
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet.argtypes import percent
 from sparkfleet.thresholds import DEFAULT_TOLERANCE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
 from sparkfleet.study import CAMPAIGN, HOST
 
 
@@ -21,6 +22,6 @@ def run_benchmark_spark(args) -> int:
     from sparkfleet import study
 
     campaign_dir = study.import_study(args.file, args.out, campaign=args.campaign, host=args.host)
-    count = sum(1 for _ in campaign_dir.glob("*/runs/*/record.json"))
+    count = sum(1 for _ in campaign_dir.glob(f"*/runs/*/{RECORD_NAME}"))
     print(f"imported {count} runs into {campaign_dir} (report it with: sparkfleet report {campaign_dir})")
     return 0

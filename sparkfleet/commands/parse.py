@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import ParseResult, parse_log
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import MAX_LOG_BYTES, decode_text, read_bytes
 
 

@@ -2,7 +2,7 @@
 
 What a careful owner reads before a 14-hour campaign: for each planned run (in the host's order), each step
 as the host would execute it - the chroot argv of a native run, the ``docker run`` argv of a container run,
-``env -C`` of a bare one - built by the same functions bench_run uses (sparkfleet_host.runexec, trtllm_cli,
+``env -C`` of a bare one - built by the same functions bench_run uses (sparkfleet_host.run.runexec, trtllm_cli,
 run_launch.run_env for the environment), secrets redacted. Nothing is touched: no host, no image, no network.
 What only the host knows (the image's ID, Entrypoint and Env, recorded when the rootfs is extracted) is shown
 as a placeholder and said so in the header; the TensorRT-LLM version is --trtllm-version, else the one the
@@ -23,14 +23,13 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import (
-    run_launch,
-    runexec,
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import (
     serving,
     serving_client,
     trtllm_cli,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.chroot import MARKER
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs.chroot import MARKER
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import run_launch, runexec
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, planning, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import engine_model, load, plan
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.fields import field_problem
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.trtllm_cli import KV_FRACTION
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import check_dir
 from sparkfleet.argtypes import percent
@@ -21,6 +23,15 @@ def fraction(text: str) -> float:
     value = float(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
+    return value
+
+
+def kv_fraction(text: str) -> float:
+    """A KV fraction as a trtllm workload's kv_fraction field accepts it (trtllm_cli.KV_FRACTION: 0 < v <= 1)."""
+    value = float(text)
+    problem = field_problem(KV_FRACTION, value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text} is not a KV fraction: {problem}")
     return value
 
 
@@ -48,7 +59,7 @@ def register(sub) -> None:
     p.add_argument("--tolerance", type=percent, metavar="PERCENT",
                    help="percent by which a host must differ (significantly) from the other hosts to be named out or "
                         f"not normal, as for `sparkfleet fleet` (5 or 5%%; default {DEFAULT_TOLERANCE * 100:g})")
-    p.add_argument("--kv-fraction", type=fraction,
+    p.add_argument("--kv-fraction", type=kv_fraction,
                    help="KV fraction assumed where a record has none (default 0.9, TensorRT-LLM's default)")
     p.add_argument("--threshold", type=fraction,
                    help="smallest relative difference that matters in the verdicts, as a fraction "

@@ -220,7 +220,7 @@ def run_status(campaign_dirs: list[str], playbook_rc: int) -> tuple[int, list[st
 def already_done(events: list[dict]) -> list[str]:
     """From `run`'s progress events: one "N runs already done on HOST (dates); nothing measured" line per host
     when no host measured anything because every run it reported was already done (skipped), else []."""
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.reuse import (
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.reuse import (
         done_message,
         nothing_measured,
     )

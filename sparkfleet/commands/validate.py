@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.files import read_json
 
 

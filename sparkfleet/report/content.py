@@ -11,7 +11,7 @@ from statistics import NormalDist
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import CONFIG_METRICS
 from sparkfleet import compare
 from sparkfleet.report import headline, host_normal, plots, sample_checks
 from sparkfleet.report import serving as report_serving

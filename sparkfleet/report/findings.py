@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import CONFIG_METRICS
 from sparkfleet.report.analysis import Analysis
 from sparkfleet.report.host_facts import facts_for_runs, unread_sentences
 from sparkfleet.report.memory import budget_kv_cells
@@ -184,7 +184,7 @@ def outlier_findings(analysis: Analysis) -> list[Finding]:
 
 def rejected_metric_values(runs: pd.DataFrame) -> list[Finding]:
     """Metrics left out of a run because their value was outside its physical range (a negative throughput,
-    1.7e308, NaN: sparkfleet_host.record.METRIC_RANGES), by the host that wrote the record or by the loader;
+    1.7e308, NaN: sparkfleet_host.contract.record.METRIC_RANGES), by the host that wrote the record or by the loader;
     the run itself is counted with its other figures."""
     if "rejected_metrics" not in runs.columns:
         return []

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fingerprint as fp_mod
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import fingerprint as fp_mod
 from sparkfleet.load import usable_record
 from sparkfleet.stats import measured_runs
 

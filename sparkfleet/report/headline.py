@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import MEMORY_METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import MEMORY_METRICS
 from sparkfleet import serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import N_TOO_SMALL, Paragraph, Section, fmt, table

@@ -10,7 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.attestation import identity, is_unread
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.attestation import (
+    identity,
+    is_unread,
+)
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -86,7 +89,7 @@ def read_json(path: Path) -> Any:
         return None
 
 
-#: attestation.json identity fields (sparkfleet_host.attestation.identity) that name a fact already read
+#: attestation.json identity fields (sparkfleet_host.health.attestation.identity) that name a fact already read
 #: elsewhere: filled in only where that fact is missing.
 _ATTESTATION_SAME = {"kernel": "kernel", "driver_version": "driver", "cuda_version": "cuda",
                      "gpu0.vbios_version": "vbios", "gpu0.product_name": "gpu_name"}

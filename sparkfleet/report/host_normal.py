@@ -32,10 +32,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import CONFIG_METRICS, METRICS
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
+    CONFIG_METRICS,
+    METRICS,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import readiness
 from sparkfleet import hostcheck, reproducibility, serving
-from sparkfleet.compare import FAMILY_METHOD, classify, compare_sides, hold_to_family, point_label
+from sparkfleet.compare import FAMILY_METHOD, classify, compare_sides, hold_to_family
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
@@ -121,7 +125,7 @@ def serving_rows(points: pd.DataFrame | None) -> pd.DataFrame:
     measured = serving.screened_points(points)
     if measured.empty:
         return pd.DataFrame(columns=columns)
-    names = [point_workload(w, point_label(*p)) for w, *p in measured[["workload", *serving.PROFILE]].itertuples(
+    names = [point_workload(w, point_name(*p)) for w, *p in measured[["workload", *serving.PROFILE]].itertuples(
         index=False, name=None)]
     return measured.assign(workload=names, status="ok", warmup=False)[columns].reset_index(drop=True)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
 from sparkfleet.load import usable_record
 from sparkfleet.report.wording import num
 

@@ -21,6 +21,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
+    AGGREGATE,
+    LATENCY,
+    PER_USER,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
 from sparkfleet import compare, serving, stats
 from sparkfleet.load import write_csv
 from sparkfleet.report import served, serving_plots
@@ -41,7 +47,7 @@ from sparkfleet.report.document import (
 from sparkfleet.report.memory import noise_floor
 from sparkfleet.report.types import Finding, Verdict, VerdictLine, plain
 from sparkfleet.report.verdicts import aa_twins, line_outcome, verdicts_from, with_floor
-from sparkfleet.report.wording import pct
+from sparkfleet.report.wording import pct, unit
 
 ENVIRONMENT, ENGINE = "serving-environment", "serving-engine"
 #: What each comparison holds fixed and what it varies: (question, side, reference rule).
@@ -80,9 +86,6 @@ class ServingStudy:
             return {}
         return {str(m): float(f) for m, f in zip(self.noise["metric"], self.noise["floor"], strict=True)
                 if not math.isnan(f)}
-
-
-point_label = compare.point_label  # the contract's point name: d4096.c2.pp512.tg64
 
 
 def words(metric: str) -> str:
@@ -140,7 +143,7 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
     context = _CONTEXT[question]
 
     def subject(row: pd.Series) -> str:
-        point = point_label(row["depth"], row["concurrency"], row["pp"], row["tg"])
+        point = point_name(row["depth"], row["concurrency"], row["pp"], row["tg"])
         return f"{row['model']} / {row[context]} / {point}"
 
     # verdicts_from judges "better" by compare.direction and words the clause by wording.words, both serving-aware
@@ -323,7 +326,7 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     columns: dict[str, Any] = {k: wide[(k, "")].astype(str) for k in keys}
     columns["n"] = wide["n"].max(axis=1).map(fmt)
     for m in metrics:
-        columns[f"{m} median ({serving.UNITS[m]})"] = wide[("median", m)].map(fmt)
+        columns[f"{m} median ({unit(m)})"] = wide[("median", m)].map(fmt)
         columns[f"{m} 95% CI"] = [fmt_ci(lo, hi, n, stats.MIN_N_INTERVAL, m)
                                   + (f" ({note})" if isinstance(note, str) and note else "")
                                   for lo, hi, n, note in zip(wide[("ci95_low", m)], wide[("ci95_high", m)],
@@ -435,9 +438,9 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
                                 f"({len(study.failed_runs)}):"))
         blocks.append(Bullets([f"{r.run_id} ({r.host}, {r.engine} / {r.environment}): {r.status}: {r.reason}"
                                for r in shown(study.failed_runs).itertuples()], "warnings"))
-    for scope, caption in ((serving.AGGREGATE, "Aggregate throughput per point (all concurrent requests)"),
-                           (serving.PER_USER, "Per-user throughput per point (one request)"),
-                           (serving.LATENCY, "Latency per point")):
+    for scope, caption in ((AGGREGATE, "Aggregate throughput per point (all concurrent requests)"),
+                           (PER_USER, "Per-user throughput per point (one request)"),
+                           (LATENCY, "Latency per point")):
         block = _scope_table(study.cells, scope, caption) if not study.cells.empty else None
         if block is not None:
             blocks.append(block)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import SERVING_METRICS
 from sparkfleet.report.plots import COLORS, png_bytes, subplots
 
 #: Panel rows a figure draws at most (the rest are in serving_cells.csv; the title says how many are left out).
 MAX_ROWS = 8
 #: Throughput panels, left to right: generation then prompt, each aggregate beside per user.
-THROUGHPUT_PANELS = (("tg_tok_s", "aggregate"), ("tg_req_tok_s", "per user"),
-                     ("pp_tok_s", "aggregate"), ("pp_req_tok_s", "per user"))
+THROUGHPUT_PANELS = ("tg_tok_s", "tg_req_tok_s", "pp_tok_s", "pp_req_tok_s")
 
 
 def _series_colors(cells: pd.DataFrame) -> dict[tuple[str, str], tuple]:
@@ -56,7 +56,7 @@ def throughput_vs_concurrency(cells: pd.DataFrame) -> bytes | None:
     environment); generation and prompt throughput, each aggregate and per user in its own panel."""
     if cells.empty:
         return None
-    panels = [(m, scope) for m, scope in THROUGHPUT_PANELS if m in set(cells["metric"])]
+    panels = [(m, SERVING_METRICS[m].scope) for m in THROUGHPUT_PANELS if m in set(cells["metric"])]
     if not panels:
         return None
     data = cells[cells["metric"].isin([m for m, _ in panels])]

@@ -3,8 +3,10 @@ relative change as the verdicts and the memory lines print them."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
-from sparkfleet import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
+    METRICS,
+    SERVING_METRICS,
+)
 
 WORDS = {
     "output_tok_s": "output throughput",
@@ -27,11 +29,13 @@ UNITS = {"tokens/s": "tok/s", "requests/s": "req/s"}
 
 def words(metric: str) -> str:
     """A metric in words; a serving point's metric in the serving words (scope included: aggregate, per user)."""
-    return WORDS.get(metric) or serving.WORDS.get(metric, metric)
+    spec = SERVING_METRICS.get(metric)
+    return WORDS.get(metric) or (spec.words if spec else metric)
 
 
 def unit(metric: str) -> str:
-    text = METRICS.get(metric) or serving.UNITS.get(metric, "")
+    spec = SERVING_METRICS.get(metric)
+    text = METRICS.get(metric) or (spec.unit if spec else "")
     return UNITS.get(text, text)
 
 

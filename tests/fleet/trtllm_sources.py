@@ -8,7 +8,7 @@ global options, ``main.add_command(...)`` of functions imported from their modul
 A command whose options were not transcribed (``"options": null``) is registered from a module that is not
 written, by an explicit name, as upstream's ``build`` and ``visual-gen`` are to a reader that has no copy of them.
 
-Run as a script, it prints plugins/module_utils/sparkfleet_host/trtllm_surfaces.py, the product's captured
+Run as a script, it prints plugins/module_utils/sparkfleet_host/engines/trtllm_surfaces.py, the product's captured
 surfaces, generated from the same trees.
 """
 
@@ -126,7 +126,7 @@ def _strip(x):
 
 
 def shipped(trees: Path = TREES) -> tuple:
-    """What plugins/module_utils/sparkfleet_host/trtllm_surfaces.py holds: each tree less its notes."""
+    """What plugins/module_utils/sparkfleet_host/engines/trtllm_surfaces.py holds: each tree less its notes."""
     out = []
     for path in sorted(trees.glob("*.json")):
         data = json.loads(path.read_text())
@@ -150,7 +150,8 @@ def _literal(x) -> str:
 
 
 def _lines(x, indent: int, prefix: str = "", suffix: str = ",") -> list[str]:
-    """``x`` as Python source, on one line where it fits in 120 columns, else one item per line."""
+    """``x`` as Python source, on one line where it fits in 120 columns, else one item per line (a sequence of
+    plain values: as many a line as fit)."""
     pad = " " * indent
     one = pad + prefix + _literal(x) + suffix
     if len(one) <= 120 or not isinstance(x, (dict, list, tuple)):
@@ -162,29 +163,99 @@ def _lines(x, indent: int, prefix: str = "", suffix: str = ",") -> list[str]:
         return out + [pad + "}" + suffix]
     opening, closing = ("(", ")") if isinstance(x, tuple) else ("[", "]")
     out = [pad + prefix + opening]
+    if any(isinstance(v, (dict, list, tuple)) for v in x):
+        for v in x:
+            out += _lines(v, indent + 4)
+        return out + [pad + closing + suffix]
+    line = pad + "   "
     for v in x:
-        out += _lines(v, indent + 4)
-    return out + [pad + closing + suffix]
+        if len(line) + len(_literal(v)) + 2 > 120:
+            out, line = out + [line], pad + "   "
+        line += " " + _literal(v) + ","
+    return out + [line, pad + closing + suffix]
 
 
 HEADER = '''# -*- coding: utf-8 -*-
 """The captured trtllm-bench surfaces: each the command tree of one TensorRT-LLM release line, as transcribed
 from upstream's click sources into tests/data/trtllm-cli/<name>.json (which names every file and commit and
 says how exactly each is pinned), less those notes. Generated from those files by
-``python tests/fleet/trtllm_sources.py > plugins/module_utils/sparkfleet_host/trtllm_surfaces.py``; the contract
+``python tests/fleet/trtllm_sources.py > plugins/module_utils/sparkfleet_host/engines/trtllm_surfaces.py``; the contract
 test (tests/unit/plugins/plugin_utils/test_trtllm_cli_contract.py) fails when this module and the files differ.
+Release lines differ little, so the first surface is written whole and each later one as its changes from an
+earlier one; SURFACES, rebuilt from them at import, is each tree whole.
 
 A run builds its commands from the image's own CLI (trtllm_cli.detect); these serve where that cannot be read:
 an offline ``sparkfleet plan``, an image whose sources are laid out otherwise.
 """
 
+import copy
+
+#: A change's value for a key it removes (None is a value here: a command whose options were not transcribed).
+DROPPED = "<dropped>"
+#: A change's key for its dict's new key order, where that is not the old order with new keys last.
+ORDER = "<order>"
+
+
+def _changed(old, change):
+    """``old`` with ``change`` applied: a dict into a dict key by key (as a JSON merge patch), else replacing."""
+    if not isinstance(old, dict) or not isinstance(change, dict):
+        return change
+    new = dict(old)
+    for key, value in change.items():
+        if value == DROPPED:
+            del new[key]
+        elif key != ORDER:
+            new[key] = _changed(old.get(key), value)
+    return {key: new[key] for key in change.get(ORDER, new)}
+
+
+def _rebuilt(first, changes):
+    """``first``, then each of ``changes`` (the name of an earlier surface, the change to it) applied."""
+    built = [first]
+    for base, change in changes:
+        built.append(_changed(next(s for s in built if s["name"] == base), change))
+    return tuple(copy.deepcopy(built))  # no surface shares a part with another, as when each was written whole
+
+
 # fmt: off
 '''
 
+#: Must match the module's markers (HEADER); no captured tree holds them.
+DROPPED, ORDER = "<dropped>", "<order>"
+
+
+def _change(old, new):
+    """What the module's ``_changed`` applies to ``old`` to give ``new``, key order included."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return new
+    change = {key: DROPPED for key in old if key not in new}
+    change.update({key: _change(old.get(key), value) for key, value in new.items()
+                   if key not in old or repr(old[key]) != repr(value)})
+    if [key for key in old if key in new] + [key for key in new if key not in old] != list(new):
+        change[ORDER] = list(new)
+    return change
+
+
+def _change_lines(base: str, change: dict) -> list[str]:
+    """One entry of the module's CHANGES: (the name of an earlier surface, the change to it)."""
+    return _lines(change, 4, f"({_literal(base)}, ", "),")
+
+
+def _changes(surfaces: tuple) -> list[str]:
+    """The module's CHANGES, each surface after the first from the earlier surface it differs least from."""
+    out = ["CHANGES = ("]
+    for i, surface in enumerate(surfaces[1:], 1):
+        entries = [_change_lines(base["name"], _change(base, surface)) for base in surfaces[:i]]
+        out += min(reversed(entries), key=len)  # on a tie, the nearest one before
+    return out + [")"]
+
 
 def render_surfaces_module(trees: Path = TREES) -> str:
-    """The text of plugins/module_utils/sparkfleet_host/trtllm_surfaces.py for the trees in ``trees``."""
-    return HEADER + "\n".join(_lines(shipped(trees), 0, "SURFACES = ", "")) + "\n"
+    """The text of plugins/module_utils/sparkfleet_host/engines/trtllm_surfaces.py for the trees in ``trees``."""
+    surfaces = shipped(trees)
+    assert DROPPED not in repr(surfaces) and ORDER not in repr(surfaces)
+    return "\n".join([HEADER + "\n".join(_lines(surfaces[0], 0, "FIRST = ", "")), *_changes(surfaces),
+                      "SURFACES = _rebuilt(FIRST, CHANGES)\n"])
 
 
 if __name__ == "__main__":

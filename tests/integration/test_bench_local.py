@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 
 
 @pytest.mark.root

@@ -43,7 +43,7 @@ def installed(tmp_path_factory) -> Path:
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     assert {"MANIFEST.json", "meta/runtime.yml", "plugins/modules/thermal_wait.py",
-            "plugins/module_utils/sparkfleet_host/thermal.py", "roles/matrix/files/matmul.py"} <= names
+            "plugins/module_utils/sparkfleet_host/health/thermal.py", "roles/matrix/files/matmul.py"} <= names
     assert not any(n.startswith((".venv", ".collections", ".git/", "results/")) for n in names)
     install = _run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball),
                     "-p", str(work / "collections")], env, work)

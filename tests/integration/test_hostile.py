@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 from sparkfleet.cli import main as sparkfleet_main
 
 FAST_COOLDOWN = {"threshold_c": 90, "settle_band_c": 3, "settle_window_s": 0.5, "min_wait_s": 0, "max_wait_s": 5,

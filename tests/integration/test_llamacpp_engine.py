@@ -13,7 +13,7 @@ import pytest
 from llamacpp import free_port, start_server, stop, wait_ready
 from tinymodel import CORPUS, SHAPE, make_tiny_model, spm_vocabulary, train_tokenizer, vocabulary, write_gguf
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gguf_tokenizer
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import gguf_tokenizer
 
 pytestmark = pytest.mark.slow
 

@@ -77,7 +77,7 @@ def test_overlay_rootfs_runs_the_hosts_python_and_keeps_its_writes(repo, ansible
     assert not Path("/" + MARKER).exists()
 
     # A command in the chroot (the launcher the run executor uses) sees the host's own Python.
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import chroot as sc
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.rootfs import chroot as sc
     host_version = subprocess.run([str(python), "-c", "import sys; print(sys.version)"],
                                   capture_output=True, text=True, check=True).stdout
     cmd = sc.chroot_argv(str(rootfs), sc.load_image_env(str(rootfs)),

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from tinymodel import CORPUS, make_tiny_model
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 
 pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
 

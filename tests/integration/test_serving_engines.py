@@ -21,7 +21,7 @@ from fakefleet import STANDINS
 from modeldirs import write_safetensors
 from tinymodel import CORPUS, SHAPE, train_tokenizer
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 
 pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.slow]
 

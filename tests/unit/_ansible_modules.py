@@ -24,6 +24,12 @@ HOST_UTILS = "ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfle
 
 
 def host_util(name: str) -> ModuleType:
+    """A host module by its name alone (``gpu``: sensors/gpu.py), wherever its package by job keeps it."""
+    host = PLUGINS / "module_utils" / "sparkfleet_host"
+    if not (host / name).is_dir() and not (host / name.replace(".", "/")).with_suffix(".py").is_file():
+        found = [p for p in host.rglob(f"{name}.py") if p.parent == host or p.parent.parent == host]
+        assert len(found) == 1, f"host module {name!r}: {found or 'none'}"
+        name = ".".join(found[0].relative_to(host).with_suffix("").parts)
     return importlib.import_module(f"{HOST_UTILS}.{name}")
 
 

@@ -19,7 +19,8 @@ import os
 import re
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from .gpu import (
+from .contract.textfile import write_atomic
+from .sensors.gpu import (
     GpuSensorError,
     Runner,
     find_nvidia_smi,
@@ -33,7 +34,6 @@ from .gpu import (
     subprocess_runner,
 )
 from .task import Task, TaskFailed
-from .textfile import write_atomic
 
 STATE_FIELDS = (
     "index",

@@ -3,7 +3,7 @@
 
 STANDALONE on purpose: run with the host's python3 (stdlib; torch or cupy when importable), nothing of
 sparkfleet. Two modes, each printing ONE JSON object on stdout (the last line), which
-``sparkfleet_host.host_state`` reads (the load mode first prints a line saying the load has started):
+``sparkfleet_host.health.host_state`` reads (the load mode first prints a line saying the load has started):
 
     python3 gpu_probe.py load --seconds 3 [--size 4096] [--backend auto|torch|cupy]
         bf16 (torch) / fp16 (cupy) N x N matrix products back to back for SECONDS, so the GPU runs at its

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
 
 CAMPAIGN = "serve"
 MODEL = "qwen"
@@ -22,10 +23,6 @@ MODEL = "qwen"
 BASE = {"pp_tok_s": 2400.0, "pp_req_tok_s": 1200.0, "tg_tok_s": 60.0, "tg_req_tok_s": 30.0,
         "peak_tg_tok_s": 66.0, "ttfr_ms": 200.0, "e2e_ttft_ms": 400.0, "est_ppt_ms": 180.0}
 PROFILE = {"depth": (0, 4096), "concurrency": (1, 4), "pp": (512,), "tg": (64,)}
-
-
-def point_name(depth: int, concurrency: int, pp: int, tg: int) -> str:
-    return f"d{depth}.c{concurrency}.pp{pp}.tg{tg}"
 
 
 def points_of(profile: dict[str, tuple[int, ...]] = PROFILE) -> list[dict[str, int]]:

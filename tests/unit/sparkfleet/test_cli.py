@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id
+import pytest
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import run_id
 from sparkfleet import __version__
 from sparkfleet.cli import main
+from sparkfleet.commands.report import kv_fraction
 
 
 def test_version_and_help_through_the_console_script():
@@ -47,3 +51,11 @@ def test_bad_files_are_one_line_errors(tmp_path, capsys):
     assert "not JSON" in capsys.readouterr().err
     assert main(["validate-record", str(tmp_path / "absent.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_report_takes_a_kv_fraction_as_the_workload_field_does():
+    # trtllm_cli.KV_FRACTION: 0 < v <= 1, one definition for the campaign's field and the report's option
+    assert kv_fraction("1") == 1.0 and kv_fraction("0.9") == 0.9
+    for text in ("0", "1.5", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"{text} is not a KV fraction"):
+            kv_fraction(text)

@@ -10,7 +10,7 @@ import json
 import pytest
 from _ansible_modules import REPO, host_util
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import validate
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import validate
 
 readiness = host_util("readiness")
 host_state = host_util("host_state")

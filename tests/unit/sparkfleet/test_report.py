@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_compare import write_campaign
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet.cli import main
 
 LD = "/usr/local/tensorrt/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64"

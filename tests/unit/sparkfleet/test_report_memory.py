@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from _shared import trtllm_fixture
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_file, parse_log
 from sparkfleet import load, stats
 from sparkfleet.cli import main

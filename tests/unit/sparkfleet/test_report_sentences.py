@@ -15,8 +15,8 @@ from serving_tree import build_serving_tree  # sibling helper: synthetic serving
 from test_host_normal import build as build_host_fleet  # sibling test module: four healthy or degraded hosts
 from test_host_normal import host_attestation
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import attestation
 from sparkfleet.argtypes import percent
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs

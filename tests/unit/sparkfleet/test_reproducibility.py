@@ -197,7 +197,7 @@ def test_the_fleet_names_the_runs_a_host_did_not_deliver(tmp_path, capsys) -> No
     the hosts that delivered everything are not named."""
     import json as _json
 
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import run_id
     from sparkfleet.cli import main
 
     root = _fleet_tree(tmp_path / "c", {"h1": [99, 100, 101, 100], "h2": [100, 101, 99, 100]})

@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet import roofline
 from sparkfleet.hostcheck import weights_from_card
 from sparkfleet.load import load_runs

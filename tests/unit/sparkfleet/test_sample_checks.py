@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from serving_tree import BASE, CLIENT_RUNS, PER_REQUEST, build_serving_tree
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.serving_client import LlamaBenchy
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving_client import LlamaBenchy
 from sparkfleet import serving
 from sparkfleet.load import load_runs
 from sparkfleet.report import analyse, sample_checks, serving_plots, write_report

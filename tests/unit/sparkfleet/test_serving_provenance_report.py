@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet.load import load_runs
 from sparkfleet.report.host_normal import check_hosts, readiness_line
 from sparkfleet.report.served import card_words, served_lines

@@ -16,7 +16,7 @@ import pytest
 from serving_tree import BASE, build_serving_tree, serving_record
 from test_report import build_fleet
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet import serving
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from _shared import STUDY_JSON
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet.cli import main
 from sparkfleet.study import study_records
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Mapping, Sequence
 
-from ..fields import Field, field_problem
+from ..contract.fields import Field, field_problem
 from . import cpu_load, free_disk, free_memory, gpu_processes, gpu_temperature, performance_state
 from .gate import Command, CommandRunner, Gate, Probe, Record
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Tuple
 
-from ..fields import Field
+from ..contract.fields import Field
 from .gate import Gate, Probe, Record
 
 MAX_LOAD_PER_CPU = Field("sparkfleet_preflight_max_load_per_cpu", "float", 0.5,

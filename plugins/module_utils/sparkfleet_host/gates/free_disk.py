@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Tuple
 
-from ..fields import Field
+from ..contract.fields import Field
 from .gate import Gate, Probe, Record, gib
 
 MIN_FREE_DISK_GIB = Field("sparkfleet_preflight_min_free_disk_gib", "float", 20.0,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..fields import Field
-from ..meminfo import MEMINFO, parse_meminfo_kib
+from ..contract.fields import Field
+from ..sensors.meminfo import MEMINFO, parse_meminfo_kib
 from .gate import Gate, Probe, Record, gib
 
 MIN_FREE_MEMORY_GIB = Field("sparkfleet_preflight_min_free_memory_gib", "float", 8.0, "Gate: free memory.", "GiB",

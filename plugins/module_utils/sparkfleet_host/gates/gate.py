@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..fields import Field
-from ..gpu import GpuSensorError, query_gpu
+from ..contract.fields import Field
+from ..sensors.gpu import GpuSensorError, query_gpu
 
 KIB_PER_GIB = 1024 * 1024
 

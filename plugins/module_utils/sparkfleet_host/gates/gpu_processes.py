@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..fields import Field
-from ..gpu import NO_PROCESSES, compute_apps_argv
+from ..contract.fields import Field
+from ..sensors.gpu import NO_PROCESSES, compute_apps_argv
 from .gate import Command, Gate, Probe, Record
 
 MAX_GPU_PROCESSES = Field("sparkfleet_preflight_max_gpu_processes", "int", 0, "Gate: processes on the GPU.", "",

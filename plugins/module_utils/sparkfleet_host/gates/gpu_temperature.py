@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Tuple
 
-from ..fields import GPU_TEMP_C, Field
-from ..gpu import parse_number
+from ..contract.fields import GPU_TEMP_C, Field
+from ..sensors.gpu import parse_number
 from .gate import Gate, GpuRows, Probe, Record
 
 MAX_GPU_TEMP_C = Field("sparkfleet_preflight_max_gpu_temp_c", "float", 60.0, "Gate: hottest GPU before the runs.",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Tuple
 
-from ..fields import Field
+from ..contract.fields import Field
 from .gate import Gate, GpuRows, Probe, Record
 
 PSTATES = Field("sparkfleet_preflight_pstates", "list", [], "Gate: allowed GPU performance states (empty: any).",

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import re
 
-from ..record import KV_BUDGET_METRICS, METRICS
+from ..contract.record import KV_BUDGET_METRICS, METRICS
 from .result import ParseResult, compact, last_block, to_number
 
 ENGINE = "hf-generate"

@@ -1,7 +1,7 @@
 """The one result shape every parser returns, and the small value helpers they share.
 
 Parsers never raise on bad input: whatever they could not find goes to ``missing``, whatever looked
-wrong goes to ``warnings``. Metric names and units are those of ``sparkfleet_host.record.METRICS``.
+wrong goes to ``warnings``. Metric names and units are those of ``sparkfleet_host.contract.record.METRICS``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..record import METRICS, SAMPLES
+from ..contract.record import METRICS, SAMPLES
 
 # Source labels, kept here so reports and tests use one spelling.
 SRC_REPORT_TEXT = "trtllm-bench report text"
@@ -35,9 +35,9 @@ class ParseResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Where the workload ran (``[sparkfleet-probe]`` lines), for native-vs-container checks.
     probe: dict[str, str] = field(default_factory=dict)
-    #: Raw per-iteration samples with the record's names (``sparkfleet_host.record.SAMPLES``), in order.
+    #: Raw per-iteration samples with the record's names (``sparkfleet_host.contract.record.SAMPLES``), in order.
     samples: dict[str, list[float]] = field(default_factory=dict)
-    #: What the output shows of the model the engine loaded (provenance, sparkfleet_host.modelcard.judge):
+    #: What the output shows of the model the engine loaded (provenance, sparkfleet_host.engines.modelcard.judge):
     #: model_path, weight_files, architecture, num_hidden_layers, hidden_size, dtype, param_count,
     #: checkpoint_bytes, weights_bytes (one rank's), quantization; only what the output really shows.
     loaded: dict[str, Any] = field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..record import METRICS
+from ..contract.record import METRICS
 from .result import SRC_REPORT_TEXT, ParseResult, compact, to_gib, to_ms, to_number
 
 ENGINE = "trtllm-bench"

@@ -11,7 +11,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.bench.plugins.filter.host_differences import FilterModule, host_differences
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import attestation
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "attestation"
 SMI_Q = (FIX / "nvidia-smi-q-h100-580.159.04.txt").read_text(encoding="utf-8")

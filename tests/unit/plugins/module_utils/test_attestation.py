@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import attestation
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import attestation
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "attestation"
 

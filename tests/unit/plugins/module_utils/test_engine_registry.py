@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.serving_kv import (
     KV_LOGS,
     parse_kv,

@@ -1,4 +1,4 @@
-"""The environment fingerprint (sparkfleet_host.fingerprint): what a running benchmark really loaded, read from
+"""The environment fingerprint (sparkfleet_host.sensors.fingerprint): what a running benchmark really loaded, read from
 /proc - parsed from real-looking text and taken from live processes of this machine."""
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from _shared import OWN_FIXTURES, PYTHON, REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import (
     INTERNAL_ERROR,
     ParseResult,
@@ -26,7 +27,6 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.p
     parse_hf_generate,
     parse_log,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 
 SCRIPT = REPO / "roles" / "matrix" / "files" / "hf_generate.py"
 FIXTURE = OWN_FIXTURES / "hf_generate" / "cpu-llama-tiny-transformers-5.23.0.log"

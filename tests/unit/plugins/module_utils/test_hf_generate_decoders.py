@@ -22,13 +22,13 @@ from types import SimpleNamespace
 import pytest
 from _shared import OWN_FIXTURES, PYTHON, REPO
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import (
     INTERNAL_ERROR,
     ParseResult,
     parse_hf_generate,
     parse_log,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 
 SCRIPT = REPO / "roles" / "matrix" / "files" / "hf_generate.py"
 FIXTURES = OWN_FIXTURES / "hf_generate"

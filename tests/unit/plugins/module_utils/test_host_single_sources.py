@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gpu, meminfo, textfile
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import textfile
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu, meminfo
 
 REPO = Path(__file__).resolve().parents[4]
 HOST_CODE = [*(REPO / "plugins" / "module_utils" / "sparkfleet_host").rglob("*.py"),

@@ -1,4 +1,4 @@
-"""Every metric has a physical range (sparkfleet_host.record.METRIC_RANGES); a value outside it is rejected,
+"""Every metric has a physical range (sparkfleet_host.contract.record.METRIC_RANGES); a value outside it is rejected,
 named, and its run still counted (issue 23).
 
 Once, -5 tok/s entered the statistics, 1.7e308 tok/s crashed the report with a traceback and wrote nothing, and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from sparkfleet.cli import main
 from sparkfleet.load import load_runs
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parsers_misc import MATMUL_OUTPUT
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import (
     INTERNAL_ERROR,
     ParseResult,
@@ -37,7 +38,6 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.p
     parse_vllm,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.probe import PROBE_PREFIX
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 
 DIRECT_PARSERS = (parse_report_text, parse_memory_lines, parse_matmul, parse_vllm, parse_report_json,
                   parse_hf_generate)

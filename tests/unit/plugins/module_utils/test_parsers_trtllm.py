@@ -7,6 +7,7 @@ import json
 import pytest
 from _shared import own_fixture, trtllm_fixture
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import METRICS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import (
     parse_file,
     parse_log,
@@ -16,7 +17,6 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.p
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers.trtllm_report import (
     normalise_label,
 )
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import METRICS
 
 TEXT = "trtllm-bench report text"
 

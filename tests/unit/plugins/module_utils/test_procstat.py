@@ -1,4 +1,4 @@
-"""/proc/PID/stat read in one place (sparkfleet_host.procstat): lines of odd shape, and live processes of this
+"""/proc/PID/stat read in one place (sparkfleet_host.sensors.procstat): lines of odd shape, and live processes of this
 machine (this test's own, a child it starts and reaps, a zombie it leaves unreaped for a moment)."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import readiness
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import readiness
 
 
 def causes(verdict):

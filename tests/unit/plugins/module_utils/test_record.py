@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from _shared import trtllm_fixture
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_file
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import (
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
     METRICS,
     run_id,
     slug,
     validate,
     write_json_atomic,
 )
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_file
 
 
 def _record(**over):
@@ -106,7 +106,8 @@ GPU_V1 = REPO / "tests/fixtures/records-v1/gpu"
 def test_the_committed_json_schema_is_generated_from_the_python_definition():
     committed = json.loads((REPO / "docs/record.schema.json").read_text())
     assert committed == record.json_schema(), \
-        "regenerate: python -m ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record" \
+        "regenerate: python -m" \
+        " ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record" \
         " > docs/record.schema.json"
     assert committed["required"] == list(record.REQUIRED_FIELDS)
     assert set(committed["properties"]) == set(record.FIELD_NAMES)
@@ -203,3 +204,15 @@ def test_the_kv_budget_metrics_are_optional_and_a_real_gb10_log_fills_them():
 def test_a_failed_run_names_its_reason():
     assert "status 'failed' without a reason" in validate(_record(status="failed"))
     assert validate(_record(status="failed", reason="exit 3")) == []
+
+
+def test_the_serving_point_metrics_are_one_table():
+    """Each serving point metric has a unit, one of the three scopes, a direction and words; a per-user rate
+    names the aggregate rate of the same requests, itself in the table."""
+    for name, spec in record.SERVING_METRICS.items():
+        assert spec.scope in (record.AGGREGATE, record.PER_USER, record.LATENCY), name
+        assert spec.direction == (-1 if spec.scope == record.LATENCY else 1), name
+        assert spec.unit == ("ms" if spec.scope == record.LATENCY else "tokens/s") and spec.words, name
+        assert (spec.aggregate is not None) == (spec.scope == record.PER_USER), name
+        assert spec.aggregate is None or record.SERVING_METRICS[spec.aggregate].scope == record.AGGREGATE, name
+    assert not set(record.SERVING_METRICS) & set(record.METRICS)  # a point's figures, never a run's

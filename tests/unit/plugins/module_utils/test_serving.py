@@ -186,6 +186,16 @@ def test_profile_points_cross_the_levels_and_are_named():
     assert points[3] == {"depth": 4096, "concurrency": 4, "pp": 512, "tg": 64, "point": "d4096.c4.pp512.tg64"}
 
 
+@pytest.mark.parametrize("levels, name", [
+    ((4096, 2, 512, 64), "d4096.c2.pp512.tg64"),
+    ((4096.0, 2.0, 512.0, 64.0), "d4096.c2.pp512.tg64"),  # a float column of pandas
+    ((float("nan"), 2, 512, 64), "dnan.c2.pp512.tg64"),  # as the report's f-string wrote it
+    ((0.5, 2, 512, 64), "d0.5.c2.pp512.tg64"),
+])
+def test_one_point_name_for_the_host_and_the_report(levels, name):
+    assert serving.point_name(*levels) == name
+
+
 @pytest.mark.parametrize("profile, message", [
     (None, "needs a profile mapping"),
     ({**PROFILE, "depth": []}, "profile.depth must be a non-empty list"),

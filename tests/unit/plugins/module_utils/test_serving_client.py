@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from _ansible_modules import REPO, host_util
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import SERVING_METRICS
+
 client = host_util("serving_client")
 
 FIXTURES = REPO / "tests" / "fixtures" / "serving"
@@ -64,6 +66,12 @@ def test_a_random_weight_model_skips_the_coherence_check(skip, extra, flags, sai
     tail = argv[argv.index("o.json") + 1:]
     assert tail == flags
     assert client.LlamaBenchy.coherence(skip, extra) == said
+
+
+def test_the_client_names_every_contract_metric_and_no_other():
+    """The mapping names the contract's serving point metrics (record.SERVING_METRICS), each once."""
+    names = [ours for _, ours in client.LLAMA_BENCHY_METRICS]
+    assert sorted(names) == sorted(SERVING_METRICS)
 
 
 def test_a_real_output_maps_to_the_contract_names_with_raw_samples():

@@ -282,7 +282,7 @@ def test_a_run_records_its_own_server_as_the_verified_listener(tmp_path, monkeyp
     assert rec["status"] == "ok" and listener["status"] == "verified", listener
     assert [h["pid"] for h in listener["holders"]] == [server_pid]
     # named by its command line, cut at CMDLINE_CHARS (how much of the server's path shows depends on the venv's)
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.listeners import CMDLINE_CHARS
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run.listeners import CMDLINE_CHARS
     assert 0 < len(listener["holders"][0]["cmdline"]) <= CMDLINE_CHARS
 
 

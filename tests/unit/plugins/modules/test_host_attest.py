@@ -82,7 +82,7 @@ def test_without_fwupd_the_dmi_strings_stand_for_the_firmware(host, tmp_path):
 
 def test_hosts_differing_in_vbios_are_a_blocking_difference(host, tmp_path, monkeypatch):
     attestation = pytest.importorskip(
-        "ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.attestation")
+        "ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.attestation")
     fleet = {}
     for name, vbios in (("spark1", ""), ("spark2", "9A.0B.2D.00.00")):
         monkeypatch.setenv("SPARKFLEET_FAKE_VBIOS", vbios)

@@ -21,7 +21,7 @@ record = host_util("record")
 # A process that registers itself as a matrix job and runs a workload in its own session, as bench_run does.
 JOB = textwrap.dedent("""
     import os, signal, subprocess, sys, time
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import jobs as sparkfleet_jobs
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import jobs as sparkfleet_jobs
     if sys.argv[2] == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:

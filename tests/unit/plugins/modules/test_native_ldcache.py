@@ -1,4 +1,4 @@
-"""The chroot's ld cache refresh and CUDA forward-compat choice (chroot_mounts; sparkfleet_host.mounts), made as the
+"""The chroot's ld cache refresh and CUDA forward-compat choice (chroot_mounts; rootfs/mounts.py), made as the
 NVIDIA container toolkit makes them for `docker run --gpus` (nvidia-container-toolkit @90988f7a,
 cmd/nvidia-cdi-hook/cudacompat/cudacompat.go and cmd/nvidia-cdi-hook/update-ldcache/update-ldcache.go)."""
 

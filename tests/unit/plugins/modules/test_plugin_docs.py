@@ -1,13 +1,14 @@
 """Every plugin of the collection is documented, and each module's documentation says what its code accepts.
 
 ansible-test's validate-modules runs in CI on the checkout (tests/sanity/run.sh); these checks run
-with the unit tests and need nothing but ansible-core: the documentation parses as YAML, ansible-doc renders
-every plugin, the documented options are the argument_spec (names, types, required, defaults, choices,
-elements), and the examples call the modules by their FQCN.
+with the unit tests and need nothing but ansible-core: ansible-doc renders every plugin, the documented options
+(as ansible-doc renders them, the doc fragments merged in) are the argument_spec (names, types, required,
+defaults, choices, elements), and the examples call the modules by their FQCN.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import subprocess
@@ -49,7 +50,7 @@ def _argument_spec(name: str) -> dict[str, Any]:
 
 def _docs(name: str) -> tuple[dict, list, dict]:
     source = load_module(name)  # an action's documentation is a module file of its own, with no code
-    return (yaml.safe_load(source.DOCUMENTATION), yaml.safe_load(source.EXAMPLES), yaml.safe_load(source.RETURN))
+    return (_rendered()[f"{PREFIX}.{name}"]["doc"], yaml.safe_load(source.EXAMPLES), yaml.safe_load(source.RETURN))
 
 
 def _compare(doc_options: dict, spec: dict, where: str) -> list[str]:
@@ -111,8 +112,14 @@ def _ansible_doc(kind: str, names: list[str]) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+@functools.cache
+def _rendered() -> dict[str, Any]:
+    """Every module's documentation as ansible-doc renders it: with the doc fragments it extends."""
+    return _ansible_doc("module", [f"{PREFIX}.{m}" for m in MODULES])
+
+
 def test_ansible_doc_renders_every_module():
-    docs = _ansible_doc("module", [f"{PREFIX}.{m}" for m in MODULES])
+    docs = _rendered()
     assert sorted(docs) == sorted(f"{PREFIX}.{m}" for m in MODULES)
     assert all(d["doc"]["short_description"] for d in docs.values())
 

@@ -15,7 +15,8 @@ import pytest
 import testimage
 from _ansible_modules import load_module, run_module
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import runexec
 
 MODEL = {"name": "llama", "hf_id": "meta-llama/Llama-3.1-8B", "path": "/models/meta-llama/Llama-3.1-8B"}
 T4 = {"name": "T4", "engine": "trtllm", "mode": "throughput", "batch": 4, "input_len": 512, "output_len": 128}
@@ -369,7 +370,7 @@ def test_the_standin_takes_its_tokenizer_from_a_local_directory_only(tmp_path):
 def _bare_run(tmp_path, monkeypatch, trtllm, workload=None):
     monkeypatch.setenv("PATH", f"{testimage.STANDINS}:{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin")
     monkeypatch.delenv("SPARKFLEET_FAKE_VERSION", raising=False)
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record
     workload = workload or {"name": "w", "engine": "trtllm", "preset": "T1", "mode": "latency", "batch": 4,
                             "requests": 2, "kv_fraction": 0.5}
     runs = [{"run_id": record.run_id("c1", "h1", "m", "bare", "w", 1), "order_index": 0,

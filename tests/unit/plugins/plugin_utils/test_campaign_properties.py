@@ -15,10 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, thermal
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.record import run_id
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.runexec import engine_steps
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.trtllm_cli import supported_versions
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import fields
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import run_id
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.trtllm_cli import (
+    supported_versions,
+)
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import thermal
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run.runexec import engine_steps
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings as defs
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, plan, resolve
 

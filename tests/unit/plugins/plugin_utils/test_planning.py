@@ -10,7 +10,7 @@ import pytest
 from _ansible_modules import PLUGINS
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import planning
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import plan, resolve
 

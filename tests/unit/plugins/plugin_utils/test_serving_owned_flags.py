@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving, serving_client
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving, serving_client
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, resolve
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, planning, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, plan, resolve
 

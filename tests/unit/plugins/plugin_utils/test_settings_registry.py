@@ -14,7 +14,8 @@ import pytest
 import yaml
 from _ansible_modules import load_module, run_module
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import fields, record, thermal
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import fields, record
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import thermal
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import campaign, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.settings import setting_problems as problems
 from sparkfleet import settings_doc
@@ -183,7 +184,7 @@ def test_follower_settings_are_settings_not_typos():
 
 
 def test_the_resume_choice_is_the_settings_choice():
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import resume
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume
 
     assert tuple(settings.SETTINGS_BY_NAME["sparkfleet_campaign_on_change"].choices) == tuple(resume.ON_CHANGE)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import runexec, trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import trtllm_cli
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import runexec
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import campaign as camp
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
@@ -183,13 +184,14 @@ def test_every_tree_cites_its_sources():
 
 
 def test_the_shipped_surfaces_are_the_captured_trees():
-    """trtllm_surfaces.py is what tests/fleet/trtllm_sources.py generates from the trees, to the byte."""
+    """trtllm_surfaces.py is what tests/fleet/trtllm_sources.py generates from the trees, to the byte, and the
+    surfaces it rebuilds from its changes are the trees, key order included."""
     from trtllm_sources import render_surfaces_module, shipped  # noqa: PLC0415
 
-    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import trtllm_surfaces
+    from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import trtllm_surfaces
 
-    module = REPO / "plugins/module_utils/sparkfleet_host/trtllm_surfaces.py"
-    assert shipped() == trtllm_surfaces.SURFACES
+    module = REPO / "plugins/module_utils/sparkfleet_host/engines/trtllm_surfaces.py"
+    assert repr(shipped()) == repr(trtllm_surfaces.SURFACES)
     assert module.read_text() == render_surfaces_module(), (
         f"{module} differs from tests/data/trtllm-cli: python tests/fleet/trtllm_sources.py > {module}")
     for surface in trtllm_surfaces.SURFACES:  # each example is covered by its own surface, floors ascend

@@ -22,7 +22,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.sparkfleet.bench.plugins.action import results_unpack
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import record as contract
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import (
     STAGING_PREFIX,
     UnpackError,

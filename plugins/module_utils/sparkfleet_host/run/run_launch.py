@@ -1,0 +1,531 @@
+# -*- coding: utf-8 -*-
+"""Launching one run: the cooldown before it, its commands in its environment, and what is measured meanwhile.
+
+Used by ``matrix_run`` (the bench_run module's job). :func:`wait_cooldown` waits for the GPU like
+thermal_wait; a :class:`Launcher` belongs to one planned run (``matrix_run.PlannedRun``): it builds the run's
+commands for its environment (``bare``, ``native`` through the chroot, ``container`` through ``docker run``;
+the argv pieces are runexec's), runs them with telemetry, memory state and the process fingerprint sampled,
+and fills the record's measured fields. A serving run (:meth:`Launcher.serve`) starts its engine server in the
+environment and drives the load generator on the host through the profile's points. Judging the output is
+run_judge's, writing the record run_record's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+from ..contract.ledger import append_point, utc
+from ..engines import modelcard, serving, serving_client, serving_provenance, trtllm_cli
+from ..health.thermal import Cooldown, wait_for_cooldown
+from ..rootfs.chroot import ChrootError, load_image_config, read_native_state
+from ..sensors import fingerprint, memstate
+from ..sensors.gpu import GpuSensorError, open_sensor
+from ..sensors.telemetry import TelemetrySampler
+from .jobs import ROOT_LABEL, RUN_LABEL
+from .runexec import (
+    COMPILE_CACHE_SUBDIR,
+    WORKLOADS_SUBDIR,
+    RunSetupError,
+    bare_env,
+    container_cgroup_memory_file,
+    container_command,
+    engine_steps,
+    host_path,
+    native_command,
+    redact,
+    run_process,
+    strip_gpu_flags,
+)
+
+#: What a run's setup may raise: the run fails at setup, naming it; the matrix goes on.
+SETUP_ERRORS = (RunSetupError, trtllm_cli.TrtllmCliError, serving.ServingError, ValueError, TypeError)
+#: The env(1) that starts a host-side command in the run directory with extra variables (as ``bare`` runs do).
+ENV_BIN = "/usr/bin/env"
+
+
+def wait_cooldown(params: dict) -> dict:
+    """Wait for the GPU like thermal_wait; a host without a GPU sensor skips the wait, saying so.
+
+    ``params``: the run's cooldown, already checked (Cooldown.from_mapping)."""
+    cooldown = Cooldown(**(params or {}))
+    if not cooldown.enabled:
+        return {"reason": "disabled", "waited_s": 0.0}
+    try:
+        sensor = open_sensor("auto")
+    except (GpuSensorError, OSError) as exc:
+        return {"reason": "no GPU sensor: %s" % exc, "waited_s": 0.0}
+    try:
+        result = wait_for_cooldown(sensor, **cooldown.wait_kwargs())
+    except GpuSensorError as exc:
+        return {"reason": "GPU sensor failed: %s" % exc, "waited_s": 0.0}
+    finally:
+        sensor.close()
+    return {
+        "reason": result.get("reason"),
+        "waited_s": result.get("waited"),
+        "start_temp_c": result.get("start_temp"),
+        "end_temp_c": result.get("end_temp"),
+        "threshold_c": result.get("threshold"),
+        "timed_out": bool(result.get("timed_out")),
+        "polls": result.get("polls"),
+    }
+
+
+def run_env(base: dict, workload: dict, environment: dict, trtllm: dict, results_root=None) -> dict:
+    """A run's environment variables: ``base`` (the inventory's), the workload's, the probe, trtllm's offline
+    defaults, hf-generate's Inductor cache under ``results_root``. The one definition: ``sparkfleet plan``
+    shows what this returns."""
+    env = {str(k): str(v) for k, v in (base or {}).items()}
+    env.update({str(k): str(v) for k, v in (workload.get("env") or {}).items()})
+    env.setdefault("SPARKFLEET_ENV_PROBE", "%s/%s" % (environment.get("kind"), environment["name"]))
+    if workload.get("engine") == "hf-generate" and results_root:
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(results_root, COMPILE_CACHE_SUBDIR))
+    if workload.get("engine", "trtllm") == "trtllm":  # offline unless a Hugging Face cache is bound
+        for key, value in trtllm_cli.run_env(trtllm.get("hf_cache_dir")).items():
+            env.setdefault(key, value)
+    elif serving.is_serving(workload):  # engine servers load from local paths: nothing leaves the host
+        for key, value in trtllm_cli.run_env(None).items():
+            env.setdefault(key, value)
+    return env
+
+
+class Launcher:
+    """The commands of one planned run (``run``: a matrix_run.PlannedRun) in its environment.
+
+    ``params``: the bench_run request (native, container, gpu_present, env, models_dir, results_root,
+    campaign, telemetry_interval_s, trtllm); ``job``: the jobs.JobRegistration told what runs now, or None.
+    """
+
+    def __init__(self, run, params: dict, job=None):
+        self.run = run
+        self.p = params
+        self.job = job
+        self.kind = run.environment.get("kind", "native")
+        self.workloads_dir = os.path.join(params["results_root"], WORKLOADS_SUBDIR)
+        self.flags = None  # the container's resolved docker run flags
+        self.tracker = None  # memstate.PeakTracker of the run in progress
+        self.fp = None  # fingerprint.Sampler of the measured step in progress
+        self.warnings = []  # launcher warnings (a rootfs marker without the image's entrypoint)
+        self.network = {}  # a serving container's network: {"network", "network_added"}
+        self.executables = {}  # a bare run's step -> the executable its command resolved to on the host's PATH
+        self.tokenizer = None  # a serving run's tokenizer (serving.tokenizer_choice), chosen at setup
+        self.served = None  # a serving run's weights as served: {"card", "problem"} (modelcard.weights_card)
+
+    # ------------------------------------------------------------------------- commands
+    def prepare(self, record) -> list:
+        """The run's launches [(step, command, stdout_path), ...]; records the command and the trtllm version.
+        Raises one of SETUP_ERRORS when the run cannot be launched as asked."""
+        workload = self.run.workload
+        steps = engine_steps(workload.get("engine", "trtllm"), workload, self.run.model,
+                             self.run.run_dir, self.workloads_dir, trtllm=self.trtllm(),
+                             hf_cache=bool(self.trtllm().get("hf_cache_dir")))
+        launches = [(name, self.command(name, argv), out) for name, argv, out in steps]
+        if workload.get("engine", "trtllm") == "trtllm":  # the version the commands were built for
+            record.versions["trtllm"] = trtllm_cli.record(self.trtllm(), trtllm_cli.resolve(self.trtllm()))
+        record.command = redact(launches[-1][1])
+        return launches
+
+    def docker(self) -> str:
+        return (self.p["container"] or {}).get("docker") or "docker"
+
+    def remove_container(self) -> None:
+        """Remove this run's container if one is left (the readiness probe's, a killed run's)."""
+        if self.kind == "container":
+            subprocess.run([self.docker(), "rm", "-f", self.container_name()], capture_output=True)
+
+    def container_name(self) -> str:
+        return ("sf-" + self.run.rid)[:120]
+
+    def trtllm(self) -> dict:
+        """The image's TensorRT-LLM detection (engine_probe) with the run's unknown_version and hf_cache_dir."""
+        return self.p["trtllm"] or {}
+
+    def env(self) -> dict:
+        return run_env(self.p["env"], self.run.workload, self.run.environment, self.trtllm(),
+                       results_root=self.p["results_root"])
+
+    def command(self, step: str, argv: list) -> list:
+        run_dir, environment = self.run.run_dir, self.run.environment
+        if self.kind == "bare":  # straight on the host: the workload's variables, the host's PATH (runexec.bare_env)
+            env, self.executables[step] = bare_env(argv, self.env())
+            return [ENV_BIN, "-C", run_dir] + ["%s=%s" % kv for kv in env.items()] + list(argv)
+        if self.kind == "native":
+            native = self.p["native"] or {}
+            return native_command(native.get("rootfs"), native.get("image_env") or {}, argv, self.env(), run_dir,
+                                  warnings=self.warnings)
+        container = self.p["container"] or {}
+        flags = environment.get("docker_flags")
+        if flags is None:
+            flags = (container.get("flags") or {}).get(environment["name"])
+        if flags is None:
+            raise RunSetupError("no docker flags resolved for environment %r" % environment["name"])
+        if not self.p["gpu_present"]:
+            flags = strip_gpu_flags(flags)
+        if serving.is_serving(self.run.workload):  # the client on the host must reach the server's loopback
+            flags, self.network = serving.with_host_network(flags)
+        self.flags = list(flags)
+        results_root = self.p["results_root"]
+        binds = [(results_root, results_root, False)]
+        if self.p["models_dir"] and os.path.isdir(self.p["models_dir"]):
+            binds.append((self.p["models_dir"], self.p["models_dir"], True))
+        engine = self.run.workload.get("engine", "trtllm")
+        hf_cache = self.trtllm().get("hf_cache_dir") if engine == "trtllm" else None
+        if hf_cache:  # opted in: the same cache, at the same place, as the native rootfs binds it
+            if not os.path.isdir(hf_cache):
+                raise RunSetupError("hf_cache_dir %r is not a directory on this host" % hf_cache)
+            binds.append((hf_cache, trtllm_cli.HF_CACHE_TARGET, False))
+        labels = {RUN_LABEL: self.run.rid, "sparkfleet.campaign": self.p["campaign"], "sparkfleet.step": step,
+                  ROOT_LABEL: self.p["results_root"]}  # a clean-up removes this root's containers only
+        return container_command(self.docker(), self.container_name(), container.get("image"), flags, argv,
+                                 self.env(), run_dir, binds, labels)
+
+    # --------------------------------------------------------------------------- memory
+    def prepare_memory(self, record):
+        """The workload's LLM API options file and page-cache drop (issue 15), before the run: (drop, problem),
+        ``problem`` the setup failure to record (the record's memory section then says what was done)."""
+        workload = self.run.workload
+        options = trtllm_cli.llm_api_options(workload)
+        if options is not None:
+            with open(os.path.join(self.run.run_dir, trtllm_cli.LLM_API_OPTIONS), "w") as fh:
+                fh.write(options)
+        drop = memstate.drop_page_cache() if workload.get("drop_caches") else None
+        if drop is not None and not drop["done"]:
+            record.memory = memstate.section(drop, None, None, self.flags)
+            return drop, "setup: drop_caches: %s (needs root)" % drop["error"]
+        return drop, None
+
+    # ---------------------------------------------------------------------------- run
+    def measure(self, record, launches: list, drop, timeout_s) -> dict:
+        """Run the launches in order within ``timeout_s`` while sampling telemetry, memory and the measured
+        step's fingerprint; fill the record's measured fields. Returns the outcome (run_process's dict, with
+        ``step`` the step that stopped the run, or ``error``)."""
+        run_dir = self.run.run_dir
+        start = memstate.start_state()
+        self.tracker = memstate.PeakTracker()
+        sampler = TelemetrySampler(os.path.join(run_dir, "telemetry.csv"),
+                                   interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self.tracker)
+        started = time.time()
+        deadline = time.monotonic() + float(timeout_s)
+        outcome = {"rc": None, "timed_out": False}
+        sampler.start()
+        try:
+            for name, cmd, stdout in launches:
+                log = os.path.join(run_dir, "bench.log" if name == "bench" else "%s.log" % name)
+                self.fp = fingerprint.Sampler() if name == "bench" else None
+                outcome = self.launch(cmd, log, deadline - time.monotonic(), sampler, stdout)
+                if outcome["timed_out"] or outcome["rc"] != 0:
+                    outcome["step"] = name
+                    break
+        except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
+            outcome = {"rc": None, "timed_out": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+        finally:
+            telemetry = sampler.stop()
+            self.tracker.close()
+            record.fingerprint = self.fingerprint()
+            if self.kind == "container":
+                subprocess.run([self.docker(), "rm", "-f", self.container_name()], capture_output=True)
+        self.fill_measured(record, drop, start, started, telemetry, outcome.get("rc"))
+        return outcome
+
+    def fill_measured(self, record, drop, start, started: float, telemetry, exit_code) -> None:
+        """The record's memory, times, telemetry and exit code once the run's commands ended."""
+        environment = self.run.environment
+        record.memory = memstate.section(drop, start, self.tracker, self.flags)
+        record.memory["environment"] = {k: environment.get(k) for k in
+                                        ("name", "kind", "variant", "aa_group", "aa_member")}
+        record.started_utc, record.ended_utc = utc(started), utc(time.time())
+        record.duration_s = round(time.time() - started, 3)
+        record.telemetry = telemetry
+        record.exit_code = exit_code
+
+    # ------------------------------------------------------------------------ serving
+    def prepare_serving(self, record):
+        """A serving run's server: (its argv, that argv in the run's environment), the client and its inputs
+        checked; records the command. Raises one of SETUP_ERRORS when the run cannot be launched as asked."""
+        workload, model = self.run.workload, self.run.model
+        serving_client.driver(workload.get("client"))  # a client sparkfleet drives
+        self.client_path()
+        # the client's tokenizer: the model's, its directory's, or its GGUF's (derived once, under the results root)
+        self.tokenizer = serving.tokenizer_choice(model, os.path.join(self.p["results_root"],
+                                                                      serving.TOKENIZER_CACHE))
+        corpus = (self.p.get("serving") or {}).get("corpus")
+        if corpus and not os.path.isfile(corpus):
+            raise RunSetupError("serving corpus %r is not a file on this host (sparkfleet_serving_corpus; its default, "
+                                "the collection's corpus, is installed by the serving_client role)" % corpus)
+        overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
+        if overriding:
+            raise RunSetupError("; ".join(text for _, text in overriding))
+        argv = serving.server_argv(workload, model)
+        command = self.command("server", argv)
+        record.command = redact(command)
+        record.versions["engine"] = workload["engine"]
+        return argv, command
+
+    def tokenizer_path(self) -> str:
+        """The tokenizer the client counts with (chosen at setup, else now)."""
+        if self.tokenizer is None:
+            self.tokenizer = serving.tokenizer_choice(self.run.model, os.path.join(self.p["results_root"],
+                                                                                   serving.TOKENIZER_CACHE))
+        return self.tokenizer["path"]
+
+    def client_path(self) -> str:
+        """The load generator's executable: bench_run's serving.client, else the driver's name on the host's PATH
+        (runexec.host_path: the login shell's, the module's, ~/.local/bin, the system directories)."""
+        name = serving_client.driver(self.run.workload.get("client")).name
+        path = (self.p.get("serving") or {}).get("client") or shutil.which(name, path=host_path())
+        if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+            raise RunSetupError("serving client %s not found (%r): install it, or set sparkfleet_serving_client"
+                                % (name, path))
+        return path
+
+    def serve(self, record, server: tuple, drop, timeout_s) -> dict:
+        """A serving run within ``timeout_s``: the server started in its environment and waited for, the client
+        run on the host once per profile point (seeded shuffled order, each point a share of the time left),
+        the server always stopped. Telemetry, memory and the server's fingerprint are sampled throughout.
+        Fills the record's measured fields and its ``serving`` section (kv excepted: run_judge reads it from
+        server.log). Returns the outcome: {"error": None or why the points never ran, "deadline_hit": bool}."""
+        run, workload = self.run, self.run.workload
+        argv, command = server
+        points, seed = serving.shuffled_points(workload, run.rid)
+        section = {
+            "engine": workload["engine"],
+            "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
+                            "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
+                           **self.network, **({"executable": self.executables["server"]}
+                                              if self.executables.get("server") else {})),
+            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
+                       "coherence_check": serving_client.driver(workload.get("client")).coherence(
+                           bool(run.model.get("random_weights")), workload.get("client_args"))},
+            "tokenizer": self.tokenizer, "corpus": (self.p.get("serving") or {}).get("corpus"),
+            "random_weights": bool(run.model.get("random_weights")),
+            "kv": None, "point_order_seed": seed, "points": []}
+        record.serving = section
+        outcome = {"error": None, "deadline_hit": False}
+        start = memstate.start_state()
+        self.tracker = memstate.PeakTracker()
+        sampler = TelemetrySampler(os.path.join(run.run_dir, "telemetry.csv"),
+                                   interval_s=float(self.p["telemetry_interval_s"]), memory_tracker=self.tracker)
+        started = time.time()
+        deadline = time.monotonic() + float(timeout_s)
+        # what is served (issue 35): the engine's build, asked in the run's environment before the server starts,
+        # and the weights' card, read as the server is about to load them
+        self.engine_version(record, section, deadline)
+        card, problem = modelcard.weights_card(run.model.get("path"))
+        self.served = {"card": card, "problem": problem}
+        container = (self.docker(), self.container_name()) if self.kind == "container" else None
+        on_start = (lambda proc: self.container_started(proc, sampler)) if container else self.registered
+        self.fp = fingerprint.Sampler()
+        sampler.start()
+        try:
+            # the port is checked free before the start, and its listener once the server answers: only the server
+            # sparkfleet started is measured (issue 33)
+            with serving.ServerProcess(command, os.path.join(run.run_dir, "server.log"), serving.ready_url(workload),
+                                       container=container, on_start=on_start,
+                                       port=serving.port(workload)) as proc:
+                try:
+                    ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
+                    section["server"]["ready_s"] = proc.wait_ready(ready_within)
+                    listener = section["server"]["listener"] = proc.check_listener()
+                    if listener["status"] == "foreign":
+                        raise serving.ServingError(listener["detail"])
+                    if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
+                        section["server"]["model_meta"] = proc.model_meta()
+                except serving.ServingError as exc:
+                    outcome["error"] = str(exc)
+                else:
+                    outcome["deadline_hit"] = self.run_points(section, points, proc, deadline)
+                finally:
+                    section["server"].update(proc.stop())
+        except serving.ServingError as exc:  # the port is taken: the server was not started
+            outcome["error"] = str(exc)
+        except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
+            outcome["error"] = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            telemetry = sampler.stop()
+            self.tracker.close()
+            record.fingerprint = self.fingerprint()
+            shutil.rmtree(serving_client.client_env(run.run_dir)["HOME"], ignore_errors=True)
+        stopped = section["server"]
+        self.fill_measured(record, drop, start, started, telemetry,
+                           stopped["exit_code"] if stopped["stopped"] == "exited" else None)
+        return outcome
+
+    def engine_version(self, record, section: dict, deadline: float) -> None:
+        """The engine's version from its own version command, run in the run's environment (a bare run's on the
+        host's PATH, a native one's in the chroot, a container's in the image) into version.log: the record's
+        engine_version, versions.engine_version and serving.engine_version ({version, source, argv, log, error}).
+        A version that cannot be read never fails the run; it is named instead."""
+        workload = self.run.workload
+        argv, label = serving.version_command(workload)
+        entry = {"version": None, "source": label if argv else None, "argv": argv, "log": None, "error": None}
+        section["engine_version"] = entry
+        if argv is None:
+            entry["error"] = label
+            return
+        log = os.path.join(self.run.run_dir, "version.log")
+        try:
+            command = self.command("version", argv)
+            result = run_process(command, log, max(1.0, min(serving_provenance.VERSION_TIMEOUT_S,
+                                                            deadline - time.monotonic())))
+        except SETUP_ERRORS as exc:
+            entry["error"] = str(exc)
+            return
+        except OSError as exc:
+            entry["error"] = "%s: %s" % (type(exc).__name__, exc)
+            return
+        finally:
+            self.remove_container()
+        entry["log"] = "version.log"
+        try:
+            with open(log, "rb") as fh:
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        parsed = serving_provenance.parse_version(workload["engine"], text)
+        if result["timed_out"]:
+            parsed.setdefault("error", "timed out after %.0f s" % result["seconds"])
+        elif result["rc"] != 0 and parsed.get("version") is None:
+            parsed["error"] = "exited %s: %s" % (result["rc"], parsed.get("error") or serving.log_tail(log))
+        entry.update(parsed)
+        fallback = (self.trtllm() or {}).get("version") if workload["engine"] == "trtllm-serve" else None
+        if entry["version"] is None and fallback and self.kind != "bare":  # what engine_probe read from the image
+            entry.update(version=fallback, source="the image's tensorrt_llm version files (engine_probe)")
+        record.engine_version = entry["version"]
+        record.versions["engine_version"] = entry["version"]
+
+    def run_points(self, section: dict, points: list, server, deadline: float) -> bool:
+        """Run the client once per point (appended to section["points"]); whether the run's deadline stopped
+        them. A point whose client fails is recorded failed and the next one runs; once the server is gone or
+        the time is up, the points left are recorded as not run."""
+        run, workload = self.run, self.run.workload
+        drv = serving_client.driver(workload.get("client"))
+        client = self.client_path()
+        section["client"]["version"] = drv.version(client)
+        points_dir = os.path.join(run.run_dir, "points")
+        os.makedirs(points_dir, exist_ok=True)
+        env = serving_client.client_env(run.run_dir)
+        os.makedirs(env["HOME"], exist_ok=True)
+        corpus = (self.p.get("serving") or {}).get("corpus")
+        hit = False
+        with contextlib.ExitStack() as stack:
+            corpus_url = stack.enter_context(serving_client.CorpusServer(
+                corpus, os.path.join(run.run_dir, ".corpus"))).url if corpus else None
+            for i, point in enumerate(points):
+                entry = dict(point, status="failed", reason=None, metrics={}, samples={}, raw=None, duration_s=None)
+                section["points"].append(entry)
+                left = deadline - time.monotonic()
+                if not server.running():
+                    entry["reason"] = "not run: the server exited (code %s): %s" % (
+                        server.proc.returncode, serving.log_tail(server.log_path))
+                    continue
+                if left <= 0:
+                    hit = True
+                    entry["reason"] = "not run: the run's timeout_s was reached"
+                    continue
+                raw = os.path.join("points", point["point"] + ".json")
+                argv = drv.point_argv(client, point, serving.base_url(workload),
+                                      serving.served_name(workload, run.model), self.tokenizer_path(),
+                                      int(workload.get("runs") or 3), bool(workload.get("prefix_caching")),
+                                      corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"),
+                                      skip_coherence=bool(run.model.get("random_weights")))
+                if section["client"]["argv"] is None:
+                    section["client"]["argv"] = redact(argv)
+                cmd = [ENV_BIN, "-C", run.run_dir] + ["%s=%s" % kv for kv in env.items()] + argv
+                share = left / (len(points) - i)
+                self.point_progress(i, len(points), entry, "started")
+                result = run_process(cmd, os.path.join(run.run_dir, "bench.log"), share)
+                entry["duration_s"] = round(result["seconds"], 3)
+                if result["timed_out"]:
+                    entry["reason"] = "timed out after %.0f s (its share of the run's timeout_s)" % share
+                elif result["rc"] != 0:
+                    entry["reason"] = "client exited %s: %s" % (result["rc"], serving.log_tail(
+                        os.path.join(run.run_dir, "bench.log")))
+                else:
+                    self.read_point(entry, drv, raw, point)
+                self.point_progress(i, len(points), entry, "finished")
+        return hit
+
+    def point_progress(self, i: int, n: int, entry: dict, phase: str) -> None:
+        """The ledger's ``point`` event: bench_follow shows point i+1 of n and an ETA within the run from it."""
+        done = {"status": entry["status"], "duration_s": entry["duration_s"]} if phase == "finished" else {}
+        append_point(self.run.ledger, self.run.rid, i + 1, n, entry["point"], phase, **done)
+
+    def read_point(self, entry: dict, drv, raw: str, point: dict) -> None:
+        """Fill a point's figures from the client's output file (``raw``, relative to the run directory)."""
+        try:
+            with open(os.path.join(self.run.run_dir, raw), "rb") as fh:
+                parsed = drv.parse_point(fh.read(), point, source=raw)
+        except OSError as exc:
+            entry["reason"] = "no client output %s: %s" % (raw, exc.strerror or exc)
+            return
+        except serving_client.ClientOutputError as exc:
+            entry["reason"] = str(exc)
+            return
+        entry["raw"] = raw
+        entry["metrics"], entry["samples"] = parsed["metrics"], parsed["samples"]
+        if parsed.get("context_load"):
+            entry["context_load"] = parsed["context_load"]
+        if not parsed["metrics"]:
+            entry["reason"] = "no figures in %s (the client measured nothing)" % raw
+            return
+        entry["status"] = "ok"
+
+    def launch(self, cmd: list, log: str, timeout: float, sampler, stdout=None) -> dict:
+        if self.kind != "container":
+            return run_process(cmd, log, timeout, on_start=self.registered, stdout_path=stdout)
+        docker, name = self.docker(), self.container_name()
+        subprocess.run([docker, "rm", "-f", name], capture_output=True)  # a leftover from a killed run
+
+        def watch_cgroup(proc):
+            self.container_started(proc, sampler)
+
+        def kill_container():
+            subprocess.run([docker, "kill", name], capture_output=True)
+
+        try:
+            return run_process(cmd, log, timeout, on_start=watch_cgroup, on_timeout=kill_container,
+                               stdout_path=stdout)
+        finally:
+            subprocess.run([docker, "rm", "-f", name], capture_output=True)
+
+    def container_started(self, proc, sampler) -> None:
+        """A container run's process started: register it, and find its cgroup for telemetry and memory."""
+        docker, name = self.docker(), self.container_name()
+        self.registered(proc, container=name, docker=docker)
+
+        def find():
+            path = container_cgroup_memory_file(docker, name)
+            if path:
+                sampler.set_cgroup_memory_file(path)
+                if self.tracker is not None:
+                    self.tracker.set_cgroup(path)
+        threading.Thread(target=find, daemon=True).start()
+
+    def registered(self, proc, container=None, docker=None) -> None:
+        if self.fp is not None:
+            self.fp.start(proc.pid, container=container, docker=docker)
+        if self.job is not None:
+            self.job.running(self.run.rid, child_pgid=proc.pid, container=container, docker=docker)
+
+    def fingerprint(self):
+        """The record's fingerprint section (sparkfleet_host.sensors.fingerprint) of the measured step, or None."""
+        if self.fp is None and not self.warnings:
+            return None
+        launch = state = None
+        if self.kind == "native":
+            rootfs = (self.p["native"] or {}).get("rootfs")
+            try:
+                config = load_image_config(rootfs or "")
+                launch = {"entrypoint": config["entrypoint"], "through_entrypoint": config["recorded"],
+                          "working_dir": config["working_dir"], "user": config["user"]}
+            except ChrootError:
+                pass
+            state = read_native_state(rootfs) if rootfs else None
+        fp = self.fp.stop() if self.fp is not None else None
+        return fingerprint.section(fp, self.kind, launch=launch, native_state=state, warnings=self.warnings,
+                                   error=self.fp.error if self.fp is not None else None)
