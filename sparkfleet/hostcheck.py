@@ -56,14 +56,6 @@ STATE_COLUMNS = ["run_id", "host", "readiness_state", "readiness_reasons", "read
                  "steady_power_w", "startup_energy_j", "steady_source", "steady_error", "serving_c1_points",
                  "power_limited", "tflops", "power_limit_w"]
 
-#: Decode figures the roofline applies to: the record's metric, and the derived decode rate (batch / TPOT).
-DECODE_METRICS = ("output_tok_s", "decode_tok_s", "tg_req_tok_s_c1")
-DECODE_WORDS = {
-    "output_tok_s": "output throughput (prefill included)",
-    "decode_tok_s": "decode rate (batch / TPOT)",
-    "tg_req_tok_s_c1": "serving decode at concurrency 1",
-}
-
 #: Energy scope labels: what the sampled power covers (GB10's NVML reads the GPU rail, about half the system).
 SCOPE_WORDS = {"gpu_rail": "GPU rail only", "gpu": "GPU only", "system": "whole system"}
 
@@ -406,18 +398,6 @@ def batch_of(params: Any) -> int | None:
         if value is not None and value >= 1 and value == int(value):
             return int(value)
     return 1 if params.get("mode") == "latency" else None
-
-
-def _params(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str) and value.startswith("{"):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
 
 
 def _workload_params(runs: pd.DataFrame) -> pd.Series:

@@ -130,14 +130,6 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str = "
     return 2.0 * layers * kv_heads * head_dim * dtype_bytes(dtype)
 
 
-def mean_decode_context(prompt_tokens: int, output_tokens: int) -> float:
-    """Average context length over the decode of ``output_tokens`` after a ``prompt_tokens`` prompt (the
-    KV read grows by one token per step): ``prompt + (output - 1) / 2``."""
-    _positive("prompt_tokens", prompt_tokens, allow_zero=True)
-    _positive("output_tokens", output_tokens)
-    return prompt_tokens + (output_tokens - 1) / 2.0
-
-
 def bytes_per_step(weight_bytes_total: float, kv_bytes_token: float = 0.0, context_tokens: float = 0.0,
                    batch: int = 1) -> float:
     """Bytes one decode step reads: the weights once, plus each of ``batch`` sequences' KV cache."""

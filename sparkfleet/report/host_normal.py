@@ -55,7 +55,6 @@ CLOCK_FRACTION = 0.9
 IDENTITY_WORDS = (("firmware.", "firmware"), ("bios_", "firmware"), (".vbios_version", "VBIOS"),
                   ("driver_version", "driver"), ("kernel", "kernel"), ("cuda_version", "CUDA"),
                   ("image_digest", "image"), (".product_name", "GPU"), ("product_name", "product"))
-VERDICTS = ("not normal", "suspect", "undetermined", "normal", "no peers")
 COMPARISON_COLUMNS = [*KEYS, "metric", "host", "against", "runs", "n", "n_ref", "host_mean", "ref_mean",
                       "deviation_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_family", "family_size", "outcome",
                       "reason", "required_n", "source"]

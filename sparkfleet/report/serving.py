@@ -307,10 +307,6 @@ def findings(study: ServingStudy) -> list[Finding]:
 
 # --- the section -------------------------------------------------------------------------------------------
 
-def _point_columns(frame: pd.DataFrame) -> dict[str, Any]:
-    return {k: frame[k] for k in ("engine", "environment", "model", *serving.PROFILE)}
-
-
 def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     """One scope's metrics side by side per point: median and 95% CI per metric, n once."""
     part = cells[cells["scope"] == scope]

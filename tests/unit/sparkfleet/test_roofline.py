@@ -32,7 +32,6 @@ def test_kv_bytes_per_token_llama_3_2_1b():
     # 16 layers x 8 KV heads x 64 head dim x (K and V) x 2 bytes = 32,768 B
     assert roofline.kv_bytes_per_token(16, 8, 64, "bf16") == 32768
     assert roofline.kv_bytes_per_token(16, 8, 64, "fp8") == 16384
-    assert roofline.mean_decode_context(128, 128) == 191.5  # 128 + 127 / 2
 
 
 def test_copy_bandwidth_counts_read_and_write():
@@ -91,7 +90,6 @@ def test_above_the_roofline_is_implausible():
     (lambda: roofline.kv_bytes_per_token(16, 8, 64.5), "head_dim"),
     (lambda: roofline.assess(-3, 3e12, 2.47e9), "measured_tok_s"),
     (lambda: roofline.weight_bytes_mixed({}), "params_by_dtype"),
-    (lambda: roofline.mean_decode_context(128, 0), "output_tokens"),
 ])
 def test_bad_arguments_name_the_field(call, field):
     with pytest.raises(roofline.RooflineError, match=field):
