@@ -21,6 +21,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from .record import RECORD_NAME
+from .textfile import read_json_object
 
 #: The host's copy of the resolved campaign its results were produced with, beside ledger.jsonl.
 CONFIG_FILE = "campaign-config.json"
@@ -115,12 +116,7 @@ def same_measurement(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
 
 
 def read_config(host_dir: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(os.path.join(host_dir, CONFIG_FILE)) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(os.path.join(host_dir, CONFIG_FILE))
 
 
 def record_hashes(host_dir: str, limit: int = 1000) -> Dict[str, str]:

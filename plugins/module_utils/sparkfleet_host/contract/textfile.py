@@ -14,9 +14,10 @@ Stdlib only, Python 3.8+.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
-from typing import Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 
 def read_text(path: str) -> Optional[str]:
@@ -26,6 +27,16 @@ def read_text(path: str) -> Optional[str]:
             return fh.read()
     except FileNotFoundError:
         return None
+
+
+def read_json_object(path: str) -> Optional[Dict[str, Any]]:
+    """The file's JSON object, or None when it is missing, unreadable, not JSON or not an object."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def write_text_if_changed(path: str, text: str, check_mode: bool = False, mode: int = 0o644,

@@ -692,11 +692,11 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             # A SIGTERM (JobStopped) must not land between the start and self.proc being set, or the server
             # would outlive the job: hold it meanwhile. The server itself starts with no signal blocked.
-            held = _hold_sigterm()
+            held = hold_sigterm()
             try:
                 self.proc = Spawned(self.argv, log.fileno())
             finally:
-                _release_sigterm(held)
+                release_sigterm(held)
         if self.on_start is not None:
             self.on_start(self.proc)
 
@@ -866,7 +866,9 @@ class Spawned:
         return self.returncode
 
 
-def _hold_sigterm() -> bool:
+def hold_sigterm() -> bool:
+    """Block SIGTERM in this thread (a stop must not land between a child's start and its being tracked):
+    True when it is held now, False where it cannot be (not the main thread, no pthread_sigmask)."""
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         return True
@@ -874,6 +876,6 @@ def _hold_sigterm() -> bool:
         return False
 
 
-def _release_sigterm(held: bool) -> None:
+def release_sigterm(held: bool) -> None:
     if held:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})

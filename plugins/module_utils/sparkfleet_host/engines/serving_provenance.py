@@ -35,7 +35,7 @@ import json
 import os
 import re
 
-from ..contract.textfile import write_atomic
+from ..contract.textfile import read_json_object, write_atomic
 from ..parsers.trtllm_loading import parse_loading_lines
 from . import modelcard
 
@@ -203,12 +203,7 @@ class SeenWeights(object):
         self.path = os.path.join(host_dir, self.NAME)
 
     def _read(self) -> dict:
-        try:
-            with open(self.path) as fh:
-                data = json.load(fh)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return read_json_object(self.path) or {}
 
     def check(self, card, run_id: str):
         """(the first run's entry {run_id, identity} for the card's path or None, what changed since it: []);

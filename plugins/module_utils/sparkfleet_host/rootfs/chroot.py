@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract.textfile import write_atomic
+from ..contract.textfile import read_json_object, write_atomic
 
 MARKER = ".sparkfleet-rootfs.json"
 PARTIAL_PREFIX = ".partial-"
@@ -489,9 +489,4 @@ def ldconfig_argv(rootfs: str, ldconfig: str, has_cache: bool, chroot: str = "ch
 
 def read_native_state(rootfs: str) -> dict[str, Any] | None:
     """What chroot_mounts recorded in the rootfs (ld cache refresh, compat decision), or None."""
-    try:
-        with open(os.path.join(rootfs, NATIVE_STATE), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(os.path.join(rootfs, NATIVE_STATE))

@@ -9,12 +9,12 @@ Stdlib only, Python 3.8+: shipped to the hosts with the other module_utils.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 import shutil
 from typing import Any, Mapping
 
+from ..contract.textfile import read_json_object
 from ..task import Task, TaskFailed
 from .chroot import (
     MARKER,
@@ -120,15 +120,6 @@ def read_super_options(target: str, path: str = "/proc/self/mountinfo") -> str:
 
 def marker_body(marker: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in marker.items() if k != "created"}
-
-
-def read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class Layout:
@@ -237,7 +228,7 @@ def apply(params: Mapping[str, Any], task: Task) -> dict[str, Any]:
             if not task.check_mode:
                 mount_overlay(at, mount, task, p["reset"], result)
             result["mounted"] = True
-        old = None if task.check_mode and result["mounted"] else read_json(os.path.join(at.merged, MARKER))
+        old = None if task.check_mode and result["mounted"] else read_json_object(os.path.join(at.merged, MARKER))
         if old is not None and marker_body(old) == marker_body(marker):
             marker = old
         else:

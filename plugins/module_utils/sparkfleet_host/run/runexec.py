@@ -288,18 +288,18 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
         out = stack.enter_context(open(stdout_path, "wb")) if stdout_path else log
         # A stop (SIGTERM -> exception) must not fall between the start and the try below, or the workload
         # would outlive the job: hold the signal until the try is entered.
-        held = _hold_sigterm()
+        held = serving.hold_sigterm()
         try:
             proc = subprocess.Popen([str(a) for a in cmd], stdout=out,
                                     stderr=log if stdout_path else subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_unblock_sigterm if held else None)
         except BaseException:
-            _release_sigterm(held)
+            serving.release_sigterm(held)
             raise
         timed_out = False
         try:
-            _release_sigterm(held)
+            serving.release_sigterm(held)
             if on_start:
                 on_start(proc)
             rc = proc.wait(timeout=max(timeout_s, 0.001))
@@ -317,23 +317,10 @@ def run_process(cmd: list, log_path: str, timeout_s: float, on_start=None, on_ti
     return {"rc": rc, "timed_out": timed_out, "seconds": time.monotonic() - started}
 
 
-def _hold_sigterm() -> bool:
-    try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        return True
-    except (AttributeError, ValueError, OSError):  # not the main thread, or no pthread_sigmask
-        return False
-
-
 def _unblock_sigterm() -> None:
     """In the child, before exec: the signal mask is inherited across exec, and a workload started while the
     job held SIGTERM would otherwise ignore the SIGTERM of a timeout or a stop (and die only by SIGKILL)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-
-
-def _release_sigterm(held: bool) -> None:
-    if held:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _kill_group(proc) -> None:
