@@ -72,7 +72,7 @@ def host_dirs(root: Path, runs: pd.DataFrame) -> dict[str, Path]:
     return dirs
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -92,7 +92,7 @@ def attestations(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
     """host -> its attestation.json (hosts without one left out)."""
     out = {}
     for host, directory in sorted(dirs.items()):
-        data = _read_json(directory / ATTESTATION_FILE)
+        data = read_json(directory / ATTESTATION_FILE)
         if isinstance(data, dict):
             out[host] = data
     return out
@@ -102,7 +102,7 @@ def bandwidths(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
     """host -> ``{bytes_per_s (None where not measured), method, reason}`` from its bandwidth.json."""
     out = {}
     for host, directory in sorted(dirs.items()):
-        data = _read_json(directory / BANDWIDTH_FILE)
+        data = read_json(directory / BANDWIDTH_FILE)
         if data is None and not (directory / BANDWIDTH_FILE).exists():
             continue
         data = data if isinstance(data, dict) else {"reason": f"{BANDWIDTH_FILE} is not a JSON object"}
@@ -139,7 +139,7 @@ def acknowledged_in(root: Path) -> bool:
     if not plans:
         return False
     for plan in plans:
-        data = _read_json(plan)
+        data = read_json(plan)
         if not isinstance(data, dict):
             return False
         resolved = data.get("resolved") if isinstance(data.get("resolved"), dict) else {}

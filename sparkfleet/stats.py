@@ -346,25 +346,7 @@ def welch_from_moments(
         va, vb = np.asarray(var_a, dtype=float) / n_a, np.asarray(var_b, dtype=float) / n_b
         se = np.sqrt(va + vb)
         df = (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
-        t = diff / se
-        p = 2 * sps.t.sf(np.abs(t), df)
-        half = sps.t.ppf(0.5 + level / 2, df) * se
-    exact = se == 0
-    df = np.where(exact, n_a + n_b - 2, df)
-    t = np.where(exact, np.where(diff == 0, 0.0, np.copysign(np.inf, diff)), t)
-    p = np.where(exact, np.where(diff == 0, 1.0, 0.0), p)
-    half = np.where(exact, 0.0, half)
-    too_few = (n_a < 2) | (n_b < 2)
-    nan = np.full(diff.shape, np.nan)
-    return {
-        "diff": diff,
-        "se": np.where(too_few, nan, se),
-        "df": np.where(too_few, nan, df),
-        "t": np.where(too_few, nan, t),
-        "p_value": np.where(too_few, nan, p),
-        "ci_low": np.where(too_few, nan, diff - half),
-        "ci_high": np.where(too_few, nan, diff + half),
-    }
+    return _t_test(n_a, n_b, diff, se, df, level)
 
 
 def student_from_moments(
@@ -381,10 +363,20 @@ def student_from_moments(
         df = n_a + n_b - 2
         pooled = ((n_a - 1) * np.asarray(var_a, dtype=float) + (n_b - 1) * np.asarray(var_b, dtype=float)) / df
         se = np.sqrt(pooled * (1 / n_a + 1 / n_b))
+    return _t_test(n_a, n_b, diff, se, df, level)
+
+
+def _t_test(n_a: np.ndarray, n_b: np.ndarray, diff: np.ndarray, se: np.ndarray, df: np.ndarray,
+            level: float) -> dict[str, np.ndarray]:
+    """The t statistic, p and CI of ``diff`` from its standard error and degrees of freedom (Welch's or
+    Student's), in welch_from_moments' keys. Both sides constant: the difference is exact (p 0 or 1, the CI
+    on it, Student's degrees of freedom); NaN where a side has fewer than two values."""
+    with np.errstate(invalid="ignore", divide="ignore"):
         t = diff / se
         p = 2 * sps.t.sf(np.abs(t), df)
         half = sps.t.ppf(0.5 + level / 2, df) * se
     exact = se == 0
+    df = np.where(exact, n_a + n_b - 2, df)
     t = np.where(exact, np.where(diff == 0, 0.0, np.copysign(np.inf, diff)), t)
     p = np.where(exact, np.where(diff == 0, 1.0, 0.0), p)
     half = np.where(exact, 0.0, half)

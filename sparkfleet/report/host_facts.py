@@ -14,6 +14,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.h
     identity,
     is_unread,
 )
+from sparkfleet.hostcheck import read_json
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -80,13 +81,6 @@ def smi_facts(text: str) -> dict[str, str]:
     if vbios:
         out["vbios"] = vbios
     return out
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 #: attestation.json identity fields (sparkfleet_host.health.attestation.identity) that name a fact already read

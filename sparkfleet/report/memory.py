@@ -276,6 +276,26 @@ def factor_effects(runs: pd.DataFrame, alpha: float, threshold: float,
 
 # --- A/A noise floor ---------------------------------------------------------------------------------------
 
+def twin_pairs(side: pd.DataFrame, cell: list[str], level: float) -> pd.DataFrame:
+    """Member b, c, ... of each A/A pair against member a, from each side's moments (``cell``, aa_member,
+    environment, metric, n, mean, var): the columns noise_floor reads; empty when no pair has both."""
+    a = side[side["aa_member"] == "a"].drop(columns=["aa_member"])
+    b = side[side["aa_member"] != "a"].drop(columns=["aa_member"])
+    pairs = b.merge(a, on=[*cell, "metric"], suffixes=("_b", "_a"))
+    if pairs.empty:
+        return pd.DataFrame()
+    w = compare.compare_sides(pairs, "_a", "_b", level)  # CI: the small-n rule
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scale = np.abs(pairs["mean_a"].to_numpy(float))
+        scale = np.where(scale > 0, scale, np.nan)
+        return pairs[cell].assign(
+            a=pairs["environment_a"].astype(str), b=pairs["environment_b"].astype(str), metric=pairs["metric"],
+            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"],
+            diff=w["diff"].to_numpy(), change_pct=w["change_pct"].to_numpy(), p_value=w["p_value"].to_numpy(),
+            ci_low_pct=w["ci_low"].to_numpy() / scale * 100, ci_high_pct=w["ci_high"].to_numpy() / scale * 100,
+            cv_a=np.sqrt(pairs["var_a"].to_numpy(float)) / scale, cv_b=np.sqrt(pairs["var_b"].to_numpy(float)) / scale)
+
+
 def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataFrame:
     """Every A/A twin (member b, c, ...) against member a of its pair, per cell and metric (vectorised)."""
     measured = stats.measured_runs(runs)
@@ -288,22 +308,9 @@ def aa_pairs(runs: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> pd.DataF
     keys = ["aa_group", *_KEYS, "aa_member", "environment"]
     long = measured.melt(id_vars=keys, value_vars=metrics, var_name="metric", value_name="value").dropna(
         subset=["value"])
-    side = stats.moments(long, [*keys, "metric"])
-    a = side[side["aa_member"] == "a"].drop(columns=["aa_member"])
-    b = side[side["aa_member"] != "a"].drop(columns=["aa_member"])
-    pairs = b.merge(a, on=["aa_group", *_KEYS, "metric"], suffixes=("_b", "_a"))
-    if pairs.empty:
-        return pd.DataFrame()
-    w = compare.compare_sides(pairs, "_a", "_b", level)  # CI: the small-n rule
-    with np.errstate(invalid="ignore", divide="ignore"):
-        scale = np.abs(pairs["mean_a"].to_numpy(float))
-        scale = np.where(scale > 0, scale, np.nan)
-        out = pairs[["aa_group", *_KEYS]].assign(
-            a=pairs["environment_a"].astype(str), b=pairs["environment_b"].astype(str), metric=pairs["metric"],
-            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"],
-            diff=w["diff"].to_numpy(), change_pct=w["change_pct"].to_numpy(), p_value=w["p_value"].to_numpy(),
-            ci_low_pct=w["ci_low"].to_numpy() / scale * 100, ci_high_pct=w["ci_high"].to_numpy() / scale * 100,
-            cv_a=np.sqrt(pairs["var_a"].to_numpy(float)) / scale, cv_b=np.sqrt(pairs["var_b"].to_numpy(float)) / scale)
+    out = twin_pairs(stats.moments(long, [*keys, "metric"]), ["aa_group", *_KEYS], level)
+    if out.empty:
+        return out
     order = {m: i for i, m in enumerate(metrics)}
     out = out.sort_values(["aa_group", *_KEYS, "b", "metric"], key=lambda c: c.map(order) if c.name == "metric" else c)
     return out.reset_index(drop=True)

@@ -11,14 +11,12 @@ nothing, so such a report is what it was before.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import (
@@ -44,8 +42,8 @@ from sparkfleet.report.document import (
     shown,
     table,
 )
-from sparkfleet.report.memory import noise_floor
-from sparkfleet.report.types import Finding, Verdict, VerdictLine, plain
+from sparkfleet.report.memory import noise_floor, twin_pairs
+from sparkfleet.report.types import Finding, MemoryStudy, Verdict, VerdictLine, plain
 from sparkfleet.report.verdicts import aa_twins, line_outcome, verdicts_from, with_floor
 from sparkfleet.report.wording import pct, unit
 
@@ -81,11 +79,7 @@ class ServingStudy:
     def present(self) -> bool:
         return not self.points.empty
 
-    def floors(self) -> dict[str, float]:
-        if self.noise.empty:
-            return {}
-        return {str(m): float(f) for m, f in zip(self.noise["metric"], self.noise["floor"], strict=True)
-                if not math.isnan(f)}
+    floors = MemoryStudy.floors  # noise floor (relative) per metric, from the same noise table
 
 
 def words(metric: str) -> str:
@@ -170,22 +164,7 @@ def aa_point_pairs(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL) -> 
     cell = ["aa_group", "engine", "model", *serving.PROFILE]
     side = stats.moments(compare.long_table(measured, [*cell, "aa_member", "environment"], metrics),
                          [*cell, "aa_member", "environment", "metric"])
-    a = side[side["aa_member"] == "a"].drop(columns=["aa_member"])
-    b = side[side["aa_member"] != "a"].drop(columns=["aa_member"])
-    pairs = b.merge(a, on=[*cell, "metric"], suffixes=("_b", "_a"))
-    if pairs.empty:
-        return pd.DataFrame()
-    w = compare.compare_sides(pairs, "_a", "_b", level)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        scale = np.abs(pairs["mean_a"].to_numpy(float))
-        scale = np.where(scale > 0, scale, np.nan)
-        return pairs[cell].assign(
-            a=pairs["environment_a"].astype(str), b=pairs["environment_b"].astype(str), metric=pairs["metric"],
-            n_a=pairs["n_a"], n_b=pairs["n_b"], mean_a=pairs["mean_a"], mean_b=pairs["mean_b"],
-            diff=w["diff"].to_numpy(), change_pct=w["change_pct"].to_numpy(), p_value=w["p_value"].to_numpy(),
-            ci_low_pct=w["ci_low"].to_numpy() / scale * 100, ci_high_pct=w["ci_high"].to_numpy() / scale * 100,
-            cv_a=np.sqrt(pairs["var_a"].to_numpy(float)) / scale,
-            cv_b=np.sqrt(pairs["var_b"].to_numpy(float)) / scale).reset_index(drop=True)
+    return twin_pairs(side, cell, level).reset_index(drop=True)
 
 
 def failed_runs(points: pd.DataFrame) -> pd.DataFrame:
