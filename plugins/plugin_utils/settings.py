@@ -271,7 +271,8 @@ ENGINE_SPEC_FIELDS = (
           elements="str", check=serving.command_problem),
     Field("ready_path", "str", serving.CUSTOM_READY_PATH, "The path whose HTTP GET answers 200 once the model is "
           "loaded.", check=_ready_path),
-    Field("port", "int", serving.CUSTOM_PORT, "The server's default port (a workload's port wins).", "", 1, 65535),
+    Field("port", "int", serving.CUSTOM_PORT, "The server's default port (a workload's port wins).", "",
+          *serving.TCP_PORT),
     Field("served_model_name_default", "str", None, "The model name the server answers to when the workload "
           "gives none (null: the campaign's model name).", nullable=True),
     Field("kv_log", "str", None, "The built-in engine whose KV log lines it prints (a vLLM fork: vllm); null: "
@@ -384,8 +385,8 @@ WORKLOAD_FIELDS = (
     Field("server_args", "list", [], "Serving: extra engine server arguments (argv elements); one that sets what "
           "sparkfleet sets (port, host, model, served name: the engine's own flags, serving.ENGINES) is refused.",
           elements="str"),
-    Field("port", "int", None, "Serving: the server's port on 127.0.0.1 (null: the engine's default).", "", 1,
-          65535, nullable=True),
+    Field("port", "int", None, "Serving: the server's port on 127.0.0.1 (null: the engine's default).", "",
+          *serving.TCP_PORT, nullable=True),
     Field("ready_timeout_s", "float", 900.0, "Serving: longest wait for the server to answer.", "s", 0.0, DAY_S,
           low_open=True),
     Field("served_model_name", "str", None, "Serving: the model name the server answers to (null: the "

@@ -260,6 +260,8 @@ PLACEHOLDERS = ("model", "port", "host", "served_model_name")
 #: A custom engine's readiness path and port when its spec names none (the OpenAI API's model list).
 CUSTOM_READY_PATH = "/v1/models"
 CUSTOM_PORT = 8000
+#: A TCP port: the settings' port fields and the host's check (port) read it.
+TCP_PORT = (1, 65535)
 
 
 def command_problem(command) -> Optional[str]:
@@ -436,7 +438,7 @@ def port(workload: dict) -> int:
     """The server's port: the workload's, else the engine's default."""
     value = workload.get("port")
     value = engine_spec(workload)["port"] if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+    if isinstance(value, bool) or not isinstance(value, int) or not TCP_PORT[0] <= value <= TCP_PORT[1]:
         raise ServingError("workload %s: port %r is not a TCP port" % (workload.get("name"), value))
     return value
 
