@@ -1,0 +1,10 @@
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Host code for a cluster: hosts that serve one model together (issue 36, "Two Sparks").
+
+``fabric.py``: the RDMA rails a host has (read from sysfs), the NCCL / UCX / GLOO / MPI environment derived from
+them, and the pure verdicts of a pair preflight (link, MTU, subnets, ib_write_bw / ib_write_lat floors, parity
+of facts between nodes).
+
+Stdlib only, Python 3.8+.
+"""
