@@ -147,7 +147,7 @@ fi
 
 # ---- test ----------------------------------------------------------------------------------------
 docker_pkg=$(docker_to_install)
-apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} openssh-server openssh-client debootstrap iproute2 iptables \
+apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} openssh-server openssh-client debootstrap iproute2 iputils-ping iptables \
   chromium fonts-dejavu-core cmake g++
 start_docker
 make_venv .venv python3

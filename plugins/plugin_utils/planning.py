@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gates
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume, textfile
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
@@ -198,6 +199,8 @@ PLAN_GROUPS: dict[str, dict[str, str]] = {
                         "acknowledge_host_differences": "sparkfleet_acknowledge_host_differences"},
     "serving": {"client": "sparkfleet_serving_client", "corpus": "sparkfleet_serving_corpus"},
     "nvml": {"install": "sparkfleet_nvml", "wheel": "sparkfleet_nvml_wheel", "index_url": "sparkfleet_nvml_index_url"},
+    # the cluster the host serves in and its pair preflight's floors (sparkfleet_host/cluster/pair.py)
+    "cluster": {f.option: f.name for f in pair.FIELDS},
     "readiness": {"policy": "sparkfleet_readiness_policy", "min_fraction": "sparkfleet_readiness_min_fraction",
                   "expected_clock_mhz": "sparkfleet_readiness_expected_clock_mhz",
                   "probe_s": "sparkfleet_readiness_probe_s",

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.fields import (
     DAY_S,
     REQUIRED,
@@ -614,6 +615,7 @@ SETTINGS = (
           else "must be a list of GPU indices"),
     Field("sparkfleet_max_fail_percentage", "float", 100, "Stop the campaign when more than this share of "
           "hosts fails preflight.", "%", 0.0, 100.0),
+    *pair.FIELDS,  # the cluster and its pair preflight (sparkfleet_host/cluster/pair.py)
 )
 SETTINGS_BY_NAME = {f.name: f for f in SETTINGS}
 #: Set by the playbooks themselves, or campaign documents checked as campaigns.

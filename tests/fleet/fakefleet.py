@@ -34,7 +34,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
-HOST_TOOLS = ("nvidia-smi",)  # stand-ins that live on the host (the driver's tools)
+# Stand-ins that live on the host: the driver's tools, and the RDMA and NCCL tests the pair preflight runs.
+HOST_TOOLS = ("nvidia-smi", "ib_write_bw", "ib_write_lat", "ibv_devinfo", "ibdev2netdev", "all_reduce_perf")
 SUBNET_PREFIX = "10.213"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 STATE_FILE = "fleet.json"
@@ -156,6 +157,15 @@ class FakeFleet:
     def _make_bridge(self) -> None:
         _run(["ip", "addr", "add", f"{SUBNET_PREFIX}.{self.subnet}.1/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
+        # Host to host across the bridge (the pair preflight): with br_netfilter, bridged frames go through
+        # iptables' FORWARD chain, whose policy Docker sets to DROP. Accept this bridge's own traffic, nothing else;
+        # down() removes the rule.
+        if shutil.which("iptables"):
+            _run(["iptables", "-I", "FORWARD", *self._forward_rule()], check=False)
+
+    def _forward_rule(self) -> list[str]:
+        return ["-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT", "-m", "comment", "--comment",
+                f"sparkfleet fake fleet {self.bridge}"]
 
     def _make_host(self, host: FakeHost) -> None:
         hdir = Path(host.dir)
@@ -232,6 +242,13 @@ class FakeFleet:
             _kill(pid)
         Path(host.pidfile).unlink(missing_ok=True)
 
+    def set_mtu(self, mtu: int) -> None:
+        """Every link of the fleet's network (bridge, veths, the hosts' eth0) at this MTU: jumbo frames cross."""
+        for host in self.hosts:
+            _run(["ip", "link", "set", host.veth, "mtu", str(mtu)])
+            _run(["ip", "netns", "exec", host.netns, "ip", "link", "set", "eth0", "mtu", str(mtu)])
+        _run(["ip", "link", "set", self.bridge, "mtu", str(mtu)])
+
     def cut_network(self, host: FakeHost) -> None:
         """Unplug the host's cable: established SSH sessions hang, new ones time out (a lost host)."""
         _run(["ip", "link", "set", host.veth, "down"])
@@ -275,6 +292,9 @@ class FakeFleet:
             _run(["ip", "link", "del", host.veth], check=False)
             _run(["ip", "netns", "del", host.netns], check=False)
         _run(["ip", "link", "del", self.bridge], check=False)
+        if shutil.which("iptables"):
+            while _run(["iptables", "-D", "FORWARD", *self._forward_rule()], check=False).returncode == 0:
+                pass  # inserted once per up(); a second up() of the same directory would have added another
         _unmount_under(self.dir)
 
 

@@ -9,8 +9,9 @@ ld.so (built on bookworm: glibc >= 2.36), so it also runs inside a Debian bookwo
 The embedded web UI is neither built (npm) nor downloaded (LLAMA_USE_PREBUILT_UI would fetch it from Hugging Face
 at build time): the server answers the API without it. A cold build takes about 8.5 minutes on 2 cores.
 
-Cache: <cache_dir>/llama.cpp-<version>-<arch>/llama-server with build.json beside it (the marker, written last);
-a lock file <cache_dir>/llama.cpp-<version>-<arch>.lock makes parallel pytest workers build once.
+Cache: <cache_dir>/llama.cpp-<version>-<arch>-<flags digest>/{llama-server,ggml-rpc-server} with build.json
+beside it (the marker, written last); a lock file <cache_dir>/llama.cpp-<version>-<arch>-<flags digest>.lock
+makes parallel pytest workers build once.
 
 Usage: python tests/fleet/llamacpp.py build [--cache-dir DIR] [--jobs N]   (prints the binary's path)
 """
@@ -40,10 +41,13 @@ VERSION = "0.3.36"
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DGGML_OPENMP=OFF", "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_RPC=ON",
     "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc",
 ]
 TOOLS = ("cmake", "cc", "c++")
+#: What a build leaves in the cache: the server, and the RPC server a multi-node llama.cpp run starts on its
+#: workers (tools/rpc/CMakeLists.txt: target ggml-rpc-server; llama-server --rpc HOST:PORT offloads to it).
+BINARIES = ("llama-server", "ggml-rpc-server")
 DEFAULT_CACHE = Path.home() / ".cache" / "sparkfleet"
 
 
@@ -58,7 +62,9 @@ def missing_tools() -> list[str]:
 
 def cache_path(cache_dir: Path | str | None = None) -> Path:
     """The directory that holds (or will hold) llama-server for this version and CPU architecture."""
-    return Path(cache_dir or DEFAULT_CACHE).expanduser() / f"llama.cpp-{VERSION}-{platform.machine()}"
+    # The flags are in the name: builds with other flags (an older checkout's) keep their own cache.
+    flags = hashlib.sha256(json.dumps(CMAKE_FLAGS).encode()).hexdigest()[:8]
+    return Path(cache_dir or DEFAULT_CACHE).expanduser() / f"llama.cpp-{VERSION}-{platform.machine()}-{flags}"
 
 
 def _cached(target: Path) -> Path | None:
@@ -67,7 +73,8 @@ def _cached(target: Path) -> Path | None:
         info = json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-    if info.get("version") != VERSION or info.get("cmake_flags") != CMAKE_FLAGS or not binary.is_file():
+    if info.get("version") != VERSION or info.get("cmake_flags") != CMAKE_FLAGS \
+            or not all((target / name).is_file() for name in BINARIES):
         return None
     return binary
 
@@ -104,13 +111,14 @@ def _build(target: Path, jobs: int) -> Path:
             source = _download_sdist(work, log)
             build = work / "build"
             _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], log)
-            _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], log)
-        built = build / "bin" / "llama-server"
-        if not built.is_file():
-            raise BuildError(f"the build finished without {built}")
+            _run(["cmake", "--build", str(build), "--target", *BINARIES, "-j", str(jobs)], log)
         staging = work / "out"
         staging.mkdir()
-        shutil.copy2(built, staging / "llama-server")
+        for name in BINARIES:
+            built = build / "bin" / name
+            if not built.is_file():
+                raise BuildError(f"the build finished without {built}")
+            shutil.copy2(built, staging / name)
         digest = hashlib.sha256((staging / "llama-server").read_bytes()).hexdigest()
         info = {"sdist": f"{SDIST}=={VERSION}", "version": VERSION, "arch": platform.machine(),
                 "cmake_flags": CMAKE_FLAGS, "build_s": round(time.monotonic() - started, 1), "jobs": jobs,

@@ -30,8 +30,8 @@ infiniband.py) over the rails instead of ib_detect.sh's output; :func:`ray_non_c
 writes to vLLM's ``ray_non_carry_over_env_vars.json`` (src/sparkrun/runtimes/vllm_ray.py, issue #135) so that Ray
 does not copy the head's per-host values to the workers.
 
-**Pair preflight.** The ``check_*`` functions are pure and return ``(ok, reason)``; :func:`pair_checks` runs those
-whose inputs it is given. Their default limits are :data:`FLOORS`.
+**Pair preflight.** The ``check_*`` functions are pure and return ``(ok, reason)``; ``pair.judge`` applies them to
+what the pair preflight measured. Their default limits are :data:`FLOORS`.
 
 Stdlib only, Python 3.8+.
 """
@@ -111,7 +111,7 @@ def hca_order(name: str) -> Tuple[str, str]:
     return name.lower(), name
 
 
-def _ip_addresses(ip_addr: Any) -> Dict[str, Tuple[str, int]]:
+def ip_addresses(ip_addr: Any) -> Dict[str, Tuple[str, int]]:
     """ifname -> (first IPv4 address, prefix length) from ``ip -j addr`` (its JSON text or the decoded list)."""
     if isinstance(ip_addr, (str, bytes)):
         try:
@@ -155,7 +155,7 @@ def read_fabric(sysfs: str = "/sys", ip_addr: Any = None) -> List[Dict[str, Any]
     it the address comes from the rail's IPv4-mapped RoCE v2 GID, with no prefix.
     """
     base = os.path.join(sysfs, "class", "infiniband")
-    addresses = _ip_addresses(ip_addr)
+    addresses = ip_addresses(ip_addr)
     rails = []
     for hca in sorted(_listdir(base), key=hca_order):
         ports_dir = os.path.join(base, hca, "ports")
@@ -394,28 +394,3 @@ def check_parity(facts_by_node: Mapping[str, Mapping[str, Any]], ignore: Iterabl
     if differing:
         return False, "differ: " + "; ".join(differing)
     return True, "%d fact(s) equal on %s" % (len(keys), ", ".join(nodes))
-
-
-def pair_checks(rails_by_node: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
-                bandwidth_gbps: Optional[Mapping[str, Optional[float]]] = None,
-                latency_us: Optional[float] = None,
-                facts_by_node: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                limits: Optional[Mapping[str, Any]] = None, hcas: Optional[Sequence[str]] = None,
-                parity_ignore: Iterable[str] = ()) -> Dict[str, Verdict]:
-    """The verdicts whose inputs are given, by name: ``active:<node>``, ``mtu:<node>``, ``subnets:<node>`` per node
-    of ``rails_by_node``; ``ib_write_bw`` (``bandwidth_gbps``: twin -> Gb/s), ``ib_write_lat`` (``latency_us``:
-    t_typical), ``parity`` (``facts_by_node``). ``limits`` overrides :data:`FLOORS` values by name."""
-    limits = dict(limits or {})
-    out: Dict[str, Verdict] = {}
-    for node, rails in (rails_by_node or {}).items():
-        out["active:%s" % node] = check_active(rails, hcas, limits.get("active_twins"))
-        out["mtu:%s" % node] = check_mtu(rails, limits.get("mtu"))
-        out["subnets:%s" % node] = check_subnets(rails)
-    if bandwidth_gbps is not None:
-        out["ib_write_bw"] = check_bandwidth(bandwidth_gbps, limits.get("ib_write_bw_per_twin_gbps"),
-                                             limits.get("ib_write_bw_sum_gbps"))
-    if latency_us is not None:
-        out["ib_write_lat"] = check_latency(latency_us, limits.get("ib_write_lat_typical_us"))
-    if facts_by_node is not None:
-        out["parity"] = check_parity(facts_by_node, parity_ignore)
-    return out

@@ -180,15 +180,3 @@ def test_parity_names_the_key_and_both_values():
     ok, reason = fabric.check_parity({"spark1": a, "spark2": {k: v for k, v in a.items() if k != "nccl"}})
     assert not ok and reason == "differ: nccl: spark1='2.28.3', spark2=None"
     assert fabric.check_parity({"spark1": a})[0] is False
-
-
-def test_pair_checks_runs_what_it_is_given(tmp_path):
-    sysfs = str(fakesysfs.build(tmp_path / "sys"))
-    rails = fabric.read_fabric(sysfs, fakesysfs.ip_addr_json())
-    out = fabric.pair_checks({"spark1": rails, "spark2": rails}, {"rocep1s0f0": 92.57, "roceP2p1s0f0": 97.28},
-                             1.47, {"spark1": {"kernel": "6.11"}, "spark2": {"kernel": "6.11"}},
-                             limits={"ib_write_lat_typical_us": 1.0})
-    assert sorted(out) == ["active:spark1", "active:spark2", "ib_write_bw", "ib_write_lat", "mtu:spark1",
-                           "mtu:spark2", "parity", "subnets:spark1", "subnets:spark2"]
-    assert [k for k, (ok, _) in out.items() if not ok] == ["ib_write_lat"]
-    assert fabric.pair_checks() == {}

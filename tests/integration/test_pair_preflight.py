@@ -1,0 +1,78 @@
+"""The pair preflight on a fake fleet: two hosts of one cluster over real SSH, their rails at MTU 9000 with a
+real jumbo ping between the namespaces, perftest's and NCCL's tests by their stand-ins (ib_write_bw and
+ib_write_lat really connect server to client over TCP). A healthy pair passes; a pair whose NCCL falls back to
+sockets, whose bus bandwidth is under the floor, or whose nodes differ in driver is refused, naming the cause."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.fleet]
+
+RAIL = {"hca": "rocep1s0f0", "netdev": "eth0"}
+# The stand-ins' knobs (tests/fleet/standins): one RDMA device, rocep1s0f0 on eth0, ACTIVE.
+RDMA_ENV = {"SPARKFLEET_FAKE_RDMA_HCAS": "rocep1s0f0=eth0", "SPARKFLEET_FAKE_RDMA_STATE": "ACTIVE"}
+
+
+def _run(fleet, ansible_env, repo, tmp_path, limit: str, nccl_env: dict, name: str) -> subprocess.CompletedProcess:
+    extra = tmp_path / f"{name}.json"
+    extra.write_text(json.dumps({
+        "sparkfleet_cluster": "pair", "sparkfleet_fabric": [RAIL],
+        # one rail here: the sum floor is the one rail's floor
+        "sparkfleet_pair_rdma_sum_gbps_min": 85.0,
+        "sparkfleet_pair_nccl_command": ["all_reduce_perf", "-b", "8M", "-e", "2G", "-f", "2", "-g", "1"],
+        "sparkfleet_workload_env": nccl_env}))
+    cmd = ["ansible-playbook", "-i", fleet.inventory, "--limit", limit, "-e", f"@{extra}",
+           "playbooks/pair_preflight.yml"]
+    return subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=300)
+
+
+def _verdict(fleet) -> dict:
+    head = fleet.hosts[0]
+    return json.loads(Path(head.work_dir, "results", "study", head.name, "pair_preflight.json").read_text())
+
+
+def test_pair_preflight_passes_a_healthy_pair_and_refuses_sockets_low_busbw_and_driver_drift(
+        fleet_factory, ansible_env, repo, tmp_path):
+    fleet = fleet_factory(3, host_env={"spark1": RDMA_ENV, "spark2": RDMA_ENV,
+                                       "spark3": {**RDMA_ENV, "SPARKFLEET_FAKE_GPU_MODEL": "h200"}})
+    fleet.set_mtu(9000)
+    healthy = {"SPARKFLEET_FAKE_NCCL_NET": "IB", "SPARKFLEET_FAKE_NCCL_HCAS": "rocep1s0f0",
+               "SPARKFLEET_FAKE_NCCL_BUSBW_GBS": "23.7"}
+
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2", healthy, "healthy")
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-6000:]
+    assert "pair preflight of cluster pair passed (spark1, spark2)" in out
+    verdict = _verdict(fleet)
+    assert verdict["pass"] is True and verdict["nodes"] == ["spark1", "spark2"], verdict
+    checks = {(c["check"], c["node"]) for c in verdict["checks"]}
+    for name in ("rails_active", "mtu", "subnets", "jumbo_ping"):
+        assert (name, "spark1") in checks and (name, "spark2") in checks, (name, checks)
+    for name in ("ib_write_bw", "ib_write_lat", "nccl_transport", "nccl_busbw", "parity"):
+        assert (name, "spark1") in checks, (name, checks)
+    pings = [c for c in verdict["checks"] if c["check"] == "jumbo_ping"]
+    assert all(c["pass"] and "9000-byte" in c["reason"] for c in pings), pings
+
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2", {**healthy, "SPARKFLEET_FAKE_NCCL_NET": "Socket"},
+               "socket")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-4000:]
+    assert "nccl_transport on spark1" in out and "Socket" in out, out[-4000:]
+    assert _verdict(fleet)["pass"] is False
+
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2",
+               {**healthy, "SPARKFLEET_FAKE_NCCL_BUSBW_GBS": "12.0"}, "slow")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-4000:]
+    assert "nccl_busbw on spark1" in out and "GB/s (floor 20.00)" in out, out[-4000:]
+
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark3", healthy, "drift")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-4000:]
+    assert "parity on spark1" in out and "driver" in out and "580.95.05" in out and "580.159.04" in out, out[-4000:]
+    assert _verdict(fleet)["nodes"] == ["spark1", "spark3"]
