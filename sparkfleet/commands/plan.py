@@ -206,7 +206,7 @@ def _serving_notes(campaign: dict[str, Any], host: dict[str, Any]) -> list[str]:
                                                                        host["paths"]["work_dir"]))
     notes = [f"serving {estimate.serving_text(campaign, w)}" for w in loads] + [
         f"serving: the server runs in the run's environment ({_where_servers(campaign)}), the client on the host: "
-        f"{_client_path(host)}"
+        + ", ".join(_client_path(host, d) for d in dict.fromkeys(serving_client.driver(w.get("client")) for w in loads))
         + ("" if host["serving"]["client"] else " (installed by the serving_client role)")
         + "; the client step shows the first point of the run's shuffled order, once per point on the host; prompts "
         + f"from {corpus}"
