@@ -174,9 +174,14 @@ options:
     default: {}
     suboptions:
       client:
-        description: The load generator's executable on the host (llama-benchy); omitted, C(llama-benchy) on the
-          host's PATH (as a bare run's command is found).
+        description: The llama-benchy executable on the host; omitted, the one in C(clients), else C(llama-benchy)
+          on the host's PATH (as a bare run's command is found).
         type: path
+      clients:
+        description: Each load generator's executable on the host, by client name (C(llama-benchy), C(aiperf)), as
+          the serving_client role installed them; a client not named here is looked for on the host's PATH.
+        type: dict
+        default: {}
       corpus:
         description: >-
           A text file on the host the client builds its prompts from, served on 127.0.0.1 for its C(--book-url)
@@ -369,7 +374,8 @@ def main():
             versions=dict(type="dict", default={}),
             campaign_config=dict(type="dict"),
             trtllm=dict(type="dict", default={}),
-            serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), corpus=dict(type="path"))),
+            serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), clients=dict(type="dict", default={}),
+                                                                 corpus=dict(type="path"))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
             nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),

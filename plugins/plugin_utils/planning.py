@@ -27,7 +27,7 @@ from typing import Any
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import gates
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import resume, textfile
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving, serving_client
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import estimate, settings
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.campaign import CampaignError, config_hash, plan, resolve
@@ -197,7 +197,8 @@ PLAN_GROUPS: dict[str, dict[str, str]] = {
                   "max_fail_percentage": "sparkfleet_max_fail_percentage"},
     "reproducibility": {"tolerance_pct": "sparkfleet_reproducibility_tolerance_pct",
                         "acknowledge_host_differences": "sparkfleet_acknowledge_host_differences"},
-    "serving": {"client": "sparkfleet_serving_client", "corpus": "sparkfleet_serving_corpus"},
+    "serving": {"client": "sparkfleet_serving_client", "aiperf": "sparkfleet_serving_aiperf",
+                "corpus": "sparkfleet_serving_corpus"},
     "nvml": {"install": "sparkfleet_nvml", "wheel": "sparkfleet_nvml_wheel", "index_url": "sparkfleet_nvml_index_url"},
     # the cluster the host serves in and its pair preflight's floors (sparkfleet_host/cluster/pair.py)
     "cluster": {f.option: f.name for f in pair.FIELDS},
@@ -256,6 +257,20 @@ def plan_settings(variables: dict[str, Any]) -> dict[str, Any]:
              "sparkfleet_work_dir", "sparkfleet_poll_interval_s", "sparkfleet_report_after_s",
              "sparkfleet_serving_memory_gib")
     return {name: settings.setting(variables, name) for name in names}
+
+
+#: The host plan's serving key that gives a client's executable (an inventory setting: PLAN_GROUPS["serving"]).
+GIVEN_CLIENT = {"llama-benchy": "client", "aiperf": "aiperf"}
+
+
+def serving_clients(workloads: list[dict[str, Any]], given: dict[str, Any], work_dir: str) -> list[dict[str, str]]:
+    """The load generators the serving workloads use that the serving_client role installs, each {name, package,
+    version, path}: the pin of its driver (serving_client.DRIVERS), its executable in <work_dir>/clients/<name>.
+    A client the inventory gives (``given``: the plan's serving group, GIVEN_CLIENT) is not installed."""
+    names = {serving_client.driver(w.get("client")).name for w in workloads if serving.is_serving(w)}
+    return [{"name": d.name, "package": d.PACKAGE, "version": d.PIN,
+             "path": os.path.join(work_dir, "clients", d.name, "bin", d.EXECUTABLE)}
+            for n, d in serving_client.DRIVERS.items() if n in names and not given.get(GIVEN_CLIENT.get(n, ""))]
 
 
 def kept_names(campaign: dict[str, Any]) -> list[str]:
@@ -428,6 +443,9 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             knobs["campaign"] = campaign["name"]
             knobs["paths"]["results_dir"] = os.path.join(root, campaign["name"], check.host)
         needs_serving = any(serving.is_serving(w) for w in campaign["workloads"])
+        if knobs.get("serving") is not None:  # the clients the serving_client role installs (none given)
+            knobs["serving"]["install"] = serving_clients(campaign["workloads"], knobs["serving"],
+                                                          knobs["paths"]["work_dir"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
                                      summary, knobs, needs_serving)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

@@ -144,7 +144,8 @@ SERVING_ENGINES = serving.engine_names(serves=True)
 JOB_ENGINES = serving.engine_names(serves=False)
 ENGINES = serving.engine_names()
 
-#: Load generators a serving workload can use (serving_client.DRIVERS): llama-benchy (eugr/llama-benchy).
+#: Load generators a serving workload can use (serving_client.DRIVERS): llama-benchy (eugr/llama-benchy), the
+#: default, and aiperf (ai-dynamo/aiperf, pinned 0.13.0).
 SERVING_CLIENTS = tuple(serving_client.DRIVERS)
 ORDERS = ("interleaved", "randomized", "sequential")
 #: The tag NVIDIA's DGX Spark TensorRT-LLM playbook uses (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md
@@ -392,8 +393,9 @@ WORKLOAD_FIELDS = (
           low_open=True),
     Field("served_model_name", "str", None, "Serving: the model name the server answers to (null: the "
           "engine's default).", nullable=True),
-    Field("client", "str", serving_client.LlamaBenchy.name, "Serving: the load generator.",
-          choices=SERVING_CLIENTS),
+    Field("client", "str", serving_client.LlamaBenchy.name, "Serving: the load generator: llama-benchy, or aiperf "
+          "(NVIDIA AIPerf 0.13.0: TTFT, inter-token latency, output and request throughput, goodput with "
+          "--goodput in client_args; no context depth, no prefix_caching).", choices=SERVING_CLIENTS),
     Field("client_args", "list", [], "Serving: extra load-generator arguments (argv elements), e.g. "
           "--no-warmup; one that sets what sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output "
           "format, the tokenizer, the corpus, ...) is refused. A random-weight model skips the coherence check "
@@ -565,7 +567,11 @@ SETTINGS = (
           "firmware or driver differ unless this is true (then it compares them and says they differ)."),
     Field("sparkfleet_serving_client", "abs_path", None, "A llama-benchy executable on the host for serving runs "
           "(null: <work_dir>/clients/llama-benchy/bin/llama-benchy, installed with pip when serving runs are "
-          "planned).", nullable=True),
+          "planned). A workload with client aiperf uses <work_dir>/clients/aiperf/bin/aiperf, installed the same "
+          "way.", nullable=True),
+    Field("sparkfleet_serving_aiperf", "abs_path", None, "An aiperf executable on the host for serving workloads "
+          "with client aiperf (null: <work_dir>/clients/aiperf/bin/aiperf, aiperf 0.13.0 installed with pip when "
+          "such a workload is planned).", nullable=True),
     Field("sparkfleet_serving_corpus", "abs_path", DEFAULT_SERVING_CORPUS, "A text file on the host the serving "
           "client's prompts come from, served on 127.0.0.1 for its --book-url; nothing is downloaded. Default: the "
           "collection's public-domain prose (roles/serving_client/files/corpus.txt), which the serving_client "

@@ -112,10 +112,11 @@ def _placeholder_rootfs(tmp: str) -> str:
     return tmp
 
 
-def _client_path(host: dict[str, Any]) -> str:
-    """The serving client on the host: sparkfleet_serving_client, else the one the serving_client role installs
-    under the work directory (roles/serving_client: <work_dir>/clients/llama-benchy)."""
-    return host["serving"]["client"] or f"{host['paths']['work_dir']}/clients/llama-benchy/bin/llama-benchy"
+def _client_path(host: dict[str, Any], driver) -> str:
+    """The serving client on the host: llama-benchy's sparkfleet_serving_client, else the one the serving_client
+    role installs under the work directory (roles/serving_client: <work_dir>/clients/<name>/bin/<executable>)."""
+    given = host["serving"].get({"llama-benchy": "client", "aiperf": "aiperf"}.get(driver.name, ""))
+    return given or f"{host['paths']['work_dir']}/clients/{driver.name}/bin/{driver.EXECUTABLE}"
 
 
 def _client_step(run, host: dict[str, Any], run_dir: str) -> dict[str, Any]:
@@ -125,14 +126,14 @@ def _client_step(run, host: dict[str, Any], run_dir: str) -> dict[str, Any]:
     points, seed = serving.shuffled_points(workload, run.run_id)
     driver = serving_client.driver(workload.get("client"))
     first = points[0]
-    argv = driver.point_argv(_client_path(host), first, serving.base_url(workload),
+    argv = driver.point_argv(_client_path(host, driver), first, serving.base_url(workload),
                              serving.served_name(workload, model), serving.tokenizer_shown(model),
                              int(workload["runs"]), bool(workload["prefix_caching"]),
                              CORPUS_URL if host["serving"]["corpus"] else None,
-                             f"{run_dir}/points/{first['point']}.json", workload.get("client_args"),
-                             skip_coherence=bool(model.get("random_weights")))
+                             f"{run_dir}/points/{driver.raw_name(first['point'])}", workload.get("client_args"),
+                             skip_coherence=bool(model.get("random_weights")), seed=seed)
     cmd = runexec.redact([run_launch.ENV_BIN, "-C", run_dir]
-                         + [f"{k}={v}" for k, v in serving_client.client_env(run_dir).items()] + argv)
+                         + [f"{k}={v}" for k, v in serving_client.client_env(run_dir, driver).items()] + argv)
     return {"name": "client", "argv": cmd, "stdout": None, "line": shlex.join(cmd),
             "points": len(points), "point_order_seed": seed, "first_point": first["point"]}
 
@@ -205,7 +206,7 @@ def _serving_notes(campaign: dict[str, Any], host: dict[str, Any]) -> list[str]:
                                                                        host["paths"]["work_dir"]))
     notes = [f"serving {estimate.serving_text(campaign, w)}" for w in loads] + [
         f"serving: the server runs in the run's environment ({_where_servers(campaign)}), the client on the host: "
-        f"{_client_path(host)}"
+        + ", ".join(_client_path(host, d) for d in dict.fromkeys(serving_client.driver(w.get("client")) for w in loads))
         + ("" if host["serving"]["client"] else " (installed by the serving_client role)")
         + "; the client step shows the first point of the run's shuffled order, once per point on the host; prompts "
         + f"from {corpus}"

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from serving_tree import build_serving_tree
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving_client
 from sparkfleet import serving
 from sparkfleet.cli import main
 from sparkfleet.compare import compare_campaigns
@@ -24,6 +25,10 @@ from sparkfleet.report import analyse
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Options
 from sparkfleet.report.host_normal import check_hosts
+
+#: The metrics these records carry: llama-benchy's (AIPerf's others are absent from its records).
+LLAMA_BENCHY = [m for m in serving.SERVING_METRICS
+                if m in {name for _, name in serving_client.LLAMA_BENCHY_METRICS}]
 
 #: One engine, native and container, 4 points: small enough to build quickly, every serving metric present.
 SHAPE = {"engines": ("vllm",), "environments": ("native", "container"), "iterations": 5}
@@ -76,7 +81,7 @@ def test_serving_twenty_percent_worse_is_a_regression_and_exits_1(trees: dict[st
     # every serving figure of the container at every point, and nothing of native
     assert set(flagged["environment"]) == {"container"}
     container = points[points["environment"] == "container"]
-    assert len(flagged) == len(container) == len(serving.SERVING_METRICS) * 4
+    assert len(flagged) == len(container) == len(LLAMA_BENCHY) * 4
     assert set(points.loc[points["environment"] == "native", "verdict"]) == {"unchanged"}
     assert out["regressions"] == len(flagged)
 
@@ -85,7 +90,7 @@ def test_same_distribution_is_no_regression_and_exits_0(trees: dict[str, Path]) 
     status, out = compare_json(trees["a"], trees["copy"])
     assert status == 0
     points = served(out["comparisons"])
-    assert len(points) == 2 * 4 * len(serving.SERVING_METRICS)  # both environments, every point and metric
+    assert len(points) == 2 * 4 * len(LLAMA_BENCHY)  # both environments, every point and metric
     assert set(points["verdict"]) == {"unchanged"}
     assert out["regressions"] == 0
 
@@ -134,7 +139,7 @@ def test_report_against_a_baseline_shows_the_serving_regression(trees: dict[str,
     regression = [line for line in report.verdicts if line.question == "regression" and line.label == "regression"]
     assert regression and all(v.outcome == "different" and v.better is False for line in regression
                                for v in line.verdicts)
-    assert {v.metric for line in regression for v in line.verdicts} == set(serving.SERVING_METRICS)
+    assert {v.metric for line in regression for v in line.verdicts} == set(LLAMA_BENCHY)
     assert not any(line.question == "none" for line in report.verdicts)
     rows = report.serving.baseline
     assert set(rows.loc[rows["verdict"] == "regression", "environment"]) == {"container"}
@@ -146,7 +151,7 @@ def test_report_against_a_copy_says_no_regression(trees: dict[str, Path]) -> Non
     report = analyse(load_runs(trees["copy"]), Options(baseline=str(trees["a"])))
     labels = [line.label for line in report.verdicts if line.question == "regression"]
     assert "no regression" in labels and "regression" not in labels
-    assert len(report.serving.baseline) == 2 * 4 * len(serving.SERVING_METRICS)
+    assert len(report.serving.baseline) == 2 * 4 * len(LLAMA_BENCHY)
 
 
 def test_report_cli_with_a_baseline_of_serving_only_campaigns(tmp_path: Path) -> None:
@@ -159,7 +164,7 @@ def test_report_cli_with_a_baseline_of_serving_only_campaigns(tmp_path: Path) ->
     labels = {line["label"] for line in out["verdicts"] if line["question"] == "regression"}
     assert "regression" in labels
     assert not any(line["question"] == "none" for line in out["verdicts"])
-    assert len(served(out["baseline"]["comparisons"])) == 2 * 4 * len(serving.SERVING_METRICS)
+    assert len(served(out["baseline"]["comparisons"])) == 2 * 4 * len(LLAMA_BENCHY)
 
 
 # --- sparkfleet report --hosts --reference ---------------------------------------------------------------------
@@ -170,9 +175,9 @@ def test_hosts_against_a_reference_campaign_count_the_serving_metrics(trees: dic
     loaded = load_runs(trees["worse"])
     check = check_hosts(loaded.root, loaded.runs, reference=trees["a"], always=True, points=loaded.serving)
     compared = check.comparisons
-    assert set(serving.SERVING_METRICS) <= set(compared["metric"])
+    assert set(LLAMA_BENCHY) <= set(compared["metric"])
     different = compared[compared["outcome"] == "different"]
-    assert set(different["metric"]) == set(serving.SERVING_METRICS)
+    assert set(different["metric"]) == set(LLAMA_BENCHY)
     assert set(different["environment"]) == {"container"}
     assert set(compared["family_size"]) == {len(compared)}  # serving and run metrics: one family
 

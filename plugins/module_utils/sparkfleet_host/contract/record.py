@@ -181,8 +181,9 @@ class ServingMetric(NamedTuple):
 
 #: The scopes of the serving point metrics: all concurrent requests together, one request, a time.
 AGGREGATE, PER_USER, LATENCY = "aggregate", "per user", "latency"
-#: The metrics of a serving point (``serving.points[].metrics``: llama-benchy's figures per point, named by
-#: serving_client; docs/serving-contract.md, "Record"), in the report's order. Not screened by METRIC_RANGES.
+#: The metrics of a serving point (``serving.points[].metrics``: its client's figures per point, named by
+#: serving_client's drivers; docs/serving-contract.md, "Record"), in the report's order. Not screened by
+#: METRIC_RANGES. Not one of them is a run's metric (METRICS) of the same name.
 SERVING_METRICS: Dict[str, ServingMetric] = {
     "pp_tok_s": ServingMetric("tokens/s", AGGREGATE, 1, "prompt throughput (aggregate)"),
     "tg_tok_s": ServingMetric("tokens/s", AGGREGATE, 1, "generation throughput (aggregate)"),
@@ -193,6 +194,15 @@ SERVING_METRICS: Dict[str, ServingMetric] = {
     "ttfr_ms": ServingMetric("ms", LATENCY, -1, "time to first response"),
     "e2e_ttft_ms": ServingMetric("ms", LATENCY, -1, "end-to-end time to first token"),
     "est_ppt_ms": ServingMetric("ms", LATENCY, -1, "estimated prompt processing time"),
+    # AIPerf's (serving_client.AIPERF_METRICS; its time_to_first_token is e2e_ttft_ms above)
+    "out_tok_s": ServingMetric("tokens/s", AGGREGATE, 1, "output throughput over the run (aggregate)"),
+    "out_req_tok_s": ServingMetric("tokens/s", PER_USER, 1, "output throughput (per user: 1 / inter-token "
+                                   "latency)", aggregate="out_tok_s"),
+    "req_per_s": ServingMetric("requests/s", AGGREGATE, 1, "request throughput"),
+    "goodput_per_s": ServingMetric("requests/s", AGGREGATE, 1, "goodput (requests/s within the --goodput targets)"),
+    "itl_ms": ServingMetric("ms", LATENCY, -1, "inter-token latency (TPOT)"),
+    "out_tok_per_j": ServingMetric("tokens/J", AGGREGATE, 1, "output tokens per joule (the client's GPU "
+                                   "telemetry)"),
 }
 
 #: Where a run runs (its environment's kind): native, chroot into the image's rootfs; container, docker run;

@@ -354,7 +354,9 @@ def owned_flag(arg, owns, abbrev: bool = False):
 def overriding_args(workload: dict) -> list:
     """Each element of the workload's server_args and client_args that sets what sparkfleet sets on that command
     line: [(field, text)], the text naming the flag, the element and what sets it instead. The server's flags are
-    its engine row's ``owns``, the client's its driver's ``OWNS``. Raises ServingError for an engine that is none."""
+    its engine row's ``owns``, the client's its driver's ``OWNS``; then what of the workload its client cannot
+    measure (the driver's ``refusals``: AIPerf's, a depth above 0 or prefix_caching). Raises ServingError for an
+    engine that is none."""
     spec, engine = engine_spec(workload), workload.get("engine")
     out = []
     checks = (("server_args", spec.get("owns") or (), spec.get("abbrev", False),
@@ -371,6 +373,8 @@ def overriding_args(workload: dict) -> list:
                 flag, instead = hit
                 shown = flag if str(arg) == flag else "%s (as %r)" % (flag, str(arg))
                 out.append((field, "%s sets %s, which sparkfleet sets on %s: %s" % (field, shown, where, instead)))
+    if len(checks) > 1:  # what of the workload its client cannot measure (AIPerf: a context depth, prefix caching)
+        out += drv.refusals(workload)
     return out
 
 

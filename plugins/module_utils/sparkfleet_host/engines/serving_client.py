@@ -2,8 +2,11 @@
 """The load generators of serving runs: one driver per client (its argv per point, its output parsed), and the
 loopback corpus server.
 
-A driver is a class with ``name``, ``point_argv(...)``, ``parse_point(json_bytes, point)`` and
-``version(client_path)``; :data:`DRIVERS` names them. A second client (AIPerf) is one more class and row.
+A driver is a class with ``name``, the package and version the serving_client role installs (``PACKAGE``,
+``PIN``), ``OWNS``/``ABBREV`` (the flags it sets), ``ENV`` (its environment additions over :func:`client_env`),
+``raw_name(point)`` (its output file, under the run's points/), ``refusals(workload)`` (what of a workload it
+cannot measure), ``point_argv(...)``, ``parse_point(json_bytes, point)`` and ``version(client_path)``;
+:data:`DRIVERS` names them: llama-benchy (the default) and AIPerf.
 The client runs on the host, outside the run's environment, against the server on 127.0.0.1.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import http.server
 import json
 import math
@@ -40,17 +44,22 @@ class ClientOutputError(Exception):
     """The client's output file is not what its driver reads."""
 
 
-def client_env(run_dir: str) -> dict:
+def client_env(run_dir: str, drv=None) -> dict:
     """The client's environment additions: offline, its own HOME (llama-benchy caches the corpus under
-    ~/.cache/llama-benchy: per run, deleted after), and no proxy between it and the loopback server."""
-    return {"HF_HUB_OFFLINE": "1", "HOME": os.path.join(run_dir, ".client-home"),
-            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    ~/.cache/llama-benchy: per run, deleted after), and no proxy between it and the loopback server; then the
+    driver's own ``ENV`` (``drv``: a driver class, or None for none)."""
+    env = {"HF_HUB_OFFLINE": "1", "HOME": os.path.join(run_dir, ".client-home"),
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    return dict(env, **(getattr(drv, "ENV", None) or {}))
 
 
 class LlamaBenchy:
     """llama-benchy (https://github.com/eugr/llama-benchy), 0.4.0's CLI (llama_benchy/config.py)."""
 
     name = "llama-benchy"
+    #: What the serving_client role installs (pip, into <work_dir>/clients/<name>), and the executable in its venv.
+    PACKAGE, PIN, EXECUTABLE = "llama-benchy", "0.4.0", "llama-benchy"
+    ENV: dict = {}
     #: What point_argv sets, and what sets it instead: a workload's client_args naming one of these flags is
     #: refused (serving.overriding_args, read by the campaign's validation). llama-benchy 0.4.0's parser is
     #: argparse's: an unambiguous prefix (``--conc``) is the flag too (ABBREV).
@@ -73,15 +82,26 @@ class LlamaBenchy:
     SKIP_COHERENCE = "--skip-coherence"
 
     @staticmethod
+    def raw_name(point_name: str) -> str:
+        """The point's output file under the run's points/ directory: the JSON --save-result writes."""
+        return point_name + ".json"
+
+    @staticmethod
+    def refusals(workload: dict) -> list:
+        """What of ``workload`` llama-benchy cannot measure: [(field, text)]; it measures every profile."""
+        return []
+
+    @staticmethod
     def point_argv(client: str, point: dict, base_url: str, model_name: str, tokenizer: str, runs: int,
-                   prefix_caching: bool, corpus_url, out_json: str, extra=None, skip_coherence: bool = False) -> list:
+                   prefix_caching: bool, corpus_url, out_json: str, extra=None, skip_coherence: bool = False,
+                   seed=None) -> list:
         """One invocation per point: --pp/--tg/--depth/--concurrency one level each, JSON saved to ``out_json``.
 
         ``prefix_caching``: false sends unique prompts and cache_prompt=false (--no-cache); true measures the
         context load and the cached follow-up separately (--enable-prefix-caching, Spark Arena's setting).
         ``--exact-tg`` asks the server for exactly tg tokens (min_tokens, ignore_eos), so every point decodes
         what it names. ``skip_coherence`` (a model with random_weights): --skip-coherence, unless ``extra`` (the
-        workload's client_args) already says it."""
+        workload's client_args) already says it. ``seed``: unused (llama-benchy draws its own prompts)."""
         argv = [str(client), "--base-url", base_url, "--model", model_name, "--tokenizer", tokenizer,
                 "--pp", str(point["pp"]), "--tg", str(point["tg"]), "--depth", str(point["depth"]),
                 "--concurrency", str(point["concurrency"]), "--runs", str(runs), "--exact-tg",
@@ -174,8 +194,156 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+#: AIPerf's metric (a top-level key of profile_export_aiperf.json, each ``{unit, avg, p1..p99, min, max, std,
+#: count, sum}``) -> the point's metric, with the unit its ``avg`` must be in. AIPerf 0.13.0 (PyPI wheel, whose
+#: aiperf/metrics/types/*.py define them): time_to_first_token = first content chunk - request start (llama-benchy's
+#: e2e_ttft); inter_token_latency = (request latency - TTFT) / (output tokens - first chunk's); output_token_throughput
+#: = output tokens / benchmark duration; output_token_throughput_per_user = 1 / inter_token_latency, per request;
+#: request_throughput = requests / duration; goodput = requests meeting --goodput / duration (only with --goodput).
+#: The names are the same in every schema version (ai-dynamo/aiperf docs/reference/json-export-schema.md at
+#: 1554b478d4eec073cb23365b2c1e1b6dbece2e62: 1.0-1.5 add fields, never rename these); schema 1.5 renamed only the
+#: GPU telemetry metrics to ``nvidia_*``, hence the energy metric's two names (the first one present is read).
+AIPERF_METRICS = (
+    (("time_to_first_token",), "ms", "e2e_ttft_ms"),
+    (("inter_token_latency",), "ms", "itl_ms"),
+    (("output_token_throughput",), "tokens/sec", "out_tok_s"),
+    (("output_token_throughput_per_user",), "tokens/sec/user", "out_req_tok_s"),
+    (("request_throughput",), "requests/sec", "req_per_s"),
+    (("goodput",), "requests/sec", "goodput_per_s"),
+    (("nvidia_output_tokens_per_joule", "output_tokens_per_joule"), "tokens/J", "out_tok_per_j"),
+)
+
+
+class AIPerf:
+    """NVIDIA AIPerf (https://github.com/ai-dynamo/aiperf), 0.13.0's ``aiperf profile`` CLI (the PyPI wheel's
+    aiperf/config/flags/cli_config.py; cyclopts: no abbreviated flags)."""
+
+    name = "aiperf"
+    PACKAGE, PIN, EXECUTABLE = "aiperf", "0.13.0", "aiperf"
+    #: AIPerf 0.13.0 loads a tokenizer under HF_HUB_OFFLINE through the hub cache even for a local directory
+    #: (aiperf/common/tokenizer.py Tokenizer._from_pretrained_local: snapshot_download(local_files_only=True),
+    #: which refuses a path): offline mode off for it; a local directory never reaches the network.
+    ENV = {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    OWNS = ((("--url", "-u"), "it is the server sparkfleet started (127.0.0.1, the workload's port)"),
+            (("--model-names", "--model", "-m"), "use the workload's served_model_name field"),
+            (("--tokenizer",), "use the model's tokenizer field (default: its directory, or its GGUF's)"),
+            (("--endpoint-type", "--streaming"), "every point streams chat completions"),
+            (("--prompt-input-tokens-mean", "--synthetic-input-tokens-mean", "--isl", "--prompt-input-tokens-stddev",
+              "--synthetic-input-tokens-stddev", "--isl-stddev"), "use the workload's profile (pp)"),
+            (("--prompt-output-tokens-mean", "--output-tokens-mean", "--osl", "--prompt-output-tokens-stddev",
+              "--output-tokens-stddev", "--osl-stddev", "--use-server-token-count"),
+             "use the workload's profile (tg; every point decodes exactly tg tokens)"),
+            (("--concurrency",), "use the workload's profile (concurrency)"),
+            (("--request-count", "--num-requests", "--warmup-request-count", "--num-warmup-requests",
+              "--num-profile-runs"), "use the workload's runs field (runs x concurrency requests per point)"),
+            (("--conversation-num", "--num-conversations", "--num-sessions", "--dataset-sampling-strategy",
+              "--random-seed"), "every request has its own prompt, drawn with a seed of the run and point"),
+            (("--output-artifact-dir", "--artifact-dir", "--profile-export-prefix", "--profile-export-file"),
+             "sparkfleet reads the export it saves for each point"),
+            (("--ui-type", "--ui"), "the client runs without a UI"))
+    ABBREV = False
+
+    @staticmethod
+    def raw_name(point_name: str) -> str:
+        """The point's AIPerf summary under the run's points/: its --artifact-dir keeps every export beside it
+        (profile_export_aiperf.csv, profile_export.jsonl per request, inputs.json, phases/, logs/)."""
+        return os.path.join(point_name + ".aiperf", "profile_export_aiperf.json")
+
+    @staticmethod
+    def refusals(workload: dict) -> list:
+        """What of ``workload`` AIPerf cannot measure as sparkfleet's points name it: [(field, text)]. AIPerf has
+        no context depth (llama-benchy's --depth: a context before each prompt, loaded apart when prefix_caching
+        is on) and always sends unique prompts, so a depth above 0 and prefix_caching: true are refused."""
+        profile = workload.get("profile") if isinstance(workload.get("profile"), dict) else {}
+        depths = profile.get("depth", [0])
+        depths = depths if isinstance(depths, list) else [depths]
+        out = []
+        if any(d not in (0, None) for d in depths):
+            out.append(("profile", "profile.depth %s: client aiperf has no context depth (llama-benchy's --depth); "
+                        "use depth [0], or client llama-benchy" % json.dumps(depths)))
+        if workload.get("prefix_caching"):
+            out.append(("prefix_caching", "prefix_caching: true measures a cached context (llama-benchy's "
+                        "--enable-prefix-caching); client aiperf sends unique prompts only: use false, or client "
+                        "llama-benchy"))
+        return out
+
+    @staticmethod
+    def point_argv(client: str, point: dict, base_url: str, model_name: str, tokenizer: str, runs: int,
+                   prefix_caching: bool, corpus_url, out_json: str, extra=None, skip_coherence: bool = False,
+                   seed=None) -> list:
+        """One ``aiperf profile`` per point, its exports under ``dirname(out_json)`` (raw_name).
+
+        pp -> synthetic input tokens (stddev 0); tg -> output tokens (stddev 0) with ignore_eos and min_tokens, the
+        server's own token counts read (--use-server-token-count), so every request decodes exactly tg tokens;
+        concurrency -> --concurrency; runs -> --request-count runs x concurrency in one profile run (llama-benchy's
+        --runs R sends R rounds of concurrency requests; AIPerf's --num-profile-runs would restart its services
+        per run, and sparkfleet's iterations already give the CI over runs), after one round of warm-up requests.
+        Unique prompts: one conversation per request, sampled in order (--conversation-num warm-up + measured,
+        sequential), drawn with a seed of the run and the point; cache_prompt=false as llama-benchy --no-cache
+        sends. ``corpus_url`` and ``skip_coherence`` are llama-benchy's: AIPerf draws from its own corpus and asks
+        no question. Depth and prefix caching are refused before (refusals)."""
+        conc, requests = int(point["concurrency"]), int(point["concurrency"]) * int(runs)
+        key = "%s:%s" % (out_json if seed is None else seed, point.get("point"))
+        point_seed = int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:8], 16) % (2 ** 31)
+        tok = tokenizer if os.path.isdir(tokenizer) or not tokenizer.endswith(".json") else os.path.dirname(tokenizer)
+        argv = [str(client), "profile", "--url", base_url, "--model", model_name, "--tokenizer", tok,
+                "--endpoint-type", "chat", "--streaming",
+                "--synthetic-input-tokens-mean", str(point["pp"]), "--synthetic-input-tokens-stddev", "0",
+                "--output-tokens-mean", str(point["tg"]), "--output-tokens-stddev", "0",
+                "--extra-inputs", "ignore_eos:true", "--extra-inputs", "min_tokens:%d" % int(point["tg"]),
+                "--use-server-token-count", "--concurrency", str(conc), "--request-count", str(requests),
+                "--warmup-request-count", str(conc), "--conversation-num", str(requests + conc),
+                "--dataset-sampling-strategy", "sequential", "--random-seed", str(point_seed),
+                "--no-server-metrics", "--artifact-dir", os.path.dirname(out_json), "--ui", "none"]
+        if not prefix_caching:
+            argv += ["--extra-inputs", "cache_prompt:false"]
+        return argv + [str(a) for a in (extra or [])]
+
+    @staticmethod
+    def parse_point(data: bytes, point=None, source: str = "aiperf output") -> dict:
+        """{"metrics", "samples", "context_load", "version", "schema_version"} of one point from AIPerf's
+        profile_export_aiperf.json (AIPERF_METRICS: each metric's ``avg``, in the unit named). ``samples`` is
+        empty (one profile run per point: its per-request values stay in profile_export.jsonl).
+        Raises ClientOutputError naming ``source`` for a file that is not an AIPerf export, a cancelled run,
+        a metric in another unit, or, given ``point``, outputs that are not exactly its tg tokens."""
+        try:
+            doc = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ClientOutputError("%s: not JSON (%s)" % (source, exc)) from None
+        if not isinstance(doc, dict) or "schema_version" not in doc:
+            raise ClientOutputError("%s: no schema_version (not AIPerf's profile_export_aiperf.json)" % source)
+        if doc.get("was_cancelled") or doc.get("is_complete") is False:
+            raise ClientOutputError("%s: AIPerf's run did not complete: %s" % (
+                source, doc.get("incomplete_reason") or "cancelled"))
+        metrics = {}
+        for keys, unit, name in AIPERF_METRICS:
+            found = [doc[k] for k in keys if isinstance(doc.get(k), dict)]
+            if not found or found[0].get("avg") is None:
+                continue
+            value = found[0]
+            if value.get("unit") != unit or not _number(value.get("avg")):
+                raise ClientOutputError("%s: %s is not an average in %s: %r" % (source, keys[0], unit, value))
+            metrics[name] = float(value["avg"])
+        osl = doc.get("output_sequence_length")
+        if point is not None and isinstance(osl, dict) and {osl.get("min"), osl.get("max")} != {point["tg"]}:
+            raise ClientOutputError("%s: output lengths %s..%s tokens, not exactly tg %s" % (
+                source, osl.get("min"), osl.get("max"), point["tg"]))
+        return {"metrics": metrics, "samples": {}, "context_load": None, "version": doc.get("aiperf_version"),
+                "schema_version": doc.get("schema_version")}
+
+    @staticmethod
+    def coherence(random_weights: bool, extra) -> str:
+        """What the run record says of the coherence check: AIPerf has none."""
+        return "not asked: aiperf has no coherence check"
+
+    @staticmethod
+    def version(client: str, timeout_s: float = 120.0):
+        """The client's version (``aiperf --version`` prints ``0.13.0``), or None."""
+        return LlamaBenchy.version(client, timeout_s)
+
+
 #: client name -> driver
-DRIVERS = {LlamaBenchy.name: LlamaBenchy}
+DRIVERS = {LlamaBenchy.name: LlamaBenchy, AIPerf.name: AIPerf}
 
 
 def driver(name) -> type:

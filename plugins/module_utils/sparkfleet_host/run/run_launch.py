@@ -274,13 +274,16 @@ class Launcher:
         return self.tokenizer["path"]
 
     def client_path(self) -> str:
-        """The load generator's executable: bench_run's serving.client, else the driver's name on the host's PATH
-        (runexec.host_path: the login shell's, the module's, ~/.local/bin, the system directories)."""
-        name = serving_client.driver(self.run.workload.get("client")).name
-        path = (self.p.get("serving") or {}).get("client") or shutil.which(name, path=host_path())
+        """The load generator's executable: bench_run's serving.client (llama-benchy's: sparkfleet_serving_client),
+        else its serving.clients entry (what the serving_client role installed), else the driver's executable on the
+        host's PATH (runexec.host_path: the login shell's, the module's, ~/.local/bin, the system directories)."""
+        drv = serving_client.driver(self.run.workload.get("client"))
+        given = self.p.get("serving") or {}
+        path = ((given.get("client") if drv.name == serving_client.LlamaBenchy.name else None)
+                or (given.get("clients") or {}).get(drv.name) or shutil.which(drv.EXECUTABLE, path=host_path()))
         if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
-            raise RunSetupError("serving client %s not found (%r): install it, or set sparkfleet_serving_client"
-                                % (name, path))
+            raise RunSetupError("serving client %s not found (%r): install it (the serving_client role installs %s "
+                                "%s), or set sparkfleet_serving_client" % (drv.name, path, drv.PACKAGE, drv.PIN))
         return path
 
     def serve(self, record, server: tuple, drop, timeout_s) -> dict:
@@ -404,11 +407,12 @@ class Launcher:
         the time is up, the points left are recorded as not run."""
         run, workload = self.run, self.run.workload
         drv = serving_client.driver(workload.get("client"))
+        seed = serving.order_seed(run.rid)  # AIPerf draws its prompts with it (and the point's name)
         client = self.client_path()
         section["client"]["version"] = drv.version(client)
         points_dir = os.path.join(run.run_dir, "points")
         os.makedirs(points_dir, exist_ok=True)
-        env = serving_client.client_env(run.run_dir)
+        env = serving_client.client_env(run.run_dir, drv)
         os.makedirs(env["HOME"], exist_ok=True)
         corpus = (self.p.get("serving") or {}).get("corpus")
         hit = False
@@ -427,12 +431,12 @@ class Launcher:
                     hit = True
                     entry["reason"] = "not run: the run's timeout_s was reached"
                     continue
-                raw = os.path.join("points", point["point"] + ".json")
+                raw = os.path.join("points", drv.raw_name(point["point"]))
                 argv = drv.point_argv(client, point, serving.base_url(workload),
                                       serving.served_name(workload, run.model), self.tokenizer_path(),
                                       int(workload.get("runs") or 3), bool(workload.get("prefix_caching")),
                                       corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"),
-                                      skip_coherence=bool(run.model.get("random_weights")))
+                                      skip_coherence=bool(run.model.get("random_weights")), seed=seed)
                 if section["client"]["argv"] is None:
                     section["client"]["argv"] = redact(argv)
                 cmd = [ENV_BIN, "-C", run.run_dir] + ["%s=%s" % kv for kv in env.items()] + argv

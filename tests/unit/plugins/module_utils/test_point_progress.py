@@ -26,7 +26,12 @@ def _events(path: Path) -> list[dict]:
 class _Driver:
     """Stands for llama-benchy's driver: argv names the point and its output file, any output parses."""
 
-    name = "llama-benchy"
+    name = EXECUTABLE = PACKAGE = "llama-benchy"
+    PIN = "0.4.0"
+
+    @staticmethod
+    def raw_name(point_name):
+        return point_name + ".json"
 
     @staticmethod
     def version(client):

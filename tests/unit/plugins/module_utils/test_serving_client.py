@@ -69,9 +69,11 @@ def test_a_random_weight_model_skips_the_coherence_check(skip, extra, flags, sai
 
 
 def test_the_client_names_every_contract_metric_and_no_other():
-    """The mapping names the contract's serving point metrics (record.SERVING_METRICS), each once."""
+    """The mapping names the contract's serving point metrics (record.SERVING_METRICS), each once; the others are
+    AIPerf's (test_aiperf_client)."""
     names = [ours for _, ours in client.LLAMA_BENCHY_METRICS]
-    assert sorted(names) == sorted(SERVING_METRICS)
+    assert len(set(names)) == len(names) and set(names) <= set(SERVING_METRICS)
+    assert set(names) | {ours for _, _, ours in client.AIPERF_METRICS} == set(SERVING_METRICS)
 
 
 def test_a_real_output_maps_to_the_contract_names_with_raw_samples():
@@ -140,8 +142,9 @@ def test_version_reads_the_clients_own_answer(tmp_path):
 
 def test_unknown_client_is_refused():
     assert client.driver(None) is client.LlamaBenchy
-    with pytest.raises(ValueError, match="serving client 'aiperf' is not one of llama-benchy"):
-        client.driver("aiperf")
+    assert client.driver("aiperf") is client.AIPerf
+    with pytest.raises(ValueError, match="serving client 'guidellm' is not one of llama-benchy, aiperf"):
+        client.driver("guidellm")
 
 
 def test_client_env_keeps_the_book_cache_in_the_run():

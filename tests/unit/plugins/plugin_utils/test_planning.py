@@ -295,7 +295,8 @@ def test_the_plan_carries_every_path_and_knob_with_the_registry_defaults_applied
     assert got["docker"]["variant"] == "study" and got["reproducibility"] == {"tolerance_pct": 5.0,
                                                                              "acknowledge_host_differences": False}
     # the corpus: the collection's, which the serving_client role installs under the work directory
-    assert got["serving"] == {"client": None, "corpus": "/var/lib/sparkfleet/clients/corpus.txt"}
+    assert got["serving"] == {"client": None, "aiperf": None, "corpus": "/var/lib/sparkfleet/clients/corpus.txt",
+                              "install": []}
     assert got["needs_serving"] is False
     assert got["readiness"] == {"policy": "mark", "min_fraction": 0.9, "expected_clock_mhz": None, "probe_s": 3.0,
                                 "degraded_bands": [[500, 890]]}

@@ -104,7 +104,7 @@ def serving(**fields):
     (serving(port=65536), "campaign.workloads[0].port: must be between 1 and 65535"),
     (serving(ready_timeout_s=0), "campaign.workloads[0].ready_timeout_s: must be positive"),
     (serving(ready_timeout_s=86401), "campaign.workloads[0].ready_timeout_s: must be at most 86400"),
-    (serving(client="aiperf"), "campaign.workloads[0].client: 'aiperf' is not one of llama-benchy"),
+    (serving(client="guidellm"), "campaign.workloads[0].client: 'guidellm' is not one of llama-benchy, aiperf"),
     (serving(server_args=["--tp", 2]), "campaign.workloads[0].server_args: every entry must be a string"),
     (serving(prefix_caching="yes"), "campaign.workloads[0].prefix_caching: must be a boolean"),
     (serving(served_model_name=3), "campaign.workloads[0].served_model_name: must be a string"),
@@ -255,6 +255,43 @@ def test_without_timeout_s_a_serving_run_gets_its_own_timeout_and_the_async_limi
     assert "serving a: 28 points per run" in host.summary and "rough planning figure" in host.summary
 
 
+# ------------------------------------------------------------------------------------ the AIPerf client (issue 37)
+
+
+def test_a_workload_with_client_aiperf_validates_and_its_host_installs_aiperf(tmp_path):
+    raw = {**BASE, "workloads": [serving(client="aiperf", profile={**PROFILE, "depth": [0]},
+                                         client_args=["--goodput", "time_to_first_token:2000"]),
+                                 {**serving(), "name": "lb"}]}
+    c = resolve(raw)
+    assert [w["client"] for w in c["workloads"]] == ["aiperf", "llama-benchy"]
+    variables = {"sparkfleet_work_dir": "/w", "sparkfleet_models_dir": "/var/lib/sparkfleet/models"}
+    host = planning.plan_fleet([planning.check_host("h1", raw, variables)], str(tmp_path), "/").hosts["h1"]
+    install = host.to_dict()["serving"]["install"]
+    assert install == [{"name": "llama-benchy", "package": "llama-benchy", "version": "0.4.0",
+                        "path": "/w/clients/llama-benchy/bin/llama-benchy"},
+                       {"name": "aiperf", "package": "aiperf", "version": "0.13.0",
+                        "path": "/w/clients/aiperf/bin/aiperf"}]
+    given = {**variables, "sparkfleet_serving_aiperf": "/opt/aiperf/bin/aiperf"}
+    host = planning.plan_fleet([planning.check_host("h1", raw, given)], str(tmp_path), "/").hosts["h1"]
+    assert [i["name"] for i in host.to_dict()["serving"]["install"]] == ["llama-benchy"]
+
+
+@pytest.mark.parametrize(("workload", "message"), [
+    (serving(client="aiperf", profile={**PROFILE, "depth": [0, 4096]}),
+     "campaign.workloads[0].profile: workload w: profile.depth [0, 4096]: client aiperf has no context depth"),
+    (serving(client="aiperf", prefix_caching=True, profile={**PROFILE, "depth": [0]}),
+     "campaign.workloads[0].prefix_caching: workload w: prefix_caching: true measures a cached context"),
+    (serving(client="aiperf", client_args=["--concurrency", "8"]),
+     "campaign.workloads[0].client_args: workload w: client_args sets --concurrency, which sparkfleet sets on "
+     "aiperf's command line"),
+    (serving(client="aiperf", client_args=["--artifact-dir=/tmp/x"]),
+     "sets --artifact-dir (as '--artifact-dir=/tmp/x')"),
+])
+def test_what_aiperf_cannot_do_is_refused_naming_the_field(workload, message):
+    found = problems(workload)
+    assert any(message in p for p in found), (message, found)
+
+
 # ------------------------------------------------------------------------------------ inventory settings
 
 
@@ -283,7 +320,7 @@ def test_the_plan_carries_the_serving_readiness_and_reproducibility_settings(tmp
                  "sparkfleet_readiness_degraded_bands": [[600, 900.5]],
                  "sparkfleet_acknowledge_host_differences": "yes"}
     knobs = planning.host_settings("h1", variables)
-    assert knobs["serving"] == {"client": "/opt/llama-benchy", "corpus": "/srv/book.txt"}
+    assert knobs["serving"] == {"client": "/opt/llama-benchy", "aiperf": None, "corpus": "/srv/book.txt"}
     assert knobs["readiness"] == {"policy": "refuse", "min_fraction": 0.8, "expected_clock_mhz": 2400,
                                   "probe_s": 0, "degraded_bands": [[600, 900.5]]}
     assert knobs["reproducibility"]["acknowledge_host_differences"] is True

@@ -61,6 +61,7 @@ def test_every_setting_a_role_needs_is_in_the_plan():
     grouped |= {f"sparkfleet_plan.paths.{k}" for k in ("models_dir", "results_root", "results_dir")}
     grouped |= {"sparkfleet_plan.image.ref"}
     grouped |= {f"sparkfleet_plan.nvml.{k}" for k in ("package", "version", "sha256")}  # the pin, gpu.py's
+    grouped |= {"sparkfleet_plan.serving.install"}  # the clients the role installs, serving_client.DRIVERS' pins
     used = set()
     for path in [*(REPO / "roles").glob("*/*/*.yml"), *(REPO / "playbooks").glob("*.yml")]:
         used |= set(re.findall(r"sparkfleet_plan\.(?:paths|workload|image|rootfs|docker|gpu_state|preflight|"
