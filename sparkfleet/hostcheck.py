@@ -117,18 +117,12 @@ def identity_differences(atts: dict[str, dict[str, Any]]) -> tuple[dict[str, dic
                                                                     dict[str, dict[str, Any]]]:
     """(every identity field read on two or more hosts with values not all the same, the firmware/driver part of
     it that blocks a reproducibility comparison): attestation.differences and blocking_differences. A field a host
-    could not read (fwupd missing, null, an error marker) is never a difference (:func:`unread_identity` names
-    it). Empty below two hosts."""
+    could not read (fwupd missing, null, an error marker) is never a difference (attestation.unread names it).
+    Empty below two hosts."""
     if len(atts) < 2:
         return {}, {}
     diff = host_attestation.differences(atts)
     return diff, host_attestation.blocking_differences(diff)
-
-
-def unread_identity(atts: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
-    """identity field -> the hosts that could not read it while another host did (attestation.unread): to be
-    named as "not read on <host>", never as a difference. Empty below two hosts."""
-    return host_attestation.unread(atts) if len(atts) >= 2 else {}
 
 
 def acknowledged_in(root: Path) -> bool:

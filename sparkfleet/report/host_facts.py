@@ -13,6 +13,7 @@ import pandas as pd
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.attestation import (
     identity,
     is_unread,
+    parse_smi_q_tree,
 )
 from sparkfleet.hostcheck import read_json
 from sparkfleet.load import dig
@@ -52,30 +53,11 @@ SMI_FACTS: tuple[tuple[str, str | None, str], ...] = (
 
 def smi_facts(text: str) -> dict[str, str]:
     """The SMI_FACTS of the first GPU in ``nvidia-smi -q`` text (values as printed, N/A left out)."""
-    seen: dict[tuple[str | None, str], str] = {}
-    section: str | None = None
-    gpus = 0
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            gpus += 1
-            if gpus > 1:
-                break
-            continue
-        stripped = line.strip()
-        if not stripped or gpus != 1:
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        key, sep, value = (part.strip() for part in stripped.partition(":"))
-        if indent <= 4:
-            section = None if sep and value else key
-            if sep and value:
-                seen.setdefault((None, key), value)
-        elif sep:
-            seen.setdefault((section, key), value)
+    gpus = parse_smi_q_tree(text)["gpus"]
     out: dict[str, str] = {}
-    for label, where, key in SMI_FACTS:
-        value = seen.get((where, key))
-        if label not in out and value and value != "N/A":
+    for label, where, key in SMI_FACTS if gpus else ():
+        value = (gpus[0] if where is None else gpus[0].get(where) or {}).get(key)
+        if label not in out and isinstance(value, str) and value and value != "N/A":
             out[label] = value
     vbios = out.pop("vbios_smi", None)
     if vbios:
