@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.textfile import read_json_object
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.attestation import (
     identity,
     is_unread,
     parse_smi_q_tree,
 )
-from sparkfleet.hostcheck import read_json
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -93,7 +93,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
     limit, clocks, InfoROM, ...; its VBIOS where host_metadata.json has none)."""
     rows = {}
     for host, directory in host_dirs.items():
-        files = {name: read_json(directory / name) for name in {f for _, f, _ in FACTS}}
+        files = {name: read_json_object(directory / name) for name in {f for _, f, _ in FACTS}}
         row = {label: dig(files[name], path) for label, name, path in FACTS}
         try:
             smi = smi_facts((directory / "nvidia-smi-q.txt").read_text(errors="replace"))
@@ -102,7 +102,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
         for label, value in smi.items():
             if row.get(label) is None:
                 row[label] = value
-        row.update(attestation_facts(read_json(directory / "attestation.json"), row))
+        row.update(attestation_facts(read_json_object(directory / "attestation.json"), row))
         # a fact the host could not read ("N/A", "[Unknown Error]", "ERROR: ...") is missing, never a value
         rows[host] = {label: value for label, value in row.items() if not is_unread(value)}
     return pd.DataFrame.from_dict(rows, orient="index")
