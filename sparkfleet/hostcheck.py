@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.textfile import read_json_object
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import modelcard
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import (
     attestation as host_attestation,
@@ -72,13 +73,6 @@ def host_dirs(root: Path, runs: pd.DataFrame) -> dict[str, Path]:
     return dirs
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -92,7 +86,7 @@ def attestations(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
     """host -> its attestation.json (hosts without one left out)."""
     out = {}
     for host, directory in sorted(dirs.items()):
-        data = read_json(directory / ATTESTATION_FILE)
+        data = read_json_object(directory / ATTESTATION_FILE)
         if isinstance(data, dict):
             out[host] = data
     return out
@@ -102,7 +96,7 @@ def bandwidths(dirs: dict[str, Path]) -> dict[str, dict[str, Any]]:
     """host -> ``{bytes_per_s (None where not measured), method, reason}`` from its bandwidth.json."""
     out = {}
     for host, directory in sorted(dirs.items()):
-        data = read_json(directory / BANDWIDTH_FILE)
+        data = read_json_object(directory / BANDWIDTH_FILE)
         if data is None and not (directory / BANDWIDTH_FILE).exists():
             continue
         data = data if isinstance(data, dict) else {"reason": f"{BANDWIDTH_FILE} is not a JSON object"}
@@ -117,18 +111,12 @@ def identity_differences(atts: dict[str, dict[str, Any]]) -> tuple[dict[str, dic
                                                                     dict[str, dict[str, Any]]]:
     """(every identity field read on two or more hosts with values not all the same, the firmware/driver part of
     it that blocks a reproducibility comparison): attestation.differences and blocking_differences. A field a host
-    could not read (fwupd missing, null, an error marker) is never a difference (:func:`unread_identity` names
-    it). Empty below two hosts."""
+    could not read (fwupd missing, null, an error marker) is never a difference (attestation.unread names it).
+    Empty below two hosts."""
     if len(atts) < 2:
         return {}, {}
     diff = host_attestation.differences(atts)
     return diff, host_attestation.blocking_differences(diff)
-
-
-def unread_identity(atts: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
-    """identity field -> the hosts that could not read it while another host did (attestation.unread): to be
-    named as "not read on <host>", never as a difference. Empty below two hosts."""
-    return host_attestation.unread(atts) if len(atts) >= 2 else {}
 
 
 def acknowledged_in(root: Path) -> bool:
@@ -139,7 +127,7 @@ def acknowledged_in(root: Path) -> bool:
     if not plans:
         return False
     for plan in plans:
-        data = read_json(plan)
+        data = read_json_object(plan)
         if not isinstance(data, dict):
             return False
         resolved = data.get("resolved") if isinstance(data.get("resolved"), dict) else {}

@@ -260,32 +260,6 @@ _READ_SIZE = 1 << 16
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
-def flatten_record(data: dict[str, Any], record_dir: str) -> dict[str, Any]:
-    """One tidy row: identity, scalar fields, metrics under their own names, nested objects prefixed.
-
-    The loader builds the same columns without a dict per row (`_Columns`); this is the row as a reader
-    would picture it."""
-    get = data.get
-    row: dict[str, Any] = {key: get(key) for key in _ROW_FIELDS}
-    row.update(data["metrics"])
-    for key, prefix in _NESTED_PREFIXES.items():
-        nested = get(key)
-        if nested:
-            for sub, value in nested.items():
-                row[prefix + sub] = _scalar(value)
-    for name, value in (memory_columns(data) or {}).items():
-        row[name] = _scalar(value)
-    provenance = get("provenance")
-    if isinstance(provenance, dict):
-        row.update(zip(PROVENANCE_COLUMNS, (provenance.get("status"), provenance.get("reason")), strict=True))
-    row.update(engine_fact_columns(data) or {})
-    rejected = contract.rejected_metrics(data)
-    if rejected:
-        row[REJECTED_COLUMN] = "; ".join(rejected)
-    row["record_dir"] = record_dir
-    return row
-
-
 def _scalar(value: Any) -> Any:
     return value if not isinstance(value, (dict, list)) else json.dumps(value)
 
@@ -319,8 +293,8 @@ def engine_fact_columns(data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class _Columns:
-    """The runs of one chunk gathered column by column: the same frame `flatten_record` rows would give,
-    without building (and then taking apart) a dict per run.
+    """The runs of one chunk gathered column by column: a row per run (identity, scalar fields, metrics under
+    their own names, nested objects prefixed), without building (and then taking apart) a dict per run.
 
     Fixed fields and metrics go into one flat list each, a run's values after the previous run's, so a
     column is a strided slice; each nested object is filed under its key set (one producer writes the

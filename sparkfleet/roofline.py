@@ -27,8 +27,7 @@ experts).
 Bytes per parameter (:data:`DTYPE_BYTES`): fp32 4, bf16/fp16 2, fp8/int8 1, int4 0.5; ``nvfp4`` 0.5625 =
 4-bit E2M1 values plus one FP8 (E4M3) scale per 16 values (the per-tensor FP32 scale is negligible; NVIDIA
 ModelOpt's NVFP4 checkpoint layout, ``group_size: 16``); ``mxfp4`` 0.53125 = 4-bit values plus one E8M0 scale
-per 32 (OCP Microscaling). Embeddings and ``lm_head`` are often kept in bf16 in quantised checkpoints: give
-them separately through :func:`weight_bytes_mixed`.
+per 32 (OCP Microscaling).
 
 Units: bytes, bytes/s, tokens/s. GB = 1e9 bytes, TB = 1e12 (as bandwidths are quoted).
 """
@@ -36,7 +35,6 @@ Units: bytes, bytes/s, tokens/s. GB = 1e9 bytes, TB = 1e12 (as bandwidths are qu
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 DTYPE_BYTES: dict[str, float] = {
@@ -73,14 +71,6 @@ def _positive(name: str, value: Any, allow_zero: bool = False) -> float:
     return float(value)
 
 
-def copy_bandwidth_bytes_s(bytes_copied: float, seconds: float) -> float:
-    """Memory bandwidth from a device-to-device copy of ``bytes_copied`` bytes that took ``seconds``: a copy
-    reads and writes every byte, so the traffic is ``2 x bytes_copied`` (the convention of CUDA's
-    bandwidthTest and of the "3.0 TB/s device copy" an H100 reaches). Decode reads weights only, so this
-    traffic figure is the one to divide weight bytes by."""
-    return 2.0 * _positive("bytes_copied", bytes_copied) / _positive("seconds", seconds)
-
-
 def dtype_bytes(dtype: str) -> float:
     """Bytes per parameter (or per KV element) of ``dtype`` (case-insensitive, see :data:`DTYPE_BYTES`)."""
     key = str(dtype).strip().lower().replace("-", "_")
@@ -94,13 +84,6 @@ def dtype_bytes(dtype: str) -> float:
 def weight_bytes(params: float, dtype: str) -> float:
     """Bytes of ``params`` parameters stored as ``dtype``."""
     return _positive("params", params) * dtype_bytes(dtype)
-
-
-def weight_bytes_mixed(params_by_dtype: Mapping[str, float]) -> float:
-    """Bytes of a checkpoint whose parameters are stored in several dtypes: ``{"nvfp4": 7.0e9, "bf16": 0.5e9}``."""
-    if not params_by_dtype:
-        raise RooflineError("params_by_dtype: empty")
-    return sum(_positive(f"params[{d}]", p, allow_zero=True) * dtype_bytes(d) for d, p in params_by_dtype.items())
 
 
 def active_weight_bytes(total_bytes: float, expert_bytes: float, experts: int, experts_per_token: int) -> float:
@@ -119,15 +102,6 @@ def active_weight_bytes(total_bytes: float, expert_bytes: float, experts: int, e
     if routed > total:
         raise RooflineError(f"expert_bytes: {routed:g} is more than the total {total:g}")
     return total - routed + routed * experts_per_token / experts
-
-
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: str = "bf16") -> float:
-    """KV-cache bytes one token occupies (and a decode step reads per token of context): K and V for every
-    layer: ``2 x layers x kv_heads x head_dim x dtype bytes``."""
-    for name, value in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise RooflineError(f"{name}: a positive integer, got {value!r}")
-    return 2.0 * layers * kv_heads * head_dim * dtype_bytes(dtype)
 
 
 def bytes_per_step(weight_bytes_total: float, kv_bytes_token: float = 0.0, context_tokens: float = 0.0,

@@ -10,11 +10,12 @@ from typing import Any
 
 import pandas as pd
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.textfile import read_json_object
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health.attestation import (
     identity,
     is_unread,
+    parse_smi_q_tree,
 )
-from sparkfleet.hostcheck import read_json
 from sparkfleet.load import dig
 
 #: Facts compared verbatim across hosts: (label, file, path inside the JSON).
@@ -52,30 +53,11 @@ SMI_FACTS: tuple[tuple[str, str | None, str], ...] = (
 
 def smi_facts(text: str) -> dict[str, str]:
     """The SMI_FACTS of the first GPU in ``nvidia-smi -q`` text (values as printed, N/A left out)."""
-    seen: dict[tuple[str | None, str], str] = {}
-    section: str | None = None
-    gpus = 0
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            gpus += 1
-            if gpus > 1:
-                break
-            continue
-        stripped = line.strip()
-        if not stripped or gpus != 1:
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        key, sep, value = (part.strip() for part in stripped.partition(":"))
-        if indent <= 4:
-            section = None if sep and value else key
-            if sep and value:
-                seen.setdefault((None, key), value)
-        elif sep:
-            seen.setdefault((section, key), value)
+    gpus = parse_smi_q_tree(text)["gpus"]
     out: dict[str, str] = {}
-    for label, where, key in SMI_FACTS:
-        value = seen.get((where, key))
-        if label not in out and value and value != "N/A":
+    for label, where, key in SMI_FACTS if gpus else ():
+        value = (gpus[0] if where is None else gpus[0].get(where) or {}).get(key)
+        if label not in out and isinstance(value, str) and value and value != "N/A":
             out[label] = value
     vbios = out.pop("vbios_smi", None)
     if vbios:
@@ -111,7 +93,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
     limit, clocks, InfoROM, ...; its VBIOS where host_metadata.json has none)."""
     rows = {}
     for host, directory in host_dirs.items():
-        files = {name: read_json(directory / name) for name in {f for _, f, _ in FACTS}}
+        files = {name: read_json_object(directory / name) for name in {f for _, f, _ in FACTS}}
         row = {label: dig(files[name], path) for label, name, path in FACTS}
         try:
             smi = smi_facts((directory / "nvidia-smi-q.txt").read_text(errors="replace"))
@@ -120,7 +102,7 @@ def facts_of(host_dirs: dict[str, Path]) -> pd.DataFrame:
         for label, value in smi.items():
             if row.get(label) is None:
                 row[label] = value
-        row.update(attestation_facts(read_json(directory / "attestation.json"), row))
+        row.update(attestation_facts(read_json_object(directory / "attestation.json"), row))
         # a fact the host could not read ("N/A", "[Unknown Error]", "ERROR: ...") is missing, never a value
         rows[host] = {label: value for label, value in row.items() if not is_unread(value)}
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -12,8 +12,8 @@ sparkfleet. Two modes, each printing ONE JSON object on stdout (the last line), 
         readiness verdict compares with its GPU class's reference and with the fleet's peers).
     python3 gpu_probe.py bandwidth [--mib 1024] [--iterations 20] [--backend auto|torch|cupy]
         a device-to-device copy of MIB MiB, ITERATIONS times, timed after a warm-up; bandwidth counts the
-        bytes read AND written (2 x bytes copied per copy: the convention of CUDA's bandwidthTest, the one
-        sparkfleet/roofline.copy_bandwidth_bytes_s documents).
+        bytes read AND written (2 x bytes copied per copy: the convention of CUDA's bandwidthTest; decode reads
+        weights only, so this traffic figure is the one to divide weight bytes by).
 
 Without torch-with-CUDA or cupy the object says ``"backend": null`` with the ``error`` naming what was
 missing and the exit code is 3 (the documented fallback: the probe's state is "unknown", the bandwidth is

@@ -205,19 +205,6 @@ def _unknown(cfg: Mapping[str, Any], started: float, cause: str, message: str, e
     return _section(cfg, started, verdict, readiness.action(verdict, cfg.get("policy", "mark")), error, **extra)
 
 
-def max_sm_clock_mhz(gpu: int = 0, nvidia_smi: str = "nvidia-smi", runner: Runner = subprocess_runner
-                     ) -> Optional[float]:
-    """The GPU's maximum SM clock (``clocks.max.sm``), or None when nvidia-smi does not say."""
-    try:
-        rows = query_gpu(("index", "clocks.max.sm"), find_nvidia_smi(nvidia_smi), runner)
-    except GpuSensorError:
-        return None
-    for row in rows:
-        if parse_int(row["index"]) == gpu:
-            return parse_number(row["clocks.max.sm"])
-    return None
-
-
 def gpu_facts(sensor: Optional[GpuSensor], gpu: int = 0, nvidia_smi: str = "nvidia-smi",
               runner: Runner = subprocess_runner) -> Dict[str, Any]:
     """GPU ``gpu``'s name, maximum SM clock and enforced power limit (gpu.GpuSensor.facts), from ``sensor`` when it

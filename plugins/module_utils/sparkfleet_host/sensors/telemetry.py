@@ -324,7 +324,6 @@ class TelemetrySampler:
         self._started = False
         self._summary: Optional[Dict[str, Any]] = None
         self._t0 = 0.0
-        self._t_last = 0.0
         self._t_stop = 0.0
         self._samples = 0
         self._rows = 0
@@ -467,7 +466,6 @@ class TelemetrySampler:
                     self._sample(actual - t0)
                 except Exception as exc:  # never let telemetry die: record and go on
                     self._error(f"sample failed: {type(exc).__name__}: {exc}")
-                self._t_last = actual
                 # Next slot on the grid; slots already a full interval past are skipped, not bunched up.
                 due = int((time.monotonic() - t0) / interval)
                 nxt = max(k + 1, due)

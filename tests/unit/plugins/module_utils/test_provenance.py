@@ -311,26 +311,29 @@ def test_matmul_loads_no_model(tmp_path):
 # ------------------------------------------------------------------------------------------ the report
 
 
-def test_the_report_names_unconfirmed_cells_in_one_warning_line():
-    from sparkfleet.load import flatten_record, runs_frame
+def test_the_report_names_unconfirmed_cells_in_one_warning_line(tmp_path):
+    from sparkfleet.load import load_runs
     from sparkfleet.report.findings import unconfirmed_models
 
     def rec(model, env, i, engine="trtllm", provenance=None, status="ok"):
         data = record.new_record("c", "h", model, env, "T1", i, status=status, engine=engine,
                                  reason=None if status == "ok" else "x").to_dict()
         data["provenance"] = provenance
-        return flatten_record(data, f"runs/{model}{env}{i}")
+        (tmp_path / "h" / "runs" / data["run_id"]).mkdir(parents=True)
+        (tmp_path / "h" / "runs" / data["run_id"] / "record.json").write_text(json.dumps(data))
 
     confirmed = {"status": "confirmed", "reason": None}
     unconfirmed = {"status": "unconfirmed", "reason": "the engine's output shows nothing of the model it loaded"}
-    runs = runs_frame([
+    for written in ([
         rec("llama", "native", 1, provenance=confirmed), rec("llama", "native", 2, provenance=confirmed),
         rec("qwen", "native", 1, provenance=unconfirmed), rec("qwen", "native", 2, provenance=confirmed),
         rec("mistral", "container", 1),  # written before the check: no provenance
         rec("gemma", "native", 1, provenance={"status": "mismatch", "reason": "x"}, status="invalid"),
         rec("matmul-fp32", "native", 1, engine="matmul"),  # loads no model
         rec("matmul-fp32", "native", 2, engine="matmul", provenance={"status": "not_applicable", "reason": "-"}),
-    ])
+    ]):
+        assert written is None
+    runs = load_runs(tmp_path).runs
     (finding,) = unconfirmed_models(runs)
     assert finding.kind == "model-unconfirmed"
     assert finding.message.startswith("provenance unconfirmed: 2 ok run(s) in 2 cell(s) (h / mistral / container / "
