@@ -1,10 +1,12 @@
-"""The pair preflight's filters: perftest's and NCCL's command lines, and the pair's verdict (cluster/pair.py)."""
+"""Cluster filters: the pair preflight's command lines and verdict (cluster/pair.py), and a multi-node run's
+workers (their addresses, command line and port: the engine registry's launcher)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 
 
 def pair_verdict(nodes, cluster, floors):
@@ -16,6 +18,33 @@ def pair_verdict(nodes, cluster, floors):
                                  f"{exc!r}") from None
 
 
+def cluster_addresses(fabric_results, nodes):
+    """Each worker's address on the cluster's network: its first ACTIVE rail's IPv4 (cluster_fabric's results, in
+    the nodes' order), else its inventory address (ansible_host, else its name)."""
+    out = []
+    for result, node in zip(fabric_results, nodes, strict=True):
+        rails = [r for r in (result or {}).get("rails") or [] if r.get("active") and r.get("ipv4")]
+        out.append(str(rails[0]["ipv4"]) if rails else str(node.get("ansible_host") or node["inventory_hostname"]))
+    return out
+
+
+def worker_argv(workload, address):
+    """serving.worker_argv: the worker's command line of a multi-node workload."""
+    try:
+        return serving.worker_argv(dict(workload), str(address))
+    except serving.ServingError as exc:
+        raise AnsibleFilterError(f"worker_argv: {exc}") from None
+
+
+def worker_port(workload):
+    """The TCP port the workload's workers listen on (its engine's launcher)."""
+    try:
+        return serving.launcher(dict(workload))["worker_port"]
+    except serving.ServingError as exc:
+        raise AnsibleFilterError(f"worker_port: {exc}") from None
+
+
 class FilterModule:
     def filters(self):
-        return {"pair_verdict": pair_verdict, "perftest_args": pair.perftest_args, "nccl_argv": pair.nccl_argv}
+        return {"pair_verdict": pair_verdict, "perftest_args": pair.perftest_args, "nccl_argv": pair.nccl_argv,
+                "cluster_addresses": cluster_addresses, "worker_argv": worker_argv, "worker_port": worker_port}

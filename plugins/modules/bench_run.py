@@ -188,6 +188,15 @@ options:
           (the plan always gives one: C(sparkfleet_serving_corpus), by default the collection's corpus); omitted,
           the client downloads its own default book.
         type: path
+      workers:
+        description:
+          - The addresses of the workers of a multi-node run (a planned run with C(cluster), led by this host as its
+            cluster's rank 0), in rank order. C(playbooks/cluster_runs.yml) starts the workers there with
+            M(sparkfleet.bench.cluster_worker) before the run, and gives their addresses here.
+          - Rank 0's server then names them by the engine's own runtime (llama.cpp C(--rpc address:port,...)).
+        type: list
+        elements: str
+        default: []
   readiness:
     description:
       - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
@@ -375,7 +384,8 @@ def main():
             campaign_config=dict(type="dict"),
             trtllm=dict(type="dict", default={}),
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), clients=dict(type="dict", default={}),
-                                                                 corpus=dict(type="path"))),
+                                                                 corpus=dict(type="path"),
+                                                                 workers=dict(type="list", elements="str", default=[]))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
             nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),

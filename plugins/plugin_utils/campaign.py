@@ -105,6 +105,7 @@ def resolve(data: Any, source: str = "campaign") -> dict[str, Any]:
     out["workloads"] = [_with_spec(w, engines) for w in loads]  # a crossed level's spec too
     problems += _serving_models(out["models"], out["workloads"])
     problems += _owned_args(data.get("workloads"), out["workloads"])
+    problems += _cluster_problems(out["workloads"], out["environments"])
     problems += _window_problems(data.get("workloads"), out["models"], out["workloads"])
     if "timeout_s" not in data and any(serving.is_serving(w) for w in out["workloads"]):
         # a serving run lasts as long as its profile: its own timeout, unless the campaign gives one for all
@@ -409,6 +410,30 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
             problems.append(f"campaign.models[{i}].gguf: required: llama.cpp workload {llamacpp[0]!r} runs the model "
                             f"{model['name']!r}, whose path {path!r} is not a .gguf file: give gguf (the .gguf file "
                             f"on the hosts) or a .gguf path")
+    return problems
+
+
+def _cluster_problems(workloads: list[dict], environments: list[dict]) -> list[str]:
+    """A workload on a cluster: its engine spans nodes by its own runtime (serving.launcher), its runs are bare
+    (the workers' processes run on the hosts; native and container workers: not yet), a topology needs a cluster.
+    Whether the cluster exists with two hosts or more is the inventory's: planning.place_cluster_runs."""
+    problems = []
+    not_bare = [e["name"] for e in environments if e.get("kind") != "bare"]
+    for workload in workloads:
+        name = workload.get("name")
+        if workload.get("topology") and not workload.get("cluster"):
+            problems.append(f"campaign.workloads: workload {name}: topology {workload['topology']!r} needs a cluster "
+                            f"(the workload's cluster field)")
+        if not workload.get("cluster"):
+            continue
+        try:
+            serving.launcher(workload)
+        except serving.ServingError as exc:
+            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: {exc}")
+        if not_bare:
+            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: multi-node runs "
+                            f"run in bare environments only (not yet native or container), and the campaign has "
+                            f"{', '.join(not_bare)}")
     return problems
 
 

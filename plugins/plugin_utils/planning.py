@@ -273,6 +273,39 @@ def serving_clients(workloads: list[dict[str, Any]], given: dict[str, Any], work
             for n, d in serving_client.DRIVERS.items() if n in names and not given.get(GIVEN_CLIENT.get(n, ""))]
 
 
+def cluster_nodes(checks: list[HostCheck]) -> dict[str, list[str]]:
+    """{cluster: its hosts in the inventory's order (rank 0 first)} from each host's sparkfleet_cluster."""
+    out: dict[str, list[str]] = {}
+    for check in checks:
+        name = check.settings.get("sparkfleet_cluster")
+        if name:
+            out.setdefault(str(name), []).append(check.host)
+    return out
+
+
+def place_cluster_runs(runs: list[dict[str, Any]], host: str,
+                       clusters: dict[str, list[str]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the host's own runs, its multi-node runs): a run of a workload with a ``cluster`` belongs to the cluster's
+    rank 0 only, with ``cluster`` {name, topology, nodes} (rank 0 first); the other hosts do not run it. A cluster
+    the inventory lacks, or of one host, is refused naming the hosts that name it."""
+    own, multi = [], []
+    for run in runs:
+        name = run["workload"].get("cluster")
+        if not name:
+            own.append(run)
+            continue
+        nodes = clusters.get(name, [])
+        if len(nodes) < 2:
+            raise PlanningError([f"workload {run['workload']['name']}: cluster {name!r} has "
+                                 f"{'only ' + nodes[0] if nodes else 'no host'} in the inventory: give "
+                                 f"sparkfleet_cluster={name} to the two or more hosts that serve together"],
+                                "campaign.workloads")
+        if host == nodes[0]:
+            multi.append({**run, "cluster": {"name": name, "nodes": nodes,
+                                             "topology": run["workload"].get("topology") or serving.TOPOLOGIES[0]}})
+    return own, multi
+
+
 def kept_names(campaign: dict[str, Any]) -> list[str]:
     """The campaign ids whose kept configuration decides a resume: the campaign's own, and the id it would
     get with ``sparkfleet_campaign_on_change=new``."""
@@ -296,12 +329,14 @@ class HostPlan:
     #: Serving runs are planned: the serving_client role installs the client unless sparkfleet_serving_client
     #: names one.
     needs_serving: bool = False
+    #: The multi-node runs this host leads as its cluster's rank 0 (place_cluster_runs): playbooks/cluster_runs.yml.
+    cluster_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.knobs, "host": self.host, "runs": self.runs, "total": len(self.runs),
                 "async_s": self.async_s, "follow": self.follow, "needs_native": self.needs_native,
                 "needs_container": self.needs_container, "needs_serving": self.needs_serving,
-                "summary": self.summary}
+                "summary": self.summary, "cluster_runs": self.cluster_runs}
 
 
 @dataclass
@@ -420,21 +455,27 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
     out_dir = os.path.join(cwd, results_dir or campaign["results_dir"])
     campaign, renamed_from = decide_resume(campaign, checks, kept_reader(out_dir), out_dir, on_change)
     kinds = {e["kind"] for e in campaign["environments"]}
+    clusters = cluster_nodes(checks)
     hosts = {}
     for check in checks:
-        runs = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
+        runs, cluster_runs = place_cluster_runs([run.to_dict() for run in plan(campaign, check.host, check.settings)],
+                                                check.host, clusters)
         # Ansible's async limit: twice (a job left by a killed controller may run first) each run's timeout and
         # longest cooldown, plus slack. Check mode runs the task in the foreground.
         limit = int(2 * (sum(estimate.upper_s_per_run(campaign, r["workload"]) + ASYNC_SLACK_PER_RUN_S for r in runs)
                          + ASYNC_SLACK_S))
         async_s = 0 if check_mode else limit
+        for run in cluster_runs:  # each its own bench_run job (cluster_runs.yml), with the same margins
+            run["async_s"] = 0 if check_mode else int(2 * (estimate.upper_s_per_run(campaign, run["workload"])
+                                                           + ASYNC_SLACK_PER_RUN_S) + ASYNC_SLACK_S)
         report_after_s = check.settings["sparkfleet_report_after_s"]
         follow = {"poll_interval_s": check.settings["sparkfleet_poll_interval_s"], "report_after_s": report_after_s,
                   # until-retries of bench_follow: one return per finished run (twice, for a resumed job's
                   # skipped runs), one per report interval while nothing finishes, and slack
                   "retries": len(runs) * 2 + int(limit / max(float(report_after_s), 0.1)) + 10}
         summary = (f"campaign {campaign['name']} ({campaign['config_hash']}): {len(runs)} runs planned on "
-                   f"{check.host}, order {campaign['order']}"
+                   f"{check.host}" + (f" and {len(cluster_runs)} multi-node runs it leads" if cluster_runs else "")
+                   + f", order {campaign['order']}"
                    + (f" (renamed from {renamed_from}: its configuration changed)" if renamed_from else "")
                    + f"; {estimate.estimate_text(campaign)}")
         knobs = json.loads(json.dumps(check.knobs))
@@ -447,5 +488,5 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             knobs["serving"]["install"] = serving_clients(campaign["workloads"], knobs["serving"],
                                                           knobs["paths"]["work_dir"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
-                                     summary, knobs, needs_serving)
+                                     summary, knobs, needs_serving, cluster_runs)
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

@@ -400,11 +400,21 @@ WORKLOAD_FIELDS = (
           "--no-warmup; one that sets what sparkfleet sets (the point's depth, concurrency, pp, tg, runs, output "
           "format, the tokenizer, the corpus, ...) is refused. A random-weight model skips the coherence check "
           "by the model's random_weights.", elements="str"),
+    Field("cluster", "str", None, "Serving on several hosts: the cluster (sparkfleet_cluster) whose hosts serve the "
+          "model together, by the engine's own runtime; its runs are planned on the cluster's rank 0 (its first host "
+          "in the inventory) and run after the single-host runs, one lifetime of the distributed server each "
+          "(bare environments; engines: %s)." % ", ".join(n for n in SERVING_ENGINES if serving.ENGINES[n]["launcher"]),
+          nullable=True, check=lambda v: None if v.strip() and v == v.strip() else "must be a non-empty name"),
+    Field("topology", "str", None, "Serving on a cluster: how the model spans its hosts: layers (the engine's "
+          "runtime splits the model's layers over them: llama.cpp RPC). Null with a cluster: layers.",
+          nullable=True, choices=serving.TOPOLOGIES),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
+#: A serving workload's multi-node fields: only when given (other campaigns keep their config hash).
+CLUSTER_FIELDS = ("cluster", "topology")
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.
 SERVING_FIELDS = ("profile", "runs", "prefix_caching", "server_args", "port", "ready_timeout_s",
-                  "served_model_name", "client", "client_args")
+                  "served_model_name", "client", "client_args", *CLUSTER_FIELDS)
 #: Fields a serving workload would silently ignore (its shape is its profile, its arguments server_args).
 NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "output_len", "backend",
                       "iterations", "warmup", "size", "extra_args", "kv_fraction")
@@ -412,7 +422,8 @@ NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "
 
 def serving_defaults() -> dict[str, Any]:
     """The serving fields' defaults a resolved serving workload carries (profile has none: it is required)."""
-    return {f.name: copy.deepcopy(f.default) for f in WORKLOAD_FIELDS if f.name in SERVING_FIELDS[1:]}
+    return {f.name: copy.deepcopy(f.default) for f in WORKLOAD_FIELDS
+            if f.name in SERVING_FIELDS[1:] and f.name not in CLUSTER_FIELDS}
 
 
 #: Most points (depth x concurrency x pp x tg) one serving run may hold.

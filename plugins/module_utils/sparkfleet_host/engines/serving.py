@@ -198,11 +198,20 @@ def job_engine(cpu: bool, run_s: float, kv_grows: bool = False) -> dict:
 
 
 def serving_engine(argv, port: int, kv_log: str, owns: tuple, abbrev: bool, version: tuple, start_s: float,
-                   cpu: bool = False, ready_path: str = "/health", served_default: Optional[str] = None) -> dict:
+                   cpu: bool = False, ready_path: str = "/health", served_default: Optional[str] = None,
+                   launcher: Optional[dict] = None) -> dict:
     """A built-in engine that serves: a server measured through a profile of points by a load generator."""
     return {"serves": True, "cpu": cpu, "argv": argv, "port": port, "ready_path": ready_path, "kv_log": kv_log,
             "served_default": served_default, "owns": owns, "abbrev": abbrev, "version": version,
-            "start_s": start_s, "kv_grows": False, "launcher": None}
+            "start_s": start_s, "kv_grows": False, "launcher": launcher}
+
+
+def nodes_launcher(worker: list, worker_port: int, head: list, owns: tuple) -> dict:
+    """How an engine spans several nodes by its own runtime: each worker runs ``worker`` (argv; placeholders
+    {address}, the worker's address on the cluster's network, and {port}) and is ready once its TCP port accepts;
+    rank 0 runs the engine's server with ``head`` added ({endpoints}: address:port of every worker, comma-joined).
+    ``owns``: the head flags sparkfleet sets, refused in server_args."""
+    return {"worker": list(worker), "worker_port": worker_port, "head": list(head), "owns": owns}
 
 
 #: The built-in engines, every layer's one table (settings, campaign checks, planning, estimates and the host read
@@ -210,7 +219,7 @@ def serving_engine(argv, port: int, kv_log: str, owns: tuple, abbrev: bool, vers
 #: run), ``cpu`` (it runs on a CPU too: matmul sizes itself down, hf-generate falls back to the CPU, llama.cpp has a
 #: CPU build; a campaign of these alone needs no GPU), ``kv_grows`` (its KV cache, if any, grows with the sequence
 #: instead of being preallocated from the free memory: the report's KV budget fit leaves its runs out),
-#: ``launcher`` (how it spans several nodes: None, one node).
+#: ``launcher`` (how it spans several nodes by its own runtime, :func:`nodes_launcher`; None: one node only).
 #: A job: ``run_s``, the nominal seconds of one run (an order of magnitude for planning: a TensorRT-LLM run starts
 #: the engine and loads the model). A server: ``argv`` (its command line), ``port`` (its default),
 #: ``ready_path`` (an HTTP GET answering 200 once the model is loaded: llama-server's /health answers 503 while
@@ -225,9 +234,16 @@ ENGINES = {
     "trtllm": job_engine(cpu=False, run_s=300.0),
     "matmul": job_engine(cpu=True, run_s=30.0, kv_grows=True),
     "hf-generate": job_engine(cpu=True, run_s=120.0, kv_grows=True),
+    # Several nodes: llama.cpp's RPC backend (tools/rpc/README.md, rpc-server.cpp -H/--host -p/--port; common/
+    # arg.cpp --rpc SERVERS): ggml-rpc-server on each worker exposes its devices, llama-server on rank 0 splits the
+    # model's layers over its own device and theirs (split mode layer, the default). TCP, unauthenticated: the
+    # workers listen on the cluster's own network only.
     "llama.cpp": serving_engine(_llamacpp_argv, port=8080, kv_log="llama.cpp", owns=LLAMACPP_OWNS, abbrev=False,
                                 version=(["llama-server", "--version"], "llama-server --version"), start_s=60.0,
-                                cpu=True),
+                                cpu=True, launcher=nodes_launcher(
+                                    ["ggml-rpc-server", "--host", "{address}", "--port", "{port}"], 50052,
+                                    ["--rpc", "{endpoints}"], ((("--rpc",), "the workers of the workload's cluster "
+                                                                            "(sparkfleet starts them)"),))),
     "vllm": serving_engine(_vllm_argv, port=8000, kv_log="vllm", owns=VLLM_OWNS, abbrev=True,
                            version=(["vllm", "--version"], "vllm --version"), start_s=300.0),
     "sglang": serving_engine(_sglang_argv, port=30000, kv_log="sglang", owns=SGLANG_OWNS, abbrev=True,
@@ -359,8 +375,10 @@ def overriding_args(workload: dict) -> list:
     engine that is none."""
     spec, engine = engine_spec(workload), workload.get("engine")
     out = []
-    checks = (("server_args", spec.get("owns") or (), spec.get("abbrev", False),
-               "the %s server's command line" % engine),)
+    owns = tuple(spec.get("owns") or ())
+    if workload.get("cluster") and spec.get("launcher"):  # rank 0's flags naming the workers
+        owns += spec["launcher"]["owns"]
+    checks = (("server_args", owns, spec.get("abbrev", False), "the %s server's command line" % engine),)
     try:
         drv = serving_client.driver(workload.get("client"))
         checks += (("client_args", drv.OWNS, drv.ABBREV, "%s's command line" % drv.name),)
@@ -454,6 +472,34 @@ def server_argv(workload: dict, model: dict) -> list:
         raise ServingError("model %s: llama.cpp serves a .gguf file, path is %r" % (model["name"], model.get("path")))
     extra = [str(a) for a in (workload.get("server_args") or [])]
     return spec["argv"](workload, model, port(workload), served_name(workload, model), extra)
+
+
+#: How a workload's run uses a cluster (workload field ``topology``): ``layers``, the engine's own runtime spreads
+#: the model over the nodes (its ENGINES ``launcher``; llama.cpp's RPC splits its layers).
+TOPOLOGIES = ("layers",)
+
+
+def launcher(workload: dict) -> dict:
+    """The engine's multi-node launcher; ServingError naming the engine when it has none."""
+    row = _builtin(workload.get("engine"))
+    found = (row or {}).get("launcher")
+    if not found:
+        raise ServingError("engine %s cannot span several nodes in sparkfleet yet (multi-node: %s)" % (
+            workload.get("engine"), ", ".join(n for n in engine_names(serves=True) if ENGINES[n]["launcher"])))
+    return found
+
+
+def worker_argv(workload: dict, address: str) -> list:
+    """A worker's argv for the workload's cluster run (before its environment's wrapping)."""
+    spec = launcher(workload)
+    return [a.format(address=address, port=spec["worker_port"]) for a in spec["worker"]]
+
+
+def head_argv(workload: dict, model: dict, workers: list) -> list:
+    """Rank 0's server argv: the engine's, with the launcher's head flags naming ``workers`` (addresses)."""
+    spec = launcher(workload)
+    endpoints = ",".join("%s:%d" % (address, spec["worker_port"]) for address in workers)
+    return server_argv(workload, model) + [a.format(endpoints=endpoints) for a in spec["head"]]
 
 
 def ready_url(workload: dict) -> str:

@@ -260,7 +260,16 @@ class Launcher:
         overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
         if overriding:
             raise RunSetupError("; ".join(text for _, text in overriding))
-        argv = serving.server_argv(workload, model)
+        if self.run.plan.get("cluster"):  # rank 0 of a multi-node run: its server names the workers started
+            workers = list((self.p.get("serving") or {}).get("workers") or [])
+            if len(workers) != len(self.run.plan["cluster"]["nodes"]) - 1:
+                raise RunSetupError("multi-node run on cluster %s: %d worker address(es) given for nodes %s "
+                                    "(playbooks/cluster_runs.yml starts the workers and gives their addresses)" % (
+                                        self.run.plan["cluster"]["name"], len(workers),
+                                        ", ".join(self.run.plan["cluster"]["nodes"][1:])))
+            argv = serving.head_argv(workload, model, workers)
+        else:
+            argv = serving.server_argv(workload, model)
         command = self.command("server", argv)
         record.command = redact(command)
         record.versions["engine"] = workload["engine"]
@@ -305,6 +314,8 @@ class Launcher:
                        "coherence_check": serving_client.driver(workload.get("client")).coherence(
                            bool(run.model.get("random_weights")), workload.get("client_args"))},
             "tokenizer": self.tokenizer, "corpus": (self.p.get("serving") or {}).get("corpus"),
+            "cluster": dict(run.plan["cluster"], workers=list((self.p.get("serving") or {}).get("workers") or []))
+            if run.plan.get("cluster") else None,
             "random_weights": bool(run.model.get("random_weights")),
             "kv": None, "point_order_seed": seed, "points": []}
         record.serving = section

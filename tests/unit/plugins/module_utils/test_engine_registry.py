@@ -71,5 +71,24 @@ def test_every_built_in_server_has_what_the_layers_read():
     assert settings.ENGINES == serving.engine_names() == (*settings.JOB_ENGINES, *settings.SERVING_ENGINES)
     for name in settings.SERVING_ENGINES:
         row = serving.ENGINES[name]
-        assert row["kv_log"] in KV_LOGS and row["version"] and row["start_s"] > 0 and row["launcher"] is None
+        assert row["kv_log"] in KV_LOGS and row["version"] and row["start_s"] > 0
+        launcher = row["launcher"]
+        if launcher is not None:  # spans nodes by its own runtime: a worker argv and port, rank 0's flags
+            assert launcher["worker"] and "{port}" in launcher["worker"] and "{address}" in launcher["worker"]
+            assert 0 < launcher["worker_port"] < 65536 and any("{endpoints}" in a for a in launcher["head"])
+    assert [n for n in settings.SERVING_ENGINES if serving.ENGINES[n]["launcher"]] == ["llama.cpp"]
     assert all(serving.ENGINES[name]["run_s"] > 0 for name in settings.JOB_ENGINES)
+
+
+def test_a_multi_node_llama_cpp_run_names_its_workers_by_rpc():
+    """llama.cpp's RPC (tools/rpc/README.md): ggml-rpc-server on each worker, llama-server --rpc on rank 0."""
+    workload = {"name": "w", "engine": "llama.cpp", "profile": {"depth": [0], "concurrency": [1], "pp": [16],
+                                                                "tg": [8]}, "cluster": "pair"}
+    model = {"name": "m", "path": "/models/m.gguf"}
+    assert serving.worker_argv(workload, "10.0.0.2") == ["ggml-rpc-server", "--host", "10.0.0.2", "--port", "50052"]
+    head = serving.head_argv(workload, model, ["10.0.0.2", "10.0.0.3"])
+    assert head[:1] == ["llama-server"] and head[-2:] == ["--rpc", "10.0.0.2:50052,10.0.0.3:50052"]
+    assert [f for f, _ in serving.overriding_args({**workload, "server_args": ["--rpc", "x:1"]})] == ["server_args"]
+    assert serving.overriding_args({**workload, "cluster": None, "server_args": ["--rpc", "x:1"]}) == []
+    with pytest.raises(serving.ServingError, match="engine vllm cannot span several nodes in sparkfleet yet"):
+        serving.worker_argv({**workload, "engine": "vllm"}, "10.0.0.2")

@@ -1,0 +1,114 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache-2.0
+"""Ansible module: start or stop a cluster worker, the process a multi-node engine runs beside rank 0."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cluster_worker
+short_description: Starts or stops the worker process of a multi-node serving run
+version_added: 0.1.0
+description:
+  - Starts the worker a multi-node engine runs on a node other than rank 0, for example llama.cpp's
+    C(ggml-rpc-server). The argv comes from the engine registry, C(serving.worker_argv).
+  - The worker runs bare, in its own session, found on the host's PATH as a bare run's command is. The task
+    returns once its TCP port accepts on O(address), and fails with the worker's log tail when the worker exits or
+    O(timeout_s) passes.
+  - Stops a worker, or every worker in O(dir) when O(name) is not given (C(restore.yml)). It signals the process
+    group only while the recorded pid still runs the recorded executable.
+options:
+  state:
+    description: V(started) or V(stopped).
+    type: str
+    choices: [started, stopped]
+    required: true
+  name:
+    description: The worker's name (its pid file and log in O(dir)). Required to start.
+    type: str
+  dir:
+    description: Where the pid files and logs are kept.
+    type: path
+    required: true
+  argv:
+    description: The worker's command line. Required to start.
+    type: list
+    elements: str
+  address:
+    description: The address the worker listens on (the cluster's network), polled until it accepts.
+    type: str
+  port:
+    description: The worker's TCP port.
+    type: int
+  timeout_s:
+    description: Longest wait for the port to accept.
+    type: float
+    default: 120
+  env:
+    description: Environment variables of the worker (PATH among them replaces the host's).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    description: Linux hosts (C(/proc)).
+seealso:
+  - module: sparkfleet.bench.bench_run
+extends_documentation_fragment:
+  - sparkfleet.bench.attributes
+"""
+
+EXAMPLES = r"""
+- name: Start llama.cpp's RPC server on a worker
+  sparkfleet.bench.cluster_worker:
+    state: started
+    name: pair-rpc
+    dir: /var/lib/sparkfleet/results/.sparkfleet/cluster
+    argv: [ggml-rpc-server, --host, 192.168.200.13, --port, "50052"]
+    address: 192.168.200.13
+    port: 50052
+
+- name: Stop every worker this host runs
+  sparkfleet.bench.cluster_worker:
+    state: stopped
+    dir: /var/lib/sparkfleet/results/.sparkfleet/cluster
+"""
+
+RETURN = r"""
+worker:
+  description: The started worker, with C(pid), C(argv), C(executable), C(log), C(started) and C(ready_s).
+  returned: state is started
+  type: dict
+stopped:
+  description: The workers stopped, each C({name, stopped}) with V(signalled), V(gone) (it had exited) or V(none).
+  returned: state is stopped
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task  # noqa: E402
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import worker  # noqa: E402
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(state=dict(type="str", required=True, choices=["started", "stopped"]),
+                           name=dict(type="str"), dir=dict(type="path", required=True),
+                           argv=dict(type="list", elements="str"), address=dict(type="str"),
+                           port=dict(type="int"), timeout_s=dict(type="float", default=120.0),
+                           env=dict(type="dict", default={})),
+        required_if=[("state", "started", ("name", "argv", "address", "port"))],
+        supports_check_mode=False)
+    task.exit_with(module, worker.work)
+
+
+if __name__ == "__main__":
+    main()
