@@ -125,6 +125,23 @@ def test_curves_take_the_serving_cells_statistics_per_configuration(tmp_path: Pa
     assert set(table.loc[table["engine"] == "vllm", "status"]) == {pareto.FRONT}
 
 
+def test_one_clients_rates_are_never_set_against_anothers(tmp_path: Path) -> None:
+    # llama.cpp measured by AIPerf (out_tok_s / out_req_tok_s), vllm by llama-benchy: two panels of one configuration
+    # each, though llama.cpp is half as fast
+    root = build_serving_tree(tmp_path / "serve", factor=llama_cpp_half, environments=("native",), iterations=3)
+    points = load_runs(root).serving
+    aiperf = points["engine"] == "llama.cpp"
+    points.loc[aiperf, "out_tok_s"] = points.loc[aiperf, "tg_tok_s"]
+    points.loc[aiperf, "out_req_tok_s"] = points.loc[aiperf, "tg_req_tok_s"]
+    points.loc[aiperf, ["tg_tok_s", "tg_req_tok_s"]] = NAN
+    points.loc[aiperf, ["samples_tg_tok_s", "samples_tg_req_tok_s"]] = None
+    table = pareto.pareto_table(points)
+    pairs = table.groupby("engine")[["aggregate_metric", "per_user_metric"]].first()
+    assert pairs.loc["llama.cpp"].tolist() == ["out_tok_s", "out_req_tok_s"]
+    assert pairs.loc["vllm"].tolist() == ["tg_tok_s", "tg_req_tok_s"]
+    assert pareto.DOMINATED not in set(table["status"])
+
+
 # --- the report ------------------------------------------------------------------------------------------------
 
 def section_of(root: Path) -> str:
