@@ -339,21 +339,25 @@ def clip_to_range(table: pd.DataFrame) -> pd.DataFrame:
 
 def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
                     resamples: int = stats.DEFAULT_RESAMPLES, seed: int = stats.DEFAULT_SEED,
-                    cv_gate: float = stats.DEFAULT_CV_GATE) -> pd.DataFrame:
+                    cv_gate: float = stats.DEFAULT_CV_GATE, keys: tuple[str, ...] = POINT_KEYS,
+                    metrics: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Per point cell and metric: stats.cell_statistics' columns (n, mean, std, cv, median, min, max, t CI of
     the mean from MIN_N_INTERVAL runs, bootstrap CI of the median from MIN_N_BOOTSTRAP runs, outliers, CV gate)
     plus ``scope``, ``hosts``, the 95% interval shown around the median (``ci95_low``/``ci95_high``: the
     median's bootstrap interval where it exists, else the mean's t-interval, ``ci95_of`` says which, "" with
     neither; a bound outside the metric's physical range, stats.physical_range, is drawn and printed at the range's
     end and ``ci95_note`` says so: the computed bounds stay in ``ci_low``/``ci_high``) and ``values``: the raw
-    per-iteration values as JSON text, in iteration order. What impossible_samples names is left out."""
+    per-iteration values as JSON text, in iteration order. What impossible_samples names is left out.
+    ``keys``: what makes a cell (POINT_KEYS, or those with ``workload``: the Pareto front's configurations, whose
+    rows must hold no missing key); ``metrics``: only these (every metric with a figure by default)."""
     frame = points_for_statistics(points)
-    metrics = [m for m in SERVING_METRICS if m in frame and frame[m].notna().any()]
-    columns = [*POINT_KEYS, "metric", "scope", "hosts", *stats.STAT_COLUMNS, "ci95_low", "ci95_high", "ci95_of",
+    wanted = [m for m in SERVING_METRICS if metrics is None or m in metrics]
+    present = [m for m in wanted if m in frame and frame[m].notna().any()]
+    columns = [*keys, "metric", "scope", "hosts", *stats.STAT_COLUMNS, "ci95_low", "ci95_high", "ci95_of",
                "ci95_note", "values"]
-    if not metrics or frame.empty:
+    if not present or frame.empty:
         return pd.DataFrame(columns=columns)
-    table = stats.cell_statistics(frame, metrics, keys=POINT_KEYS, cv_gate=cv_gate, level=level,
+    table = stats.cell_statistics(frame, present, keys=keys, cv_gate=cv_gate, level=level,
                                   resamples=resamples, seed=seed)
     table = table.astype({k: "int64" for k in PROFILE})  # cell_statistics gives labels as text
     bootstrap = table["median_ci_low"].notna()
@@ -362,12 +366,11 @@ def cell_statistics(points: pd.DataFrame, level: float = stats.DEFAULT_LEVEL,
     table["ci95_of"] = np.where(bootstrap, "median (bootstrap)", np.where(table["ci_low"].notna(), "mean (t)", ""))
     table = clip_to_range(table)
     table["scope"] = table["metric"].map(SCOPES)
-    keys = list(POINT_KEYS)
     ordered = frame.sort_values(["iteration", "host", "run_id"], kind="stable")
-    long = ordered.melt(id_vars=[*keys, "host"], value_vars=metrics, var_name="metric", value_name="value")
+    long = ordered.melt(id_vars=[*keys, "host"], value_vars=present, var_name="metric", value_name="value")
     long = long[long["value"].notna()].astype({k: "int64" for k in PROFILE})
     grouped = long.groupby([*keys, "metric"], sort=False)
     extra = pd.DataFrame({"values": grouped["value"].agg(lambda v: json.dumps([float(x) for x in v])),
                           "hosts": grouped["host"].nunique()}).reset_index()
     table = table.merge(extra, on=[*keys, "metric"], how="left")
-    return in_point_order(table[columns])
+    return in_point_order(table[columns], keys)

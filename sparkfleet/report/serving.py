@@ -25,9 +25,9 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
     PER_USER,
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
-from sparkfleet import compare, serving, stats
+from sparkfleet import compare, pareto, serving, stats
 from sparkfleet.load import write_csv
-from sparkfleet.report import served, serving_plots
+from sparkfleet.report import served, serving_pareto, serving_plots
 from sparkfleet.report.document import (
     N_TOO_SMALL,
     Bullets,
@@ -55,8 +55,9 @@ MAX_LISTED = 50
 SERVING_TITLES = {
     "serving_throughput": "Serving throughput against concurrency: aggregate and per user in separate panels",
     "serving_ttft": "Serving: end-to-end time to first token against depth",
-}
-CSV_NAMES = ("serving_points.csv", "serving_cells.csv", "serving_comparisons.csv", "serving_aa_noise.csv")
+} | serving_pareto.TITLES  # the Pareto front's, in its own section
+CSV_NAMES = ("serving_points.csv", "serving_cells.csv", "serving_comparisons.csv", "serving_aa_noise.csv",
+             serving_pareto.CSV)
 #: Each point against --baseline (compare.compare_campaigns' serving rows); written only with a baseline.
 BASELINE_CSV = "serving_baseline.csv"
 
@@ -74,6 +75,8 @@ class ServingStudy:
     failed: pd.DataFrame = field(default_factory=pd.DataFrame)  # points left out: the point failed
     failed_runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # serving runs not ok (their points left out)
     baseline: pd.DataFrame = field(default_factory=pd.DataFrame)  # each point against --baseline (the gate's rows)
+    pareto: pd.DataFrame = field(default_factory=pd.DataFrame)  # per configuration and concurrency: pareto.COLUMNS
+    pareto_twins: list[str] = field(default_factory=list)  # A/A twin environments left out of the front
 
     @property
     def present(self) -> bool:
@@ -197,6 +200,10 @@ def serving_study(points: pd.DataFrame, alpha: float, threshold: float, level: f
                          failed_runs=failed_runs(points),
                          cells=serving.cell_statistics(points, level, resamples, seed, cv_gate),
                          baseline=baseline_points(regressions))
+    twins = aa_twins(points)  # an A/A twin repeats its original's configuration: not a configuration of its own
+    study.pareto_twins = sorted(twins)
+    study.pareto = pareto.pareto_table(points[~points["environment"].astype(str).isin(twins)], level, resamples,
+                                       seed)
     tables, verdicts = [], []
     for question in (ENVIRONMENT, ENGINE):
         paired = paired_points(points, question, level)
@@ -384,7 +391,7 @@ def _baseline_blocks(study: ServingStudy, options: Any) -> list:
 
 
 def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
-    """The "Serving" section; nothing for a campaign without serving runs."""
+    """The "Serving" section and its Pareto front's (serving_pareto); nothing for a campaign without serving runs."""
     study: ServingStudy = report.serving
     if not study.present:
         return []
@@ -419,7 +426,7 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
         block = _scope_table(study.cells, scope, caption) if not study.cells.empty else None
         if block is not None:
             blocks.append(block)
-    blocks += [figures[n] for n in SERVING_TITLES if n in figures]
+    blocks += [figures[n] for n in SERVING_TITLES if n in figures and n not in serving_pareto.TITLES]
     if not study.comparisons.empty:
         blocks.append(Paragraph(
             "Each environment against native with the same engine, and each engine against the first by name in "
@@ -443,14 +450,16 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
             "noise floor": noise["floor_pct"].map(lambda v: "±" + fmt_pct(v).lstrip("+")),
             "MDE": noise["mde_pct"].map(lambda v: fmt_pct(v).lstrip("+")),
         }), "Noise floor per serving metric (as the A/A noise floor section computes it)", "serving_aa_noise.csv")]))
-    return [Section("Serving", blocks)]
+    return [Section("Serving", blocks), serving_pareto.section(study.pareto, study.pareto_twins, figures)]
 
 
 def figure_makers(report: Any) -> dict[str, Callable[[], bytes | None]]:
     """The serving figures (each None without serving cells)."""
     cells = report.serving.cells
+    marked = report.serving.pareto
     return {"serving_throughput": lambda: serving_plots.throughput_vs_concurrency(cells),
-            "serving_ttft": lambda: serving_plots.ttft_vs_depth(cells)}
+            "serving_ttft": lambda: serving_plots.ttft_vs_depth(cells),
+            serving_pareto.FIGURE: lambda: serving_plots.pareto_front(marked)}
 
 
 # --- files and JSON ----------------------------------------------------------------------------------------
@@ -460,7 +469,8 @@ def tables(study: ServingStudy) -> dict[str, pd.DataFrame]:
     if not study.present:
         return {}
     comparisons = study.comparisons.drop(columns=["text"], errors="ignore")
-    written = dict(zip(CSV_NAMES, (study.points, study.cells, comparisons, study.noise), strict=True))
+    written = dict(zip(CSV_NAMES, (study.points, study.cells, comparisons, study.noise,
+                                   study.pareto.reindex(columns=list(pareto.COLUMNS))), strict=True))
     return written | ({BASELINE_CSV: study.baseline} if not study.baseline.empty else {})
 
 
@@ -486,7 +496,7 @@ def payload(report: Any) -> dict[str, Any]:
     cells = study.cells.assign(values=study.cells["values"].map(json.loads)) if not study.cells.empty else study.cells
     return {"serving": {"cells": records(cells), "comparisons": records(study.comparisons),
                         "failed_points": records(study.failed), "failed_runs": records(study.failed_runs),
-                        "noise_floor": records(study.noise)}}
+                        "noise_floor": records(study.noise), "pareto": records(study.pareto)}}
 
 
 __all__ = ["ServingStudy", "findings", "payload", "serving_sections", "serving_study", "tables",

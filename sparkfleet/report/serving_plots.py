@@ -119,4 +119,63 @@ def ttft_vs_depth(cells: pd.DataFrame) -> bytes | None:
     return png_bytes(fig)
 
 
-__all__ = ["throughput_vs_concurrency", "ttft_vs_depth"]
+def _errors(centre: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """matplotlib's asymmetric error lengths (2 x n) from an interval; 0 where there is none."""
+    below, above = np.nan_to_num(centre - low), np.nan_to_num(high - centre)
+    return np.vstack([np.clip(below, 0, None), np.clip(above, 0, None)])
+
+
+def pareto_front(table: pd.DataFrame) -> bytes | None:
+    """Per-user against aggregate output throughput (sparkfleet.pareto's table), one panel per (model, depth, pp,
+    tg, client pair), one line per configuration through its concurrencies (labelled ``c``), each point with its
+    95% interval on both axes as error bars; the front's points ringed in black and joined by a dashed line, a
+    dominated point crossed."""
+    if table.empty:
+        return None
+    by = ["model", "depth", "pp", "tg", "aggregate_metric", "per_user_metric"]
+    groups, left = _groups(table, by)
+    names = sorted(set(table["configuration"].astype(str)))
+    colors = {name: COLORS[i % len(COLORS)] for i, name in enumerate(names)}
+    columns = min(len(groups), 3)
+    count = -(-len(groups) // columns)
+    fig, axes = subplots(count, columns, figsize=(4.2 * columns + 0.4, 3.4 * count + 1.0), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    indexed = table.set_index(by).sort_index()
+    for ax, key in zip(axes.flat, groups, strict=False):
+        panel = indexed.loc[[key]].reset_index()
+        for name, line in panel.groupby("configuration", sort=True):
+            line = line.sort_values("concurrency")
+            x, y = line["aggregate"].to_numpy(float), line["per_user"].to_numpy(float)
+            xerr = _errors(x, line["aggregate_low"].to_numpy(float), line["aggregate_high"].to_numpy(float))
+            yerr = _errors(y, line["per_user_low"].to_numpy(float), line["per_user_high"].to_numpy(float))
+            color = colors[str(name)]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o-", ms=4, lw=1.2, elinewidth=0.8, capsize=2,
+                        color=color, label=str(name))
+            for cx, cy, c in zip(x, y, line["concurrency"], strict=True):
+                ax.annotate(f"c{int(c)}", (cx, cy), textcoords="offset points", xytext=(4, 4), fontsize=6)
+            dominated = (line["status"] == "dominated").to_numpy()
+            if dominated.any():
+                ax.plot(x[dominated], y[dominated], "x", ms=9, mew=1.6, color="0.2")
+        best = panel[panel["on_front"].astype(bool)].sort_values("aggregate")
+        if not best.empty:
+            ax.plot(best["aggregate"], best["per_user"], "o", ms=10, mfc="none", mec="black", mew=1.4)
+            ax.plot(best["aggregate"], best["per_user"], "--", lw=1, color="black", alpha=0.6)
+        model, depth, pp, tg, aggregate, per_user = key
+        ax.set_title(f"{model}, depth {depth}, pp {pp}, tg {tg}", fontsize=8)
+        ax.set_xlabel(f"{aggregate} (aggregate tok/s)", fontsize=8)
+        ax.set_ylabel(f"{per_user} (per-user tok/s)", fontsize=8)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=min(len(labels), 3))
+    kinds = sorted(set(table["ci95_of"].astype(str)) - {""})
+    marks = [f"bars: 95% CI of the {' / '.join(kinds)}" if kinds else "no bars: too few iterations for an interval"]
+    marks += ["ringed: on the front"] if table["on_front"].astype(bool).any() else []
+    marks += ["crossed: dominated"] if (table["status"] == "dominated").any() else []
+    fig.suptitle(f"Pareto front: per-user against aggregate output throughput per configuration{left}\n"
+                 f"{'; '.join(marks)}", fontsize=9)
+    return png_bytes(fig)
+
+
+__all__ = ["pareto_front", "throughput_vs_concurrency", "ttft_vs_depth"]
