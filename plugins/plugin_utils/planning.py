@@ -277,7 +277,7 @@ def cluster_nodes(checks: list[HostCheck]) -> dict[str, list[str]]:
     """{cluster: its hosts in the inventory's order (rank 0 first)} from each host's sparkfleet_cluster."""
     out: dict[str, list[str]] = {}
     for check in checks:
-        name = check.settings.get("sparkfleet_cluster")
+        name = (check.knobs.get("cluster") or {}).get("name")
         if name:
             out.setdefault(str(name), []).append(check.host)
     return out

@@ -1,0 +1,95 @@
+"""A multi-node serving run end to end (issue 36), with no stand-in: two fake-fleet hosts of one cluster, llama.cpp's
+real ggml-rpc-server on the worker and llama-server --rpc on rank 0 (the CPU build of tests/fleet/llamacpp.py, with
+-DGGML_RPC=ON), llama-benchy driving rank 0, through bench.yml; beside it the same workload on each host alone.
+Rank 0's record names its worker, the worker served it (its log), and nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tinymodel import make_tiny_model
+
+pytestmark = [pytest.mark.root, pytest.mark.fleet]
+
+PROFILE = {"depth": [0], "concurrency": [1, 2], "pp": [32], "tg": [16]}
+
+
+def _records(results: Path, host: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((results / "rpc2" / host / "runs").glob("*/record.json"))]
+
+
+def _worker_processes(work: Path) -> list[str]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith((b"ggml-rpc-server", b"llama-server")) and str(work).encode() in b" ".join(argv):
+            out.append(pid)
+        elif argv[0].endswith(b"ggml-rpc-server"):
+            out.append(pid)
+    return out
+
+
+def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, llama_server, ansible_env, repo,
+                                                              tmp_path):
+    fleet = fleet_factory(2)
+    for host in fleet.hosts:  # the engine's binaries on each host's PATH, as an owner's install puts them
+        for name in ("llama-server", "ggml-rpc-server"):
+            link = Path(host.dir, "bin", name)
+            link.unlink(missing_ok=True)
+            link.symlink_to(llama_server.parent / name)
+    work = tmp_path / "models"
+    model = make_tiny_model(work / "tiny")
+    workload = {"engine": "llama.cpp", "profile": PROFILE, "runs": 1, "server_args": ["-t", "1"],
+                "ready_timeout_s": 120}
+    campaign = {"sparkfleet_campaign": {
+        "name": "rpc2", "models": [{"name": "tiny", "path": str(model["gguf"]), "random_weights": True}],
+        "environments": ["bare"], "workloads": [{"name": "one", **workload},
+                                                {"name": "two", "cluster": "pair", **workload}],
+        "iterations": 2, "warmup_runs": 0, "order": "interleaved",
+        "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"}, "timeout_s": 600}}
+    path = tmp_path / "campaign.yml"
+    path.write_text(yaml.safe_dump(campaign))
+    results = tmp_path / "results"
+    cmd = ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{path}", "-e", "sparkfleet_cluster=pair",
+           "-e", f"sparkfleet_models_dir={work}", "-e", f"sparkfleet_results_dir={results}",
+           "-e", "sparkfleet_image_offline=true", "-e", "sparkfleet_preflight_max_load_per_cpu=100",
+           "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1",
+           "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"]
+    run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-8000:]
+    assert "2 multi-node runs it leads" in out
+
+    head, worker = fleet.hosts
+    records = _records(results, head.name)
+    two = [r for r in records if r["workload"] == "two"]
+    assert len(two) == 2 and all(r["status"] == "ok" for r in two), [(r["run_id"], r["status"], r.get("error"))
+                                                                     for r in records]
+    for record in two:
+        cluster = record["serving"]["cluster"]
+        assert cluster["nodes"] == [head.name, worker.name] and cluster["workers"] == [worker.address], cluster
+        argv = record["serving"]["server"]["argv"]
+        assert argv[argv.index("--rpc") + 1] == f"{worker.address}:50052", argv
+        assert all(p["status"] == "ok" for p in record["serving"]["points"]), record["serving"]["points"]
+    # the single-host workload ran on both hosts; the cluster's only on rank 0
+    assert len([r for r in records if r["workload"] == "one"]) == 2
+    assert {r["workload"] for r in _records(results, worker.name)} == {"one"}
+    # the worker served rank 0: rpc-server prints each client it accepts, the readiness probe's connection and then
+    # rank 0's (llama-server connects to each RPC server more than once while it loads the model)
+    logs = sorted(Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.log"))
+    assert len(logs) == 2 and all(p.read_text().count("Accepted client connection") >= 2 for p in logs), logs
+    assert not list(Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.json"))
+    assert _worker_processes(work) == []
+
+    report = subprocess.run([str(Path(sys.executable).parent / "sparkfleet"), "report", str(results / "rpc2")],
+                            env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
