@@ -31,9 +31,8 @@ def _worker_processes(work: Path) -> list[str]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[0].endswith((b"ggml-rpc-server", b"llama-server")) and str(work).encode() in b" ".join(argv):
-            out.append(pid)
-        elif argv[0].endswith(b"ggml-rpc-server"):
+        if argv[0].endswith(b"ggml-rpc-server") or (argv[0].endswith(b"llama-server")
+                                                     and str(work).encode() in b" ".join(argv)):
             out.append(pid)
     return out
 
