@@ -28,23 +28,16 @@ def cluster_addresses(fabric_results, nodes):
     return out
 
 
-def worker_argv(workload, address):
-    """serving.worker_argv: the worker's command line of a multi-node workload."""
+def worker_spec(run, address):
+    """serving.worker_spec: what a worker of the planned multi-node ``run`` runs on ``address`` (argv, port and the
+    URL that answers once it is ready, or None: its port accepting is enough)."""
     try:
-        return serving.worker_argv(dict(workload), str(address))
-    except serving.ServingError as exc:
-        raise AnsibleFilterError(f"worker_argv: {exc}") from None
-
-
-def worker_port(workload):
-    """The TCP port the workload's workers listen on (its engine's launcher)."""
-    try:
-        return serving.launcher(dict(workload))["worker_port"]
-    except serving.ServingError as exc:
-        raise AnsibleFilterError(f"worker_port: {exc}") from None
+        return serving.worker_spec(dict(run["workload"]), dict(run["model"]), str(address))
+    except (serving.ServingError, KeyError) as exc:
+        raise AnsibleFilterError(f"worker_spec: {exc}") from None
 
 
 class FilterModule:
     def filters(self):
         return {"pair_verdict": pair_verdict, "perftest_args": pair.perftest_args, "nccl_argv": pair.nccl_argv,
-                "cluster_addresses": cluster_addresses, "worker_argv": worker_argv, "worker_port": worker_port}
+                "cluster_addresses": cluster_addresses, "worker_spec": worker_spec}

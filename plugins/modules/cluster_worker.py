@@ -12,10 +12,11 @@ short_description: Starts or stops the worker process of a multi-node serving ru
 version_added: 0.1.0
 description:
   - Starts the worker a multi-node engine runs on a node other than rank 0, for example llama.cpp's
-    C(ggml-rpc-server). The argv comes from the engine registry, C(serving.worker_argv).
+    C(ggml-rpc-server), or a replica's own server. The argv comes from the engine registry, C(serving.worker_spec).
   - The worker runs bare, in its own session, found on the host's PATH as a bare run's command is. The task
     returns once its TCP port accepts on O(address), and fails with the worker's log tail when the worker exits or
-    O(timeout_s) passes.
+    O(timeout_s) passes. With O(ready_url) it also waits until that URL answers 200 (a server that has loaded its
+    model).
   - Stops a worker, or every worker in O(dir) when O(name) is not given (C(restore.yml)). It signals the process
     group only while the recorded pid still runs the recorded executable.
 options:
@@ -41,8 +42,11 @@ options:
   port:
     description: The worker's TCP port.
     type: int
+  ready_url:
+    description: A URL that answers 200 once the worker is ready (a replica's readiness path).
+    type: str
   timeout_s:
-    description: Longest wait for the port to accept.
+    description: Longest wait for the port to accept and O(ready_url) to answer.
     type: float
     default: 120
   env:
@@ -103,7 +107,8 @@ def main():
         argument_spec=dict(state=dict(type="str", required=True, choices=["started", "stopped"]),
                            name=dict(type="str"), dir=dict(type="path", required=True),
                            argv=dict(type="list", elements="str"), address=dict(type="str"),
-                           port=dict(type="int"), timeout_s=dict(type="float", default=120.0),
+                           port=dict(type="int"), ready_url=dict(type="str"),
+                           timeout_s=dict(type="float", default=120.0),
                            env=dict(type="dict", default={})),
         required_if=[("state", "started", ("name", "argv", "address", "port"))],
         supports_check_mode=False)

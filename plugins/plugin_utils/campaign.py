@@ -414,7 +414,7 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
 
 
 def _cluster_problems(workloads: list[dict], environments: list[dict]) -> list[str]:
-    """A workload on a cluster: its engine spans nodes by its own runtime (serving.launcher), its runs are bare
+    """A workload on a cluster: its engine spans nodes as its topology asks (serving.cluster_problem), its runs are bare
     (the workers' processes run on the hosts; native and container workers: not yet), a topology needs a cluster.
     Whether the cluster exists with two hosts or more is the inventory's: planning.place_cluster_runs."""
     problems = []
@@ -426,10 +426,9 @@ def _cluster_problems(workloads: list[dict], environments: list[dict]) -> list[s
                             f"(the workload's cluster field)")
         if not workload.get("cluster"):
             continue
-        try:
-            serving.launcher(workload)
-        except serving.ServingError as exc:
-            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: {exc}")
+        problem = serving.cluster_problem(workload)
+        if problem:
+            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: {problem}")
         if not_bare:
             problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: multi-node runs "
                             f"run in bare environments only (not yet native or container), and the campaign has "

@@ -405,8 +405,9 @@ WORKLOAD_FIELDS = (
           "in the inventory) and run after the single-host runs, one lifetime of the distributed server each "
           "(bare environments; engines: %s)." % ", ".join(n for n in SERVING_ENGINES if serving.ENGINES[n]["launcher"]),
           nullable=True, check=lambda v: None if v.strip() and v == v.strip() else "must be a non-empty name"),
-    Field("topology", "str", None, "Serving on a cluster: how the model spans its hosts: layers (the engine's "
-          "runtime splits the model's layers over them: llama.cpp RPC). Null with a cluster: layers.",
+    Field("topology", "str", None, "Serving on a cluster: layers (the engine's runtime splits the model's layers "
+          "over the hosts: llama.cpp RPC) or replicas (each host serves the whole model; the client's requests go "
+          "to them in turn through a proxy on rank 0). Null with a cluster: layers.",
           nullable=True, choices=serving.TOPOLOGIES),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}

@@ -1,7 +1,9 @@
-"""A multi-node serving run end to end (issue 36), with no stand-in: two fake-fleet hosts of one cluster, llama.cpp's
-real ggml-rpc-server on the worker and llama-server --rpc on rank 0 (the CPU build of tests/fleet/llamacpp.py, with
--DGGML_RPC=ON), llama-benchy driving rank 0, through bench.yml; beside it the same workload on each host alone.
-Rank 0's record names its worker, the worker served it (its log), and nothing is left running."""
+"""Multi-node serving runs end to end (issue 36), with no stand-in: two fake-fleet hosts of one cluster, through
+bench.yml, llama-benchy driving rank 0. Topology layers: llama.cpp's real ggml-rpc-server on the worker and
+llama-server --rpc on rank 0 (the CPU build of tests/fleet/llamacpp.py, with -DGGML_RPC=ON). Topology replicas: a
+llama-server on each host, the client's requests spread over both by rank 0's round-robin proxy. Beside them the
+same workload on each host alone. Rank 0's records name the worker, the worker served (its log), the replicas
+shared the load evenly, and nothing is left running."""
 
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     campaign = {"sparkfleet_campaign": {
         "name": "rpc2", "models": [{"name": "tiny", "path": str(model["gguf"]), "random_weights": True}],
         "environments": ["bare"], "workloads": [{"name": "one", **workload},
-                                                {"name": "two", "cluster": "pair", **workload}],
+                                                {"name": "two", "cluster": "pair", **workload},
+                                                {"name": "twin", "cluster": "pair", "topology": "replicas",
+                                                 **workload}],
         "iterations": 2, "warmup_runs": 0, "order": "interleaved",
         "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"}, "timeout_s": 600}}
     path = tmp_path / "campaign.yml"
@@ -66,7 +70,7 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-8000:]
-    assert "2 multi-node runs it leads" in out
+    assert "4 multi-node runs it leads" in out
 
     head, worker = fleet.hosts
     records = _records(results, head.name)
@@ -79,13 +83,24 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
         argv = record["serving"]["server"]["argv"]
         assert argv[argv.index("--rpc") + 1] == f"{worker.address}:50052", argv
         assert all(p["status"] == "ok" for p in record["serving"]["points"]), record["serving"]["points"]
+    twin = [r for r in records if r["workload"] == "twin"]
+    assert len(twin) == 2 and all(r["status"] == "ok" for r in twin), [(r["run_id"], r.get("error")) for r in twin]
+    for record in twin:
+        cluster = record["serving"]["cluster"]
+        assert cluster["topology"] == "replicas" and "--rpc" not in record["serving"]["server"]["argv"]
+        split = cluster["split"]  # rank 0's server and the worker's, each half of the completions
+        assert set(split) == {"http://127.0.0.1:8080", f"http://{worker.address}:8080"}, split
+        assert abs(split["http://127.0.0.1:8080"] - split[f"http://{worker.address}:8080"]) <= 1, split
+        assert min(split.values()) > 0 and not any(cluster["proxy_failures"].values()), cluster
     # the single-host workload ran on both hosts; the cluster's only on rank 0
     assert len([r for r in records if r["workload"] == "one"]) == 2
     assert {r["workload"] for r in _records(results, worker.name)} == {"one"}
     # the worker served rank 0: rpc-server prints each client it accepts, the readiness probe's connection and then
     # rank 0's (llama-server connects to each RPC server more than once while it loads the model)
     logs = sorted(Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.log"))
-    assert len(logs) == 2 and all(p.read_text().count("Accepted client connection") >= 2 for p in logs), logs
+    rpc_logs = [p for p in logs if ".two." in p.name]
+    assert len(logs) == 4 and len(rpc_logs) == 2, logs
+    assert all(p.read_text().count("Accepted client connection") >= 2 for p in rpc_logs), rpc_logs
     assert not list(Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.json"))
     assert _worker_processes(work) == []
 

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional
 
 from ..engines.serving import log_tail
@@ -56,10 +57,20 @@ def _accepts(address: str, port: int) -> bool:
         return False
 
 
+def _answers(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the node, never a proxy
+    try:
+        with opener.open(url, timeout=2.0) as response:
+            return response.status == 200
+    except (OSError, ValueError):
+        return False
+
+
 def start(name: str, argv: List[str], directory: str, address: str, port: int, timeout_s: float,
-          env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Start the worker and wait until ``address:port`` accepts; {pid, argv, executable, log, ready_s}. A worker of
-    that name still running (a run that was killed) is stopped first. WorkerError when it exits or times out."""
+          env: Optional[Dict[str, str]] = None, ready_url: Optional[str] = None) -> Dict[str, Any]:
+    """Start the worker and wait until ``address:port`` accepts (and ``ready_url`` answers 200, when given);
+    {pid, argv, executable, log, ready_s}. A worker of that name still running (a run that was killed) is stopped
+    first. WorkerError when it exits or times out."""
     os.makedirs(directory, exist_ok=True)
     stop(name, directory)
     log = os.path.join(directory, "%s.log" % name)
@@ -72,15 +83,15 @@ def start(name: str, argv: List[str], directory: str, address: str, port: int, t
     with open(_pid_file(directory, name), "w", encoding="utf-8") as fh:
         json.dump(info, fh)
     began = time.monotonic()
-    while not _accepts(address, port):
+    while not (_accepts(address, port) and (not ready_url or _answers(ready_url))):
         if proc.poll() is not None:
             stop(name, directory)
             raise WorkerError("worker %s exited with %s before %s:%d accepted: %s" % (
                 name, proc.returncode, address, port, log_tail(log)))
         if time.monotonic() - began > timeout_s:
             stop(name, directory)
-            raise WorkerError("worker %s: %s:%d did not accept within %.0f s: %s" % (
-                name, address, port, timeout_s, log_tail(log)))
+            raise WorkerError("worker %s: %s did not answer within %.0f s: %s" % (
+                name, ready_url or "%s:%d" % (address, port), timeout_s, log_tail(log)))
         time.sleep(POLL_S)
     return dict(info, ready_s=round(time.monotonic() - began, 3))
 
@@ -134,7 +145,7 @@ def work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     if params["state"] == "started":
         try:
             info = start(params["name"], params["argv"], params["dir"], params["address"], params["port"],
-                         params["timeout_s"], params.get("env"))
+                         params["timeout_s"], params.get("env"), params.get("ready_url"))
         except (WorkerError, runexec.RunSetupError, OSError) as exc:
             raise TaskFailed(str(exc)) from None
         return {"changed": True, "worker": info}

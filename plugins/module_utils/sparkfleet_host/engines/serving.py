@@ -376,7 +376,7 @@ def overriding_args(workload: dict) -> list:
     spec, engine = engine_spec(workload), workload.get("engine")
     out = []
     owns = tuple(spec.get("owns") or ())
-    if workload.get("cluster") and spec.get("launcher"):  # rank 0's flags naming the workers
+    if workload.get("cluster") and topology(workload) == "layers" and spec.get("launcher"):  # rank 0's worker flags
         owns += spec["launcher"]["owns"]
     checks = (("server_args", owns, spec.get("abbrev", False), "the %s server's command line" % engine),)
     try:
@@ -475,8 +475,14 @@ def server_argv(workload: dict, model: dict) -> list:
 
 
 #: How a workload's run uses a cluster (workload field ``topology``): ``layers``, the engine's own runtime spreads
-#: the model over the nodes (its ENGINES ``launcher``; llama.cpp's RPC splits its layers).
-TOPOLOGIES = ("layers",)
+#: the model over the nodes (its ENGINES ``launcher``; llama.cpp's RPC splits its layers); ``replicas``, every node
+#: serves the whole model and rank 0's client spreads the requests over them in turn (run/replica_proxy.py).
+TOPOLOGIES = ("layers", "replicas")
+
+
+def topology(workload: dict) -> str:
+    """The workload's topology on its cluster (``layers`` when it names none)."""
+    return workload.get("topology") or TOPOLOGIES[0]
 
 
 def launcher(workload: dict) -> dict:
@@ -484,22 +490,58 @@ def launcher(workload: dict) -> dict:
     row = _builtin(workload.get("engine"))
     found = (row or {}).get("launcher")
     if not found:
-        raise ServingError("engine %s cannot span several nodes in sparkfleet yet (multi-node: %s)" % (
-            workload.get("engine"), ", ".join(n for n in engine_names(serves=True) if ENGINES[n]["launcher"])))
+        raise ServingError("engine %s cannot spread one model over several nodes in sparkfleet yet (topology layers:"
+                           " %s; topology replicas takes any serving engine)" % (workload.get("engine"), ", ".join(
+                               n for n in engine_names(serves=True) if ENGINES[n]["launcher"])))
     return found
 
 
-def worker_argv(workload: dict, address: str) -> list:
-    """A worker's argv for the workload's cluster run (before its environment's wrapping)."""
-    spec = launcher(workload)
-    return [a.format(address=address, port=spec["worker_port"]) for a in spec["worker"]]
+def cluster_problem(workload: dict) -> Optional[str]:
+    """Why the workload cannot run on its cluster as its topology asks, or None."""
+    try:
+        if topology(workload) == "layers":
+            launcher(workload)
+        else:
+            engine_spec(workload)
+    except ServingError as exc:
+        return str(exc)
+    return None
+
+
+def replica_argv(workload: dict, model: dict, address: str) -> list:
+    """The engine's own server on a replica node, listening on ``address`` (its --host) instead of loopback."""
+    argv = server_argv(workload, model)
+    if "--host" not in argv[:-1] or argv[argv.index("--host") + 1] != LOOPBACK:
+        raise ServingError("engine %s: no --host %s in its server's command line to serve a replica on %s" % (
+            workload.get("engine"), LOOPBACK, address))
+    argv[argv.index("--host") + 1] = address
+    return argv
+
+
+def worker_spec(workload: dict, model: dict, address: str) -> dict:
+    """What a worker node of the workload's cluster runs: {argv, port, ready_url}. ``layers``: the launcher's worker
+    (ready once its port accepts: ready_url None); ``replicas``: the engine's server on ``address``, ready once its
+    readiness path answers 200."""
+    if topology(workload) == "layers":
+        spec = launcher(workload)
+        return {"argv": [a.format(address=address, port=spec["worker_port"]) for a in spec["worker"]],
+                "port": spec["worker_port"], "ready_url": None}
+    return {"argv": replica_argv(workload, model, address), "port": port(workload),
+            "ready_url": "http://%s:%d%s" % (address, port(workload), engine_spec(workload)["ready_path"])}
 
 
 def head_argv(workload: dict, model: dict, workers: list) -> list:
-    """Rank 0's server argv: the engine's, with the launcher's head flags naming ``workers`` (addresses)."""
+    """Rank 0's server argv: the engine's; with ``layers`` the launcher's head flags naming ``workers``."""
+    if topology(workload) != "layers":
+        return server_argv(workload, model)
     spec = launcher(workload)
     endpoints = ",".join("%s:%d" % (address, spec["worker_port"]) for address in workers)
     return server_argv(workload, model) + [a.format(endpoints=endpoints) for a in spec["head"]]
+
+
+def replica_urls(workload: dict, workers: list) -> list:
+    """The servers a ``replicas`` run's client reaches through the proxy: rank 0's own, then each worker's."""
+    return ["http://%s:%d" % (LOOPBACK, port(workload))] + ["http://%s:%d" % (a, port(workload)) for a in workers]
 
 
 def ready_url(workload: dict) -> str:

@@ -27,6 +27,7 @@ from ..sensors import fingerprint, memstate
 from ..sensors.gpu import GpuSensorError, open_sensor
 from ..sensors.telemetry import TelemetrySampler
 from .jobs import ROOT_LABEL, RUN_LABEL
+from .replica_proxy import ReplicaProxy
 from .runexec import (
     COMPILE_CACHE_SUBDIR,
     WORKLOADS_SUBDIR,
@@ -352,7 +353,7 @@ class Launcher:
                 except serving.ServingError as exc:
                     outcome["error"] = str(exc)
                 else:
-                    outcome["deadline_hit"] = self.run_points(section, points, proc, deadline)
+                    outcome["deadline_hit"] = self.drive(section, points, proc, deadline)
                 finally:
                     section["server"].update(proc.stop())
         except serving.ServingError as exc:  # the port is taken: the server was not started
@@ -412,7 +413,20 @@ class Launcher:
         record.engine_version = entry["version"]
         record.versions["engine_version"] = entry["version"]
 
-    def run_points(self, section: dict, points: list, server, deadline: float) -> bool:
+    def drive(self, section: dict, points: list, server, deadline: float) -> bool:
+        """run_points against rank 0's server; a ``replicas`` run's client goes through a round-robin proxy over
+        every replica (rank 0's and its workers'), whose split is recorded in the section's cluster."""
+        workload, cluster = self.run.workload, section.get("cluster")
+        if not cluster or serving.topology(workload) != "replicas":
+            return self.run_points(section, points, server, deadline)
+        with ReplicaProxy(serving.replica_urls(workload, cluster["workers"])) as proxy:
+            try:
+                return self.run_points(section, points, server, deadline, proxy.url + "/v1")
+            finally:
+                cluster["split"] = proxy.counts
+                cluster["proxy_failures"] = proxy.failures
+
+    def run_points(self, section: dict, points: list, server, deadline: float, base_url=None) -> bool:
         """Run the client once per point (appended to section["points"]); whether the run's deadline stopped
         them. A point whose client fails is recorded failed and the next one runs; once the server is gone or
         the time is up, the points left are recorded as not run."""
@@ -443,7 +457,7 @@ class Launcher:
                     entry["reason"] = "not run: the run's timeout_s was reached"
                     continue
                 raw = os.path.join("points", drv.raw_name(point["point"]))
-                argv = drv.point_argv(client, point, serving.base_url(workload),
+                argv = drv.point_argv(client, point, base_url or serving.base_url(workload),
                                       serving.served_name(workload, run.model), self.tokenizer_path(),
                                       int(workload.get("runs") or 3), bool(workload.get("prefix_caching")),
                                       corpus_url, os.path.join(run.run_dir, raw), workload.get("client_args"),

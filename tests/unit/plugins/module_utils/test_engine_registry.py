@@ -80,15 +80,26 @@ def test_every_built_in_server_has_what_the_layers_read():
     assert all(serving.ENGINES[name]["run_s"] > 0 for name in settings.JOB_ENGINES)
 
 
-def test_a_multi_node_llama_cpp_run_names_its_workers_by_rpc():
-    """llama.cpp's RPC (tools/rpc/README.md): ggml-rpc-server on each worker, llama-server --rpc on rank 0."""
+def test_a_multi_node_run_by_topology():
+    """layers: llama.cpp's RPC (tools/rpc/README.md), ggml-rpc-server on each worker, llama-server --rpc on rank 0;
+    replicas: the engine's own server on each worker's address, rank 0's on loopback."""
     workload = {"name": "w", "engine": "llama.cpp", "profile": {"depth": [0], "concurrency": [1], "pp": [16],
                                                                 "tg": [8]}, "cluster": "pair"}
     model = {"name": "m", "path": "/models/m.gguf"}
-    assert serving.worker_argv(workload, "10.0.0.2") == ["ggml-rpc-server", "--host", "10.0.0.2", "--port", "50052"]
+    assert serving.worker_spec(workload, model, "10.0.0.2") == {
+        "argv": ["ggml-rpc-server", "--host", "10.0.0.2", "--port", "50052"], "port": 50052, "ready_url": None}
     head = serving.head_argv(workload, model, ["10.0.0.2", "10.0.0.3"])
     assert head[:1] == ["llama-server"] and head[-2:] == ["--rpc", "10.0.0.2:50052,10.0.0.3:50052"]
     assert [f for f, _ in serving.overriding_args({**workload, "server_args": ["--rpc", "x:1"]})] == ["server_args"]
     assert serving.overriding_args({**workload, "cluster": None, "server_args": ["--rpc", "x:1"]}) == []
-    with pytest.raises(serving.ServingError, match="engine vllm cannot span several nodes in sparkfleet yet"):
-        serving.worker_argv({**workload, "engine": "vllm"}, "10.0.0.2")
+
+    replicas = {**workload, "topology": "replicas"}
+    spec = serving.worker_spec(replicas, model, "10.0.0.2")
+    assert spec["argv"][spec["argv"].index("--host") + 1] == "10.0.0.2" and spec["port"] == 8080
+    assert spec["ready_url"] == "http://10.0.0.2:8080/health"
+    assert serving.head_argv(replicas, model, ["10.0.0.2"]) == serving.server_argv(replicas, model)
+    assert serving.replica_urls(replicas, ["10.0.0.2"]) == ["http://127.0.0.1:8080", "http://10.0.0.2:8080"]
+    # vLLM has no multi-node launcher in sparkfleet yet: layers is refused naming it, replicas is not
+    assert "engine vllm cannot spread one model over several nodes" in serving.cluster_problem(
+        {**workload, "engine": "vllm"})
+    assert serving.cluster_problem({**replicas, "engine": "vllm"}) is None
