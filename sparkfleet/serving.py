@@ -97,6 +97,17 @@ def _bad_figures(metrics: dict[str, Any]) -> str | None:
     return json.dumps(bad) if bad else None
 
 
+def engine_configuration(serving: dict[str, Any], engine: Any = None) -> Any:
+    """The engine as the serving comparisons see it: its name, and for a multi-node run the nodes and topology
+    (``llama.cpp on 2 nodes (layers)``), so that one host, a model spread over two and two replicas are cells of
+    their own, compared with each other as engines are (the first by name, the single host, the reference)."""
+    name = serving.get("engine") or engine
+    cluster = serving.get("cluster")
+    if not isinstance(cluster, dict) or not isinstance(cluster.get("nodes"), list):
+        return name
+    return f"{name} on {len(cluster['nodes'])} nodes ({cluster.get('topology') or 'layers'})"
+
+
 def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     """One row per point of a serving record (POINT_COLUMNS); [] for any other record."""
     if not has_points(data):
@@ -106,7 +117,7 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     environment = environment if isinstance(environment, dict) else {}
     params = data.get("workload_params") if isinstance(data.get("workload_params"), dict) else {}
     run = {key: data.get(key) for key in RUN_COLUMNS[:12]}
-    run["engine"] = serving.get("engine") or data.get("engine")
+    run["engine"] = engine_configuration(serving, data.get("engine"))
     run |= {"aa_group": environment.get("aa_group"), "aa_member": environment.get("aa_member"),
             "prefix_caching": params.get("prefix_caching")}
     client_runs = _integer(params.get("runs"))  # llama-benchy --runs per point

@@ -7,6 +7,7 @@ shared the load evenly, and nothing is left running."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -41,7 +42,11 @@ def _worker_processes(work: Path) -> list[str]:
 
 def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, llama_server, ansible_env, repo,
                                                               tmp_path):
-    fleet = fleet_factory(2)
+    # the pair preflight runs as bench.yml's stage for the cluster: its links at MTU 9000, the RDMA and NCCL tests by
+    # their stand-ins (one rail, rocep1s0f0 on eth0)
+    fleet = fleet_factory(2, host_env={h: {"SPARKFLEET_FAKE_RDMA_HCAS": "rocep1s0f0=eth0",
+                                           "SPARKFLEET_FAKE_RDMA_STATE": "ACTIVE"} for h in ("spark1", "spark2")})
+    fleet.set_mtu(9000)
     for host in fleet.hosts:  # the engine's binaries on each host's PATH, as an owner's install puts them
         for name in ("llama-server", "ggml-rpc-server"):
             link = Path(host.dir, "bin", name)
@@ -62,7 +67,13 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     path = tmp_path / "campaign.yml"
     path.write_text(yaml.safe_dump(campaign))
     results = tmp_path / "results"
-    cmd = ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{path}", "-e", "sparkfleet_cluster=pair",
+    pair = tmp_path / "pair.json"
+    pair.write_text(json.dumps({
+        "sparkfleet_cluster": "pair", "sparkfleet_fabric": [{"hca": "rocep1s0f0", "netdev": "eth0"}],
+        "sparkfleet_pair_rdma_sum_gbps_min": 85.0,
+        "sparkfleet_pair_nccl_command": ["all_reduce_perf", "-b", "8M", "-e", "2G", "-f", "2", "-g", "1"],
+        "sparkfleet_workload_env": {"SPARKFLEET_FAKE_NCCL_HCAS": "rocep1s0f0"}}))
+    cmd = ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{path}", "-e", f"@{pair}",
            "-e", f"sparkfleet_models_dir={work}", "-e", f"sparkfleet_results_dir={results}",
            "-e", "sparkfleet_image_offline=true", "-e", "sparkfleet_preflight_max_load_per_cpu=100",
            "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1",
@@ -71,6 +82,7 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-8000:]
     assert "4 multi-node runs it leads" in out
+    assert "pair preflight of cluster pair passed (spark1, spark2)" in out
 
     head, worker = fleet.hosts
     records = _records(results, head.name)
@@ -107,3 +119,12 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     report = subprocess.run([str(Path(sys.executable).parent / "sparkfleet"), "report", str(results / "rpc2")],
                             env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    # the report's answer to "is one model on two hosts worth it?": each topology against the single host, by the
+    # report's one rule (a verdict per point and metric), and the Pareto front over the three configurations
+    with (results / "rpc2" / "report" / "serving_comparisons.csv").open() as fh:
+        compared = {(r["a"], r["b"]) for r in csv.DictReader(fh)}
+    assert compared == {("llama.cpp", "llama.cpp on 2 nodes (layers)"),
+                        ("llama.cpp", "llama.cpp on 2 nodes (replicas)")}, compared
+    with (results / "rpc2" / "report" / "pareto.csv").open() as fh:
+        assert {r["engine"] for r in csv.DictReader(fh)} >= {"llama.cpp", "llama.cpp on 2 nodes (layers)",
+                                                              "llama.cpp on 2 nodes (replicas)"}

@@ -42,6 +42,9 @@ FIELDS = (
           "serve one model together and are checked together by the pair preflight (playbooks/pair_preflight.yml); "
           "rank 0 is the first of them in the inventory (null: none).", nullable=True,
           check=lambda v: None if v.strip() and v == v.strip() else "must be a non-empty name", option="name"),
+    Field("sparkfleet_pair_preflight", "bool", True, "Run the pair preflight (playbooks/pair_preflight.yml) as a "
+          "stage of bench.yml for the clusters a campaign serves on (false: leave it out, e.g. for llama.cpp's RPC "
+          "over plain TCP; the playbook run alone always checks).", option="preflight"),
     Field("sparkfleet_fabric", "list", None, "The host's RDMA rails as {hca, netdev, port, roce_v2_gid_index} "
           "(null: every port under /sys/class/infiniband, its netdev and RoCE v2 GID index). A given rail's port "
           "state, MTU and address are still read on the host.", nullable=True, elements="dict", option="fabric"),
