@@ -27,15 +27,17 @@ def _records(results: Path, host: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((results / "rpc2" / host / "runs").glob("*/record.json"))]
 
 
-def _worker_processes(work: Path) -> list[str]:
+def _worker_processes(work: Path, address: str) -> list[str]:
+    """This test's servers still running: an RPC server on the worker's address, a llama-server of its model."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[0].endswith(b"ggml-rpc-server") or (argv[0].endswith(b"llama-server")
-                                                     and str(work).encode() in b" ".join(argv)):
+        line = b" ".join(argv)
+        if (argv[0].endswith(b"ggml-rpc-server") and address.encode() in line) or (
+                argv[0].endswith(b"llama-server") and str(work).encode() in line):
             out.append(pid)
     return out
 
@@ -114,7 +116,7 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     assert len(logs) == 4 and len(rpc_logs) == 2, logs
     assert all(p.read_text().count("Accepted client connection") >= 2 for p in rpc_logs), rpc_logs
     assert not list(Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.json"))
-    assert _worker_processes(work) == []
+    assert _worker_processes(work, worker.address) == []
 
     report = subprocess.run([str(Path(sys.executable).parent / "sparkfleet"), "report", str(results / "rpc2")],
                             env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=600)
