@@ -28,11 +28,13 @@ def cluster_addresses(fabric_results, nodes):
     return out
 
 
-def worker_spec(run, address):
-    """serving.worker_spec: what a worker of the planned multi-node ``run`` runs on ``address`` (argv, port and the
-    URL that answers once it is ready, or None: its port accepting is enough)."""
+def worker_spec(run, address, rank=1, head_address=None):
+    """serving.worker_spec: what worker ``rank`` of the planned multi-node ``run`` runs on ``address``, rank 0 being
+    on ``head_address`` (argv; the port it is ready on once it accepts, or None: it must only keep running; the URL
+    that answers once it is ready, or None)."""
     try:
-        return serving.worker_spec(dict(run["workload"]), dict(run["model"]), str(address))
+        return serving.worker_spec(dict(run["workload"]), dict(run["model"]), str(address), int(rank),
+                                   len(run["cluster"]["nodes"]), None if head_address is None else str(head_address))
     except (serving.ServingError, KeyError) as exc:
         raise AnsibleFilterError(f"worker_spec: {exc}") from None
 

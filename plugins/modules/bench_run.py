@@ -197,6 +197,11 @@ options:
         type: list
         elements: str
         default: []
+      head_address:
+        description:
+          - This host's address on the cluster's network in a multi-node run (rank 0's), which its server gives the
+            engine's runtime (vLLM C(--master-addr), SGLang C(--dist-init-addr)); C(cluster_run.yml) gives it.
+        type: str
   readiness:
     description:
       - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
@@ -385,7 +390,8 @@ def main():
             trtllm=dict(type="dict", default={}),
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), clients=dict(type="dict", default={}),
                                                                  corpus=dict(type="path"),
-                                                                 workers=dict(type="list", elements="str", default=[]))),
+                                                                 workers=dict(type="list", elements="str", default=[]),
+                                                                 head_address=dict(type="str"))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
             nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),

@@ -40,7 +40,11 @@ options:
     description: The address the worker listens on (the cluster's network), polled until it accepts.
     type: str
   port:
-    description: The worker's TCP port.
+    description:
+      - The worker's TCP port, polled on O(address) until it accepts.
+      - Omitted, the worker has none to probe (a vLLM C(--headless) node, an SGLang rank 1 or more, which answer
+        nothing until rank 0 has joined them): it is ready once it still runs after a settle time (5 s), and rank
+        0's readiness is the whole cluster's.
     type: int
   ready_url:
     description: A URL that answers 200 once the worker is ready (a replica's readiness path).
@@ -110,7 +114,7 @@ def main():
                            port=dict(type="int"), ready_url=dict(type="str"),
                            timeout_s=dict(type="float", default=120.0),
                            env=dict(type="dict", default={})),
-        required_if=[("state", "started", ("name", "argv", "address", "port"))],
+        required_if=[("state", "started", ("name", "argv", "address"))],
         supports_check_mode=False)
     task.exit_with(module, worker.work)
 

@@ -302,7 +302,7 @@ def place_cluster_runs(runs: list[dict[str, Any]], host: str,
                                 "campaign.workloads")
         if host == nodes[0]:
             multi.append({**run, "cluster": {"name": name, "nodes": nodes,
-                                             "topology": run["workload"].get("topology") or serving.TOPOLOGIES[0]}})
+                                             "topology": serving.topology(run["workload"])}})
     return own, multi
 
 

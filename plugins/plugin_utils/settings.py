@@ -403,11 +403,14 @@ WORKLOAD_FIELDS = (
     Field("cluster", "str", None, "Serving on several hosts: the cluster (sparkfleet_cluster) whose hosts serve the "
           "model together, by the engine's own runtime; its runs are planned on the cluster's rank 0 (its first host "
           "in the inventory) and run after the single-host runs, one lifetime of the distributed server each "
-          "(bare environments; engines: %s)." % ", ".join(n for n in SERVING_ENGINES if serving.ENGINES[n]["launcher"]),
+          "(bare environments; engines: %s)." % ", ".join(serving.launcher_engines()),
           nullable=True, check=lambda v: None if v.strip() and v == v.strip() else "must be a non-empty name"),
-    Field("topology", "str", None, "Serving on a cluster: layers (the engine's runtime splits the model's layers "
-          "over the hosts: llama.cpp RPC) or replicas (each host serves the whole model; the client's requests go "
-          "to them in turn through a proxy on rank 0). Null with a cluster: layers.",
+    Field("topology", "str", None, "Serving on a cluster: layers (llama.cpp RPC splits the model's layers over the "
+          "hosts), tensor or pipeline (the engine's own runtime splits the model tensor- or pipeline-parallel across "
+          "the hosts, one GPU each: vLLM without Ray, SGLang; not yet trtllm-serve, whose ranks mpirun starts from "
+          "rank 0 over SSH), or replicas (each host serves the whole model; the client's requests go to them in "
+          "turn through a proxy on rank 0). Null with a cluster: the engine's first (llama.cpp: layers; vLLM, "
+          "SGLang: tensor).",
           nullable=True, choices=serving.TOPOLOGIES),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}

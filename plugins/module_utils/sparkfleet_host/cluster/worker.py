@@ -7,7 +7,8 @@ ggml-rpc-server), started for one run and stopped after it, on success, failure 
 The process runs bare, in its own session (it outlives the module that started it), found on the host's PATH as a
 bare run's command is (runexec.bare_command). Its pid file ``<dir>/<name>.json`` says what runs; a stop signals its
 process group only while /proc still shows that pid running that executable (a reused pid is never signalled).
-Ready once its TCP port accepts on the address it listens on.
+Ready once its TCP port accepts on the address it listens on; a worker with no port to probe (a vLLM --headless or
+SGLang rank >= 1, which answers nothing until rank 0 has joined it) once it still runs after a settle time.
 
 Stdlib only, Python 3.8+.
 """
@@ -29,6 +30,9 @@ from ..run import runexec
 
 POLL_S = 0.2
 STOP_GRACE_S = 10.0
+#: A worker without a port: how long it must keep running after its start (a wrong flag, a missing model or
+#: executable fails within it) before rank 0 starts; its joining the cluster shows in rank 0's readiness.
+SETTLE_S = 5.0
 
 
 class WorkerError(Exception):
@@ -66,11 +70,12 @@ def _answers(url: str) -> bool:
         return False
 
 
-def start(name: str, argv: List[str], directory: str, address: str, port: int, timeout_s: float,
-          env: Optional[Dict[str, str]] = None, ready_url: Optional[str] = None) -> Dict[str, Any]:
-    """Start the worker and wait until ``address:port`` accepts (and ``ready_url`` answers 200, when given);
-    {pid, argv, executable, log, ready_s}. A worker of that name still running (a run that was killed) is stopped
-    first. WorkerError when it exits or times out."""
+def start(name: str, argv: List[str], directory: str, address: str, port: Optional[int], timeout_s: float,
+          env: Optional[Dict[str, str]] = None, ready_url: Optional[str] = None,
+          settle_s: float = SETTLE_S) -> Dict[str, Any]:
+    """Start the worker and wait until ``address:port`` accepts (and ``ready_url`` answers 200, when given); with
+    ``port`` None, until it has run for ``settle_s``. {pid, argv, executable, log, ready_s}. A worker of that name
+    still running (a run that was killed) is stopped first. WorkerError when it exits or times out."""
     os.makedirs(directory, exist_ok=True)
     stop(name, directory)
     log = os.path.join(directory, "%s.log" % name)
@@ -83,17 +88,25 @@ def start(name: str, argv: List[str], directory: str, address: str, port: int, t
     with open(_pid_file(directory, name), "w", encoding="utf-8") as fh:
         json.dump(info, fh)
     began = time.monotonic()
-    while not (_accepts(address, port) and (not ready_url or _answers(ready_url))):
+    awaited = "%s:%d" % (address, port) if port else "its %.0f s settle time" % settle_s
+    while not _ready(address, port, ready_url, time.monotonic() - began >= settle_s):
         if proc.poll() is not None:
             stop(name, directory)
-            raise WorkerError("worker %s exited with %s before %s:%d accepted: %s" % (
-                name, proc.returncode, address, port, log_tail(log)))
+            raise WorkerError("worker %s exited with %s before %s: %s" % (
+                name, proc.returncode, "%s accepted" % awaited if port else "the end of " + awaited, log_tail(log)))
         if time.monotonic() - began > timeout_s:
             stop(name, directory)
             raise WorkerError("worker %s: %s did not answer within %.0f s: %s" % (
-                name, ready_url or "%s:%d" % (address, port), timeout_s, log_tail(log)))
+                name, ready_url or awaited, timeout_s, log_tail(log)))
         time.sleep(POLL_S)
     return dict(info, ready_s=round(time.monotonic() - began, 3))
+
+
+def _ready(address: str, port: Optional[int], ready_url: Optional[str], settled: bool) -> bool:
+    """A worker with a port: it accepts (and ready_url answers 200); without one: it has settled."""
+    if not port:
+        return settled
+    return _accepts(address, port) and (not ready_url or _answers(ready_url))
 
 
 def stop(name: str, directory: str, grace_s: float = STOP_GRACE_S) -> Dict[str, Any]:
@@ -144,7 +157,7 @@ def work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
 
     if params["state"] == "started":
         try:
-            info = start(params["name"], params["argv"], params["dir"], params["address"], params["port"],
+            info = start(params["name"], params["argv"], params["dir"], params["address"], params.get("port"),
                          params["timeout_s"], params.get("env"), params.get("ready_url"))
         except (WorkerError, runexec.RunSetupError, OSError) as exc:
             raise TaskFailed(str(exc)) from None

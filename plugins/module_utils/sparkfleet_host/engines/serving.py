@@ -206,12 +206,94 @@ def serving_engine(argv, port: int, kv_log: str, owns: tuple, abbrev: bool, vers
             "start_s": start_s, "kv_grows": False, "launcher": launcher}
 
 
-def nodes_launcher(worker: list, worker_port: int, head: list, owns: tuple) -> dict:
-    """How an engine spans several nodes by its own runtime: each worker runs ``worker`` (argv; placeholders
-    {address}, the worker's address on the cluster's network, and {port}) and is ready once its TCP port accepts;
-    rank 0 runs the engine's server with ``head`` added ({endpoints}: address:port of every worker, comma-joined).
-    ``owns``: the head flags sparkfleet sets, refused in server_args."""
-    return {"worker": list(worker), "worker_port": worker_port, "head": list(head), "owns": owns}
+#: A launcher argv element that stands for the engine's own server argv (the workload's server_args included),
+#: spliced in where it stands: a worker of vLLM or SGLang runs the engine's server with the multi-node flags added.
+SERVER_ARGV = "{server}"
+#: The placeholders a launcher's worker and head argv may hold (str.format fields): the node's ``rank`` (0 on the
+#: head), ``nnodes`` (the cluster's nodes), ``head_address`` (rank 0's address on the cluster's network),
+#: ``address`` (this node's), ``port`` (the launcher's: the workers' port, or rank 0's rendezvous port), the
+#: ``model`` (its path, else its Hugging Face id, else its name), the ``served`` model name and, on the head only,
+#: ``endpoints`` (address:port of every worker, comma-joined).
+LAUNCHER_PLACEHOLDERS = ("rank", "nnodes", "head_address", "address", "port", "model", "served", "endpoints")
+
+
+def nodes_launcher(worker: list, worker_port: Optional[int], head: list, owns: tuple,
+                   port: Optional[int] = None) -> dict:
+    """How an engine spans several nodes by its own runtime, for one topology: each worker runs ``worker`` (argv,
+    :data:`LAUNCHER_PLACEHOLDERS`; :data:`SERVER_ARGV` for the engine's own server argv) and rank 0 runs the
+    engine's server with ``head`` added. ``worker_port``: the port a worker is ready on once it accepts; None, a
+    worker that answers nothing before rank 0 has joined it (a torch.distributed rank waits for its peers): then it
+    is only checked to be running after a settle time, and rank 0's readiness is the whole cluster's. ``port``
+    fills {port} (default: ``worker_port``). ``owns``: the flags sparkfleet sets on these argv, refused in
+    server_args."""
+    return {"worker": list(worker), "worker_port": worker_port, "head": list(head), "owns": owns,
+            "port": worker_port if port is None else port, "refused": None}
+
+
+def unbuilt_launcher(why: str) -> dict:
+    """A topology an engine's own runtime has but sparkfleet cannot launch yet: ``refused`` says why (campaign
+    validation refuses it, naming that)."""
+    return {"worker": None, "worker_port": None, "head": None, "owns": (), "port": None, "refused": why}
+
+
+# Several nodes by the engines' own runtimes. A DGX Spark has one GPU: the tensor- or pipeline-parallel degree is the
+# number of nodes. vLLM without Ray (spark-arena/sparkrun src/sparkrun/runtimes/vllm_distributed.py, commit
+# 0041b8f: every node `vllm serve M --nnodes N --node-rank r --master-addr <head> --master-port P`, workers add
+# --headless). vllm-project/vllm: vllm/config/parallel.py (commit 840e797) ParallelConfig.nnodes, node_rank,
+# master_addr, master_port (default 29501) "for multi-node distributed inference when distributed_executor_backend
+# is mp", the flags --nnodes/-n, --node-rank/-r, --master-addr, --master-port, --tensor-parallel-size/-tp and
+# --pipeline-parallel-size/-pp of vllm/engine/arg_utils.py's ParallelConfig group;
+# vllm/entrypoints/openai/cli_args.py (commit 789340f) make_arg_parser: "--headless", action="store_true";
+# vllm/entrypoints/cli/serve.py (commit 00a5fdd): --headless runs no API server (api_server_count 0,
+# run_headless) and, on node_rank_within_dp > 0, "Run headless workers (for multi-node PP/TP)": a worker opens no
+# HTTP port, and waits for rank 0 at master_addr:master_port.
+VLLM_NODE_FLAGS = ["--nnodes", "{nnodes}", "--node-rank", "{rank}", "--master-addr", "{head_address}",
+                   "--master-port", "{port}"]
+VLLM_MASTER_PORT = 29501
+VLLM_NODES_OWN = ((("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"),
+                   "the workload's topology on its cluster (one GPU per node: the degree is the number of nodes)"),
+                  (("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port", "--headless"),
+                   "the workload's cluster (sparkfleet starts every node)"))
+
+
+def vllm_nodes(size_flag: str) -> dict:
+    """vLLM across the nodes without Ray, ``size_flag`` (tensor or pipeline parallel) the number of nodes."""
+    return nodes_launcher([SERVER_ARGV, size_flag, "{nnodes}"] + VLLM_NODE_FLAGS + ["--headless"], None,
+                          [size_flag, "{nnodes}"] + VLLM_NODE_FLAGS, VLLM_NODES_OWN, port=VLLM_MASTER_PORT)
+
+
+# SGLang (sparkrun src/sparkrun/runtimes/sglang.py, commit 0041b8f: `python3 -m sglang.launch_server --model-path M
+# --tp-size N --dist-init-addr <head>:25000 --nnodes N --node-rank r`; only rank 0 serves HTTP). sgl-project/sglang
+# docs/advanced_features/server_arguments.md (commit b36e8e1, generated from python/sglang/srt/server_args.py):
+# "--tensor-parallel-size, --tp-size", "--pipeline-parallel-size, --pp-size", and "To run tensor parallelism on
+# multiple nodes, add --nnodes 2 ... --dist-init-addr sgl-dev-0:50000 --nnodes 2 --node-rank 0" (1 on the other);
+# server_args.py's "Multi-node distributed serving" group: "--dist-init-addr" (alias "--nccl-init-addr"), "--nnodes",
+# "--node-rank". A rank >= 1 runs no tokenizer (python/sglang/srt/entrypoints/engine.py: "non-zero rank nodes do
+# not need to run tokenizer or detokenizer") and starts only a dummy /health server once its schedulers are ready,
+# which is after rank 0 has joined them: nothing to wait for before rank 0 starts (worker_port None).
+SGLANG_NODE_FLAGS = ["--dist-init-addr", "{head_address}:{port}", "--nnodes", "{nnodes}", "--node-rank", "{rank}"]
+SGLANG_DIST_PORT = 25000
+SGLANG_NODES_OWN = ((("--tensor-parallel-size", "--tp-size", "--pipeline-parallel-size", "--pp-size"),
+                     "the workload's topology on its cluster (one GPU per node: the degree is the number of nodes)"),
+                    (("--dist-init-addr", "--nccl-init-addr", "--nnodes", "--node-rank"),
+                     "the workload's cluster (sparkfleet starts every node)"))
+
+
+def sglang_nodes(size_flag: str) -> dict:
+    """SGLang across the nodes, ``size_flag`` (tensor or pipeline parallel) the number of nodes."""
+    return nodes_launcher([SERVER_ARGV, size_flag, "{nnodes}"] + SGLANG_NODE_FLAGS, None,
+                          [size_flag, "{nnodes}"] + SGLANG_NODE_FLAGS, SGLANG_NODES_OWN, port=SGLANG_DIST_PORT)
+
+
+# TensorRT-LLM (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md, commit 0db7c14, step 10: `mpirun -x HF_TOKEN
+# trtllm-llmapi-launch trtllm-serve $MODEL --tp_size 2 ...` on the primary node, an OpenMPI hostfile naming both
+# nodes, passwordless SSH between them (step 1); sparkrun src/sparkrun/runtimes/trtllm.py, commit 0041b8f, wraps
+# trtllm-serve the same way, mpirun reaching the workers through an SSH rsh agent): every rank is started by
+# mpirun from rank 0; a worker runs nothing of its own. sparkfleet's workers are processes it starts on each node
+# (cluster_worker), so this launch is not built.
+TRTLLM_NODES_REFUSED = ("its ranks are started by mpirun from rank 0 (`mpirun ... trtllm-llmapi-launch trtllm-serve "
+                        "--tp_size N`, an OpenMPI hostfile and passwordless SSH between the nodes), and sparkfleet "
+                        "starts a process of its own on each worker instead: an MPI launch is not built yet")
 
 
 #: The built-in engines, every layer's one table (settings, campaign checks, planning, estimates and the host read
@@ -219,7 +301,8 @@ def nodes_launcher(worker: list, worker_port: int, head: list, owns: tuple) -> d
 #: run), ``cpu`` (it runs on a CPU too: matmul sizes itself down, hf-generate falls back to the CPU, llama.cpp has a
 #: CPU build; a campaign of these alone needs no GPU), ``kv_grows`` (its KV cache, if any, grows with the sequence
 #: instead of being preallocated from the free memory: the report's KV budget fit leaves its runs out),
-#: ``launcher`` (how it spans several nodes by its own runtime, :func:`nodes_launcher`; None: one node only).
+#: ``launcher`` (how it spans several nodes by its own runtime: {topology: :func:`nodes_launcher`, or
+#: :func:`unbuilt_launcher` naming why sparkfleet cannot launch it}; None: one node only).
 #: A job: ``run_s``, the nominal seconds of one run (an order of magnitude for planning: a TensorRT-LLM run starts
 #: the engine and loads the model). A server: ``argv`` (its command line), ``port`` (its default),
 #: ``ready_path`` (an HTTP GET answering 200 once the model is loaded: llama-server's /health answers 503 while
@@ -240,20 +323,24 @@ ENGINES = {
     # workers listen on the cluster's own network only.
     "llama.cpp": serving_engine(_llamacpp_argv, port=8080, kv_log="llama.cpp", owns=LLAMACPP_OWNS, abbrev=False,
                                 version=(["llama-server", "--version"], "llama-server --version"), start_s=60.0,
-                                cpu=True, launcher=nodes_launcher(
+                                cpu=True, launcher={"layers": nodes_launcher(
                                     ["ggml-rpc-server", "--host", "{address}", "--port", "{port}"], 50052,
                                     ["--rpc", "{endpoints}"], ((("--rpc",), "the workers of the workload's cluster "
-                                                                            "(sparkfleet starts them)"),))),
+                                                                            "(sparkfleet starts them)"),))}),
     "vllm": serving_engine(_vllm_argv, port=8000, kv_log="vllm", owns=VLLM_OWNS, abbrev=True,
-                           version=(["vllm", "--version"], "vllm --version"), start_s=300.0),
+                           version=(["vllm", "--version"], "vllm --version"), start_s=300.0,
+                           launcher={"tensor": vllm_nodes("--tensor-parallel-size"),
+                                     "pipeline": vllm_nodes("--pipeline-parallel-size")}),
     "sglang": serving_engine(_sglang_argv, port=30000, kv_log="sglang", owns=SGLANG_OWNS, abbrev=True,
                              version=(["python3", "-c", serving_provenance.PY_VERSION, "sglang", "sglang"],
-                                      "the sglang package's version (python3)"), start_s=300.0),
+                                      "the sglang package's version (python3)"), start_s=300.0,
+                             launcher={"tensor": sglang_nodes("--tp-size"), "pipeline": sglang_nodes("--pp-size")}),
     "trtllm-serve": serving_engine(_trtllm_serve_argv, port=8000, kv_log="trtllm-serve", owns=TRTLLM_SERVE_OWNS,
                                    abbrev=False, version=(["python3", "-c", serving_provenance.PY_VERSION,
                                                            "tensorrt_llm", "tensorrt_llm"],
                                                           "the tensorrt_llm package's version (python3)"),
-                                   start_s=600.0),
+                                   start_s=600.0, launcher={"tensor": unbuilt_launcher(TRTLLM_NODES_REFUSED),
+                                                            "pipeline": unbuilt_launcher(TRTLLM_NODES_REFUSED)}),
 }
 
 
@@ -376,8 +463,8 @@ def overriding_args(workload: dict) -> list:
     spec, engine = engine_spec(workload), workload.get("engine")
     out = []
     owns = tuple(spec.get("owns") or ())
-    if workload.get("cluster") and topology(workload) == "layers" and spec.get("launcher"):  # rank 0's worker flags
-        owns += spec["launcher"]["owns"]
+    if workload.get("cluster") and topology(workload) != REPLICAS:  # the flags of the engine's multi-node launch
+        owns += ((spec.get("launcher") or {}).get(topology(workload)) or {}).get("owns") or ()
     checks = (("server_args", owns, spec.get("abbrev", False), "the %s server's command line" % engine),)
     try:
         drv = serving_client.driver(workload.get("client"))
@@ -474,35 +561,54 @@ def server_argv(workload: dict, model: dict) -> list:
     return spec["argv"](workload, model, port(workload), served_name(workload, model), extra)
 
 
-#: How a workload's run uses a cluster (workload field ``topology``): ``layers``, the engine's own runtime spreads
-#: the model over the nodes (its ENGINES ``launcher``; llama.cpp's RPC splits its layers); ``replicas``, every node
-#: serves the whole model and rank 0's client spreads the requests over them in turn (run/replica_proxy.py).
-TOPOLOGIES = ("layers", "replicas")
+#: How a workload's run uses a cluster (workload field ``topology``): ``layers``, llama.cpp's RPC spreads the model's
+#: layers over the nodes; ``tensor`` and ``pipeline``, the engine's own runtime splits it tensor-parallel or
+#: pipeline-parallel across the nodes (vLLM without Ray, SGLang), one GPU per node; ``replicas``, every node serves
+#: the whole model and rank 0's client spreads the requests over them in turn (run/replica_proxy.py). All but
+#: ``replicas`` are an engine's launcher (its ENGINES ``launcher``, by topology); ``replicas`` takes any serving engine.
+TOPOLOGIES = ("layers", "tensor", "pipeline", "replicas")
+REPLICAS = "replicas"
 
 
 def topology(workload: dict) -> str:
-    """The workload's topology on its cluster (``layers`` when it names none)."""
-    return workload.get("topology") or TOPOLOGIES[0]
+    """The workload's topology on its cluster: its own, else its engine's first launcher topology (llama.cpp:
+    layers; vLLM, SGLang: tensor), else ``layers``."""
+    if workload.get("topology"):
+        return workload["topology"]
+    row = _builtin(workload.get("engine")) or {}
+    return next(iter(row.get("launcher") or ()), TOPOLOGIES[0])
+
+
+def launcher_engines(topology_: Optional[str] = None) -> tuple:
+    """The built-in engines sparkfleet launches across nodes by their own runtime (for ``topology_``, or any)."""
+    return tuple(name for name in engine_names(serves=True)
+                 if any(not spec["refused"] and topology_ in (None, t)
+                        for t, spec in (ENGINES[name]["launcher"] or {}).items()))
 
 
 def launcher(workload: dict) -> dict:
-    """The engine's multi-node launcher; ServingError naming the engine when it has none."""
-    row = _builtin(workload.get("engine"))
-    found = (row or {}).get("launcher")
+    """The engine's multi-node launcher for the workload's topology; ServingError naming the engine when it has
+    none, or when sparkfleet cannot launch it (the registry's reason)."""
+    engine, wanted = workload.get("engine"), topology(workload)
+    found = ((_builtin(engine) or {}).get("launcher") or {}).get(wanted)
     if not found:
-        raise ServingError("engine %s cannot spread one model over several nodes in sparkfleet yet (topology layers:"
-                           " %s; topology replicas takes any serving engine)" % (workload.get("engine"), ", ".join(
-                               n for n in engine_names(serves=True) if ENGINES[n]["launcher"])))
+        raise ServingError("engine %s cannot spread one model over several nodes as topology %s in sparkfleet (%s: "
+                           "%s; topology replicas takes any serving engine)" % (
+                               engine, wanted, wanted, ", ".join(launcher_engines(wanted)) or "no engine"))
+    if found["refused"]:
+        raise ServingError("engine %s cannot run topology %s in sparkfleet: %s" % (engine, wanted, found["refused"]))
     return found
 
 
 def cluster_problem(workload: dict) -> Optional[str]:
     """Why the workload cannot run on its cluster as its topology asks, or None."""
     try:
-        if topology(workload) == "layers":
-            launcher(workload)
-        else:
+        if topology(workload) not in TOPOLOGIES:
+            raise ServingError("topology %r is not one of %s" % (topology(workload), ", ".join(TOPOLOGIES)))
+        if topology(workload) == REPLICAS:
             engine_spec(workload)
+        else:
+            launcher(workload)
     except ServingError as exc:
         return str(exc)
     return None
@@ -518,25 +624,46 @@ def replica_argv(workload: dict, model: dict, address: str) -> list:
     return argv
 
 
-def worker_spec(workload: dict, model: dict, address: str) -> dict:
-    """What a worker node of the workload's cluster runs: {argv, port, ready_url}. ``layers``: the launcher's worker
-    (ready once its port accepts: ready_url None); ``replicas``: the engine's server on ``address``, ready once its
-    readiness path answers 200."""
-    if topology(workload) == "layers":
+def launcher_argv(template: list, workload: dict, model: dict, values: dict) -> list:
+    """A launcher's argv ``template`` filled: :data:`SERVER_ARGV` spliced as the engine's server argv, each other
+    element's :data:`LAUNCHER_PLACEHOLDERS` from ``values`` (with the model and the served name)."""
+    values = dict(values, model=_model_source(model), served=served_name(workload, model))
+    if values.get("head_address") is None and any("{head_address}" in a for a in template):
+        raise ServingError("engine %s, topology %s: rank 0's address on the cluster's network is not known (the "
+                           "workers and rank 0 are told it by cluster_run.yml)" % (workload.get("engine"),
+                                                                                  topology(workload)))
+    argv = []
+    for arg in template:
+        argv += server_argv(workload, model) if arg == SERVER_ARGV else [arg.format(**values)]
+    return argv
+
+
+def worker_spec(workload: dict, model: dict, address: str, rank: int = 1, nnodes: int = 2,
+                head_address: Optional[str] = None) -> dict:
+    """What worker ``rank`` (1..nnodes-1) of the workload's cluster runs on ``address``: {argv, port, ready_url}.
+    A launcher's topology: its worker argv; ``port`` the port it is ready on once it accepts, or None (not probed:
+    it must still run after a settle time; rank 0's readiness is the cluster's); ready_url None. ``replicas``: the
+    engine's server on ``address``, ready once its readiness path answers 200."""
+    if topology(workload) != REPLICAS:
         spec = launcher(workload)
-        return {"argv": [a.format(address=address, port=spec["worker_port"]) for a in spec["worker"]],
-                "port": spec["worker_port"], "ready_url": None}
+        values = {"rank": rank, "nnodes": nnodes, "head_address": head_address, "address": address,
+                  "port": spec["port"], "endpoints": ""}
+        return {"argv": launcher_argv(spec["worker"], workload, model, values), "port": spec["worker_port"],
+                "ready_url": None}
     return {"argv": replica_argv(workload, model, address), "port": port(workload),
             "ready_url": "http://%s:%d%s" % (address, port(workload), engine_spec(workload)["ready_path"])}
 
 
-def head_argv(workload: dict, model: dict, workers: list) -> list:
-    """Rank 0's server argv: the engine's; with ``layers`` the launcher's head flags naming ``workers``."""
-    if topology(workload) != "layers":
+def head_argv(workload: dict, model: dict, workers: list, head_address: Optional[str] = None) -> list:
+    """Rank 0's server argv: the engine's; with a launcher's topology its head flags added, naming the ``workers``
+    (their addresses, rank order) and rank 0's own address on the cluster's network, ``head_address``."""
+    if topology(workload) == REPLICAS:
         return server_argv(workload, model)
     spec = launcher(workload)
-    endpoints = ",".join("%s:%d" % (address, spec["worker_port"]) for address in workers)
-    return server_argv(workload, model) + [a.format(endpoints=endpoints) for a in spec["head"]]
+    endpoints = ",".join("%s:%d" % (address, spec["port"]) for address in workers)
+    values = {"rank": 0, "nnodes": len(workers) + 1, "head_address": head_address, "address": head_address,
+              "port": spec["port"], "endpoints": endpoints}
+    return server_argv(workload, model) + launcher_argv(spec["head"], workload, model, values)
 
 
 def replica_urls(workload: dict, workers: list) -> list:

@@ -4,6 +4,8 @@ registered there (here with monkeypatch) is known to every layer at once."""
 
 from __future__ import annotations
 
+import string
+
 import pytest
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
@@ -72,12 +74,28 @@ def test_every_built_in_server_has_what_the_layers_read():
     for name in settings.SERVING_ENGINES:
         row = serving.ENGINES[name]
         assert row["kv_log"] in KV_LOGS and row["version"] and row["start_s"] > 0
-        launcher = row["launcher"]
-        if launcher is not None:  # spans nodes by its own runtime: a worker argv and port, rank 0's flags
-            assert launcher["worker"] and "{port}" in launcher["worker"] and "{address}" in launcher["worker"]
-            assert 0 < launcher["worker_port"] < 65536 and any("{endpoints}" in a for a in launcher["head"])
-    assert [n for n in settings.SERVING_ENGINES if serving.ENGINES[n]["launcher"]] == ["llama.cpp"]
+        for topology, spec in (row["launcher"] or {}).items():  # spans nodes by its own runtime, per topology
+            assert topology in serving.TOPOLOGIES and topology != "replicas"
+            if spec["refused"]:  # the registry says why sparkfleet cannot launch it
+                assert spec["worker"] is None and spec["head"] is None
+                continue
+            assert spec["worker"] and spec["head"] and 0 < spec["port"] < 65536
+            assert spec["worker_port"] is None or 0 < spec["worker_port"] < 65536
+            fields = {f for arg in spec["worker"] + spec["head"] for _, f, _, _ in string.Formatter().parse(arg) if f}
+            assert fields <= set(serving.LAUNCHER_PLACEHOLDERS) | {"server"}
+    assert serving.launcher_engines() == ("llama.cpp", "vllm", "sglang")
+    assert serving.launcher_engines("layers") == ("llama.cpp",)
+    assert serving.launcher_engines("tensor") == serving.launcher_engines("pipeline") == ("vllm", "sglang")
     assert all(serving.ENGINES[name]["run_s"] > 0 for name in settings.JOB_ENGINES)
+
+
+def test_the_topology_field_reads_the_registry():
+    assert settings.WORKLOAD_BY_NAME["topology"].choices == serving.TOPOLOGIES == (
+        "layers", "tensor", "pipeline", "replicas")
+    assert "vllm, sglang" in settings.WORKLOAD_BY_NAME["cluster"].doc  # the engines launched across nodes
+    # a cluster run without a topology gets its engine's first
+    assert [serving.topology({"engine": e, "cluster": "pair"}) for e in ("llama.cpp", "vllm", "sglang")] == [
+        "layers", "tensor", "tensor"]
 
 
 def test_a_multi_node_run_by_topology():
@@ -99,7 +117,123 @@ def test_a_multi_node_run_by_topology():
     assert spec["ready_url"] == "http://10.0.0.2:8080/health"
     assert serving.head_argv(replicas, model, ["10.0.0.2"]) == serving.server_argv(replicas, model)
     assert serving.replica_urls(replicas, ["10.0.0.2"]) == ["http://127.0.0.1:8080", "http://10.0.0.2:8080"]
-    # vLLM has no multi-node launcher in sparkfleet yet: layers is refused naming it, replicas is not
-    assert "engine vllm cannot spread one model over several nodes" in serving.cluster_problem(
-        {**workload, "engine": "vllm"})
+    # vLLM has no layers launcher (llama.cpp's RPC only): refused naming who has one; replicas takes any engine
+    assert serving.cluster_problem({**workload, "engine": "vllm", "topology": "layers"}) == (
+        "engine vllm cannot spread one model over several nodes as topology layers in sparkfleet (layers: "
+        "llama.cpp; topology replicas takes any serving engine)")
     assert serving.cluster_problem({**replicas, "engine": "vllm"}) is None
+
+
+PROFILE_1 = {"depth": [0], "concurrency": [1], "pp": [16], "tg": [8]}
+HF_MODEL = {"name": "qwen", "path": "/models/Qwen3-8B"}
+# The multi-node command lines, rank 0's (head) and rank 1's (worker) of a pair, rank 0 at 10.0.0.1, each flag
+# checked against the engine's own source:
+# - vLLM without Ray (spark-arena/sparkrun src/sparkrun/runtimes/vllm_distributed.py @0041b8f8: "--nnodes %d",
+#   "--node-rank %d", "--master-addr %s", "--master-port %d", workers parts.append("--headless")); vllm-project/vllm
+#   vllm/config/parallel.py @840e7972: master_addr, master_port: int = 29501, node_rank, nnodes ("for multi-node
+#   distributed inference when distributed_executor_backend is mp"); vllm/engine/arg_utils.py's ParallelConfig
+#   group: "--tensor-parallel-size", "-tp"; "--pipeline-parallel-size", "-pp"; "--master-addr"; "--master-port";
+#   "--nnodes", "-n"; "--node-rank", "-r"; vllm/entrypoints/openai/cli_args.py @789340fb make_arg_parser:
+#   "--headless", action="store_true"; vllm/entrypoints/cli/serve.py @00a5fdd2: headless, api_server_count 0,
+#   "Run headless workers (for multi-node PP/TP)".
+# - SGLang (sparkrun src/sparkrun/runtimes/sglang.py @0041b8f8: "--dist-init-addr %s:%d" % (head_ip, 25000),
+#   "--nnodes %d", "--node-rank %d", "--tp-size"/"--pp-size"); sgl-project/sglang
+#   docs/advanced_features/server_arguments.md @b36e8e19 (generated from python/sglang/srt/server_args.py):
+#   "--tensor-parallel-size<br>--tp-size", "--pipeline-parallel-size<br>--pp-size", "--dist-init-addr sgl-dev-0:50000
+#   --nnodes 2 --node-rank 0".
+VLLM_SERVER = ["vllm", "serve", "/models/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000", "--served-model-name",
+               "qwen"]
+SGLANG_SERVER = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/Qwen3-8B", "--host", "127.0.0.1",
+                 "--port", "30000", "--served-model-name", "qwen"]
+MULTI_NODE = {
+    ("vllm", "tensor"): (
+        VLLM_SERVER + ["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr",
+                       "10.0.0.1", "--master-port", "29501"],
+        VLLM_SERVER + ["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                       "10.0.0.1", "--master-port", "29501", "--headless"]),
+    ("vllm", "pipeline"): (
+        VLLM_SERVER + ["--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr",
+                       "10.0.0.1", "--master-port", "29501"],
+        VLLM_SERVER + ["--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                       "10.0.0.1", "--master-port", "29501", "--headless"]),
+    ("sglang", "tensor"): (
+        SGLANG_SERVER + ["--tp-size", "2", "--dist-init-addr", "10.0.0.1:25000", "--nnodes", "2", "--node-rank", "0"],
+        SGLANG_SERVER + ["--tp-size", "2", "--dist-init-addr", "10.0.0.1:25000", "--nnodes", "2", "--node-rank", "1"]),
+    ("sglang", "pipeline"): (
+        SGLANG_SERVER + ["--pp-size", "2", "--dist-init-addr", "10.0.0.1:25000", "--nnodes", "2", "--node-rank", "0"],
+        SGLANG_SERVER + ["--pp-size", "2", "--dist-init-addr", "10.0.0.1:25000", "--nnodes", "2", "--node-rank", "1"]),
+}
+#: The flags as the engines' parsers define them (quoted from the sources above).
+SOURCE_FLAGS = {"vllm": {"--tensor-parallel-size", "--pipeline-parallel-size", "--nnodes", "--node-rank",
+                         "--master-addr", "--master-port", "--headless", "--host", "--port", "--served-model-name"},
+                "sglang": {"--model-path", "--tp-size", "--pp-size", "--dist-init-addr", "--nnodes", "--node-rank",
+                           "--host", "--port", "--served-model-name"}}
+
+
+@pytest.mark.parametrize(("engine", "topology"), sorted(MULTI_NODE))
+def test_a_multi_node_command_line_per_engine_and_topology(engine, topology):
+    workload = {"name": "w", "engine": engine, "profile": PROFILE_1, "cluster": "pair", "topology": topology}
+    head, worker = MULTI_NODE[engine, topology]
+    assert serving.cluster_problem(workload) is None
+    assert serving.head_argv(workload, HF_MODEL, ["10.0.0.2"], "10.0.0.1") == head
+    # the worker: the engine's own server with the flags added; no port to probe (it waits for rank 0)
+    assert serving.worker_spec(workload, HF_MODEL, "10.0.0.2", 1, 2, "10.0.0.1") == {
+        "argv": worker, "port": None, "ready_url": None}
+    assert {a for a in head + worker if a.startswith("--")} <= SOURCE_FLAGS[engine]
+    # a third node: its rank, and every node counts it
+    three = serving.worker_spec(workload, HF_MODEL, "10.0.0.3", 2, 3, "10.0.0.1")["argv"]
+    assert three[three.index("--node-rank") + 1] == "2" and three[three.index("--nnodes") + 1] == "3"
+    # the workload's server_args reach every node (before the multi-node flags)
+    extra = serving.worker_spec({**workload, "server_args": ["--max-model-len", "4096"]}, HF_MODEL, "10.0.0.2", 1, 2,
+                                "10.0.0.1")["argv"]
+    assert extra == worker[:len(VLLM_SERVER if engine == "vllm" else SGLANG_SERVER)] + [
+        "--max-model-len", "4096"] + worker[len(VLLM_SERVER if engine == "vllm" else SGLANG_SERVER):]
+    # rank 0's address is what a worker cannot do without
+    with pytest.raises(serving.ServingError, match="rank 0's address on the cluster's network is not known"):
+        serving.worker_spec(workload, HF_MODEL, "10.0.0.2")
+
+
+@pytest.mark.parametrize("args", [["--nnodes", "4"], ["--node-rank=1"], ["--tensor-parallel-size", "4"], ["-tp", "4"],
+                                  ["--headless"], ["--master-addr", "x"], ["--master_port", "1"], ["-n", "3"]])
+def test_vllm_server_args_cannot_set_the_multi_node_flags(args):
+    workload = {"name": "w", "engine": "vllm", "profile": PROFILE_1, "cluster": "pair", "topology": "pipeline",
+                "server_args": args}
+    found = serving.overriding_args(workload)
+    assert [f for f, _ in found] == ["server_args"]
+    assert "which sparkfleet sets on the vllm server's command line" in found[0][1]
+    assert serving.overriding_args({**workload, "cluster": None}) == []  # on one host they are the owner's
+
+
+@pytest.mark.parametrize("args", [["--dist-init-addr", "h:1"], ["--nccl-init-addr", "h:1"], ["--nnodes", "2"],
+                                  ["--node-rank", "1"], ["--tp", "2"], ["--pp-size", "2"]])
+def test_sglang_server_args_cannot_set_the_multi_node_flags(args):
+    workload = {"name": "w", "engine": "sglang", "profile": PROFILE_1, "cluster": "pair", "topology": "tensor",
+                "server_args": args}
+    assert [f for f, _ in serving.overriding_args(workload)] == ["server_args"]
+
+
+@pytest.mark.parametrize("topology", ["tensor", "pipeline"])
+def test_trtllm_serve_across_nodes_is_refused_naming_its_mpi_launch(topology):
+    """NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md @0db7c141: `mpirun -x HF_TOKEN trtllm-llmapi-launch
+    trtllm-serve $MODEL --tp_size 2 ...` on the primary node, an OpenMPI hostfile, passwordless SSH: the workers run
+    nothing of their own, which sparkfleet's worker lifecycle (a process it starts per worker) cannot express."""
+    workload = {"name": "w", "engine": "trtllm-serve", "profile": PROFILE_1, "cluster": "pair", "topology": topology}
+    problem = serving.cluster_problem(workload)
+    assert problem.startswith(f"engine trtllm-serve cannot run topology {topology} in sparkfleet: ")
+    assert "mpirun" in problem and "passwordless SSH" in problem and "not built" in problem
+    with pytest.raises(serving.ServingError, match="mpirun"):
+        serving.worker_spec(workload, HF_MODEL, "10.0.0.2", 1, 2, "10.0.0.1")
+    assert serving.cluster_problem({**workload, "topology": "replicas"}) is None
+    with pytest.raises(CampaignError) as err:
+        campaign({"name": "w", **{k: v for k, v in workload.items() if k != "name"}})
+    assert any("passwordless SSH" in p for p in err.value.problems)
+
+
+def test_an_engine_refuses_a_topology_it_has_no_launcher_for():
+    assert serving.cluster_problem({"engine": "llama.cpp", "cluster": "pair", "topology": "tensor"}) == (
+        "engine llama.cpp cannot spread one model over several nodes as topology tensor in sparkfleet (tensor: "
+        "vllm, sglang; topology replicas takes any serving engine)")
+    assert serving.cluster_problem({"engine": "sglang", "cluster": "pair", "topology": "layers"}).startswith(
+        "engine sglang cannot spread one model over several nodes as topology layers")
+    assert "topology 'ring' is not one of layers, tensor, pipeline, replicas" in serving.cluster_problem(
+        {"engine": "vllm", "cluster": "pair", "topology": "ring"})
