@@ -261,6 +261,9 @@ class Launcher:
         overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
         if overriding:
             raise RunSetupError("; ".join(text for _, text in overriding))
+        if not serving.managed(workload):  # an endpoint sparkfleet measures but does not start (issue 37)
+            record.versions["engine"] = workload["engine"]
+            return None, None
         if self.run.plan.get("cluster"):  # rank 0 of a multi-node run: its server names the workers started
             workers = list((self.p.get("serving") or {}).get("workers") or [])
             if len(workers) != len(self.run.plan["cluster"]["nodes"]) - 1:
@@ -307,10 +310,11 @@ class Launcher:
         points, seed = serving.shuffled_points(workload, run.rid)
         section = {
             "engine": workload["engine"],
-            "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
+            "server": dict({"managed": True, "argv": redact(argv), "port": serving.port(workload), "ready_s": None,
                             "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
                            **self.network, **({"executable": self.executables["server"]}
-                                              if self.executables.get("server") else {})),
+                                              if self.executables.get("server") else {}))
+            if serving.managed(workload) else serving.unmanaged_server(workload),
             "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
                        "coherence_check": serving_client.driver(workload.get("client")).coherence(
                            bool(run.model.get("random_weights")), workload.get("client_args"))},
@@ -330,32 +334,18 @@ class Launcher:
         # what is served (issue 35): the engine's build, asked in the run's environment before the server starts,
         # and the weights' card, read as the server is about to load them
         self.engine_version(record, section, deadline)
-        card, problem = modelcard.weights_card(run.model.get("path"))
-        self.served = {"card": card, "problem": problem}
+        if serving.managed(workload):
+            card, problem = modelcard.weights_card(run.model.get("path"))
+            self.served = {"card": card, "problem": problem}
         container = (self.docker(), self.container_name()) if self.kind == "container" else None
         on_start = (lambda proc: self.container_started(proc, sampler)) if container else self.registered
         self.fp = fingerprint.Sampler()
         sampler.start()
         try:
-            # the port is checked free before the start, and its listener once the server answers: only the server
-            # sparkfleet started is measured (issue 33)
-            with serving.ServerProcess(command, os.path.join(run.run_dir, "server.log"), serving.ready_url(workload),
-                                       container=container, on_start=on_start,
-                                       port=serving.port(workload)) as proc:
-                try:
-                    ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
-                    section["server"]["ready_s"] = proc.wait_ready(ready_within)
-                    listener = section["server"]["listener"] = proc.check_listener()
-                    if listener["status"] == "foreign":
-                        raise serving.ServingError(listener["detail"])
-                    if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
-                        section["server"]["model_meta"] = proc.model_meta()
-                except serving.ServingError as exc:
-                    outcome["error"] = str(exc)
-                else:
-                    outcome["deadline_hit"] = self.drive(section, points, proc, deadline)
-                finally:
-                    section["server"].update(proc.stop())
+            if not serving.managed(workload):  # the endpoint's server: nothing to start, check or stop
+                outcome["deadline_hit"] = self.run_points(section, points, serving.Unmanaged(), deadline)
+            else:
+                self.run_server(section, points, command, (container, on_start), deadline, outcome)
         except serving.ServingError as exc:  # the port is taken: the server was not started
             outcome["error"] = str(exc)
         except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
@@ -367,8 +357,33 @@ class Launcher:
             shutil.rmtree(serving_client.client_env(run.run_dir)["HOME"], ignore_errors=True)
         stopped = section["server"]
         self.fill_measured(record, drop, start, started, telemetry,
-                           stopped["exit_code"] if stopped["stopped"] == "exited" else None)
+                           stopped["exit_code"] if stopped.get("stopped") == "exited" else None)
         return outcome
+
+    def run_server(self, section: dict, points: list, command: list, started: tuple, deadline: float,
+                   outcome: dict) -> None:
+        """The started server's life within a serving run: start it (``started``: (container, on_start)), wait
+        until it answers, check its listener, drive the points, always stop it; ``outcome`` filled. Raises
+        ServingError when its port is taken (the server was not started)."""
+        workload, (container, on_start) = self.run.workload, started
+        # the port is checked free before the start, and its listener once the server answers: only the server
+        # sparkfleet started is measured (issue 33)
+        with serving.ServerProcess(command, os.path.join(self.run.run_dir, "server.log"), serving.ready_url(workload),
+                                   container=container, on_start=on_start, port=serving.port(workload)) as proc:
+            try:
+                ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
+                section["server"]["ready_s"] = proc.wait_ready(ready_within)
+                listener = section["server"]["listener"] = proc.check_listener()
+                if listener["status"] == "foreign":
+                    raise serving.ServingError(listener["detail"])
+                if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
+                    section["server"]["model_meta"] = proc.model_meta()
+            except serving.ServingError as exc:
+                outcome["error"] = str(exc)
+            else:
+                outcome["deadline_hit"] = self.drive(section, points, proc, deadline)
+            finally:
+                section["server"].update(proc.stop())
 
     def engine_version(self, record, section: dict, deadline: float) -> None:
         """The engine's version from its own version command, run in the run's environment (a bare run's on the
