@@ -41,6 +41,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.e
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import readiness
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import sla_search
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
 
 #: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
@@ -418,13 +419,20 @@ WORKLOAD_FIELDS = (
           "provenance check of that server; the records say unmanaged server. Not with server_args, port, "
           "ready_timeout_s, served_model_name or a cluster." % EXTERNAL_ENGINE,
           nullable=True, check=serving.endpoint_problem),
+    Field("sla", "dict", None, "Serving: latency targets, {ttft_ms: {percentile, max}, tpot_ms: {percentile, max}, "
+          "max_concurrency} (either target or both; percentile 50..99.9 of the point's per-request values, max in "
+          "ms). Each run then finds, per depth/pp/tg, the largest concurrency meeting them: doubling from the "
+          "profile's lowest concurrency until a level fails or the cap (max_concurrency, else the profile's highest), "
+          "then bisection; the levels it ran are points marked sla_probe. With client aiperf the percentile is one "
+          "of its export's: %s." % ", ".join(map(str, serving_client.AIPerf.PERCENTILES)),
+          nullable=True, check=sla_search.sla_problem),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 #: A serving workload's multi-node fields: only when given (other campaigns keep their config hash).
 CLUSTER_FIELDS = ("cluster", "topology")
 #: A serving workload's fields that a resolved workload carries only when given (no default filled in: other
-#: campaigns keep their config hash): the cluster's, an unmanaged server's endpoint.
-GIVEN_ONLY_FIELDS = (*CLUSTER_FIELDS, "endpoint")
+#: campaigns keep their config hash): the cluster's, an unmanaged server's endpoint, the SLA targets.
+GIVEN_ONLY_FIELDS = (*CLUSTER_FIELDS, "endpoint", "sla")
 #: What an unmanaged server's workload (engine external) does not take: they describe a server sparkfleet starts.
 MANAGED_SERVER_FIELDS = ("server_args", "port", "ready_timeout_s", "served_model_name", *CLUSTER_FIELDS)
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.

@@ -112,3 +112,28 @@ def test_the_report_says_unmanaged_server_for_its_runs():
                           "provenance_reason": serving.UNMANAGED}])
     assert served_lines(None, runs, {"r1"}) == ["external / bare / tiny: " + UNMANAGED_WORDS]
     assert "unmanaged server" in UNMANAGED_WORDS and "unmanaged server's line says so" in served_intro(1)
+
+
+def test_the_sla_search_runs_on_the_host_and_keeps_every_level_it_measured(tmp_path, tiny, endpoint):
+    """Issue 37 item 3 through bench_run: the profile's levels 1 and 2 are read, 4 (max_concurrency) is probed."""
+    loose = {"ttft_ms": {"percentile": 99, "max": 60000}, "tpot_ms": {"percentile": 90, "max": 10000},
+             "max_concurrency": 4}
+    rec, _ = run_endpoint(tmp_path, tiny, endpoint, sla=loose)
+    assert rec["status"] == "ok", rec["reason"]
+    section = rec["serving"]
+    points = {p["point"]: p for p in section["points"]}
+    assert sorted(points) == ["d0.c1.pp32.tg8", "d0.c2.pp32.tg8", "d0.c4.pp32.tg8"]
+    assert points["d0.c4.pp32.tg8"]["sla_probe"] is True and "sla_probe" not in points["d0.c1.pp32.tg8"]
+    sla = section["sla"]
+    assert sla["targets"] == {k: loose[k] for k in ("ttft_ms", "tpot_ms")} and sla["latencies_from"] == "llama-benchy"
+    (group,) = sla["groups"]
+    assert (group["depth"], group["pp"], group["tg"], group["capacity"], group["cap"]) == (0, 32, 8, 4, 4)
+    assert [(m["concurrency"], m["pass"]) for m in group["measured"]] == [(1, True), (2, True), (4, True)]
+    assert all(m["ttft_ms"] > 0 and m["tpot_ms"] > 0 for m in group["measured"])
+
+
+def test_a_target_no_level_meets_gives_capacity_zero(tmp_path, tiny, endpoint):
+    rec, _ = run_endpoint(tmp_path, tiny, endpoint, sla={"ttft_ms": {"percentile": 50, "max": 0.001}})
+    (group,) = rec["serving"]["sla"]["groups"]
+    assert group["capacity"] == 0 and [(m["concurrency"], m["pass"]) for m in group["measured"]] == [(1, False)]
+    assert not any(p.get("sla_probe") for p in rec["serving"]["points"])
