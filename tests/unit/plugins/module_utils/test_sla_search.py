@@ -100,3 +100,22 @@ def test_aiperfs_latencies_come_from_its_export(tmp_path):
     assert got == {"ttft_ms": 180.0, "tpot_ms": 41.0} and sla_search.passes(got, sla_search.targets(SLA))
     goals = {"ttft_ms": {"percentile": 95, "max": 1}}
     assert serving_client.AIPerf.sla_latencies({"raw": "points/x.json"}, str(tmp_path), goals) == {"ttft_ms": None}
+
+
+def test_the_reports_capacity_interval_is_an_exact_order_statistic_interval():
+    import pandas as pd
+
+    from sparkfleet.report import serving_sla
+
+    assert serving_sla.median_interval([4, 4, 8]) == (4.0, None, None)  # n too small for 95%
+    assert serving_sla.median_interval([8, 4, 6, 6, 8, 6]) == (6.0, 4.0, 8.0)  # n = 6: [x(1), x(6)], 96.9%
+    median, low, high = serving_sla.median_interval(list(range(1, 21)))
+    assert (median, low, high) == (10.5, 6.0, 15.0)  # n = 20: k = 6, coverage 95.9%
+    rows = pd.DataFrame([{"engine": "vllm", "environment": e, "model": "m", "depth": 0, "pp": 64, "tg": 16,
+                          "run_id": f"r{i}{e}", "iteration": i, "capacity": c, "cap": 16, "stopped": None,
+                          "targets": "TTFT p99 <= 2000 ms"} for e, caps in (("native", [8, 8, 6]),
+                                                                             ("container", [6, 6, 6]))
+                         for i, c in enumerate(caps, 1)])
+    cells = serving_sla.capacity_cells(rows)
+    assert cells[["environment", "n", "median"]].values.tolist() == [["container", 3, 6.0], ["native", 3, 8.0]]
+    assert cells["capacities"].tolist() == [[6, 6, 6], [8, 8, 6]]
