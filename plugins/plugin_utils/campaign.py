@@ -280,7 +280,7 @@ def _engines(value: Any, problems: list[str]) -> dict[str, dict]:
 def _engine_levels(factors: Any, engines: dict[str, dict], problems: list[str]) -> Any:
     """``factors`` when its engine levels are serving engines (built-in or the campaign's), else None (refused)."""
     levels = factors.get("engine") if isinstance(factors, dict) else None
-    known = (*serving.engine_names(serves=True), *engines)
+    known = (*serving.engine_names(serves=True, managed=True), *engines)  # an endpoint is one workload's
     bad = [level for level in levels or [] if level not in known]
     if bad:
         problems.append(f"campaign.factors: engine: every level must be a serving engine ({', '.join(known)}), "
@@ -356,10 +356,13 @@ def _workloads(value: Any, problems: list[str], factors: Any = None,
         if engine == "trtllm" and resolved.get("mode", "throughput") not in trtllm_cli.MODES:
             problems.append(f"{where}.mode: {resolved.get('mode')!r} is not {' or '.join(trtllm_cli.MODES)}")
         problems += _kind_problems(resolved, preset, preset_name, where, crossed or serving.is_serving(resolved))
+        problems += _endpoint_problems(resolved, where)
         if len(problems) == before:
             if crossed or serving.is_serving(resolved):  # in the contract's order: name, engine, profile, the rest
                 resolved = {k: resolved[k] for k in ("name", "engine", "profile") if k in resolved} | {
                     **settings.serving_defaults(), **resolved}
+            if not serving.managed(resolved):  # no server of its own: none of a started server's fields
+                resolved = {k: v for k, v in resolved.items() if k not in settings.MANAGED_SERVER_FIELDS}
             out.append(resolved)
     _unique_names(out, "campaign.workloads", problems)
     _confusable(value, "campaign.workloads", problems)
@@ -387,6 +390,21 @@ def _kind_problems(resolved: dict[str, Any], preset: dict[str, Any], preset_name
     return [f"{where}.{key}: only a serving workload ({', '.join(serving.engine_names(serves=True))}) takes it, "
             f"not engine "
             f"{engine}{origin(key)}" for key in settings.SERVING_FIELDS if key in resolved]
+
+
+def _endpoint_problems(resolved: dict[str, Any], where: str) -> list[str]:
+    """An unmanaged server's workload (engine external) names its endpoint and none of a started server's fields;
+    an endpoint belongs to engine external only."""
+    external = resolved.get("engine") == settings.EXTERNAL_ENGINE
+    if not external:
+        return [f"{where}.endpoint: only a workload with engine {settings.EXTERNAL_ENGINE} (a server sparkfleet does "
+                f"not start) takes it, not engine {resolved.get('engine') or 'from campaign.factors.engine'}"
+                ] if "endpoint" in resolved else []
+    problems = [] if resolved.get("endpoint") is not None else [
+        f"{where}.endpoint: required for engine {settings.EXTERNAL_ENGINE}: {{url, model}} of the server to measure"]
+    return problems + [f"{where}.{key}: engine {settings.EXTERNAL_ENGINE} measures a server sparkfleet does not start"
+                       f" (its endpoint): {key} describes one it starts" for key in settings.MANAGED_SERVER_FIELDS
+                       if key in resolved]
 
 
 def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:

@@ -130,9 +130,10 @@ def serving_run_s(workload: dict[str, Any]) -> float:
 
 
 def serving_timeout_s(workload: dict[str, Any], default_s: float) -> float:
-    """A serving run's timeout when the campaign gives none: ready_timeout_s + SERVING_TIMEOUT_FACTOR x its
-    points' estimate, rounded up to a minute, at least ``default_s`` (the campaign default), at most a week."""
-    budget = float(workload["ready_timeout_s"]) + SERVING_TIMEOUT_FACTOR * _points_s(workload)
+    """A serving run's timeout when the campaign gives none: ready_timeout_s (an unmanaged server: none) +
+    SERVING_TIMEOUT_FACTOR x its points' estimate, rounded up to a minute, at least ``default_s`` (the campaign
+    default), at most a week."""
+    budget = float(workload.get("ready_timeout_s") or 0.0) + SERVING_TIMEOUT_FACTOR * _points_s(workload)
     return float(min(_WEEK_S, max(float(default_s), 60.0 * math.ceil(budget / 60.0))))
 
 

@@ -41,6 +41,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.e
 )
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.gates import LIMIT_FIELDS
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.health import readiness
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import sla_search
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.sensors import gpu
 
 #: The catalogue: workload presets (``workloads.yml``) and campaigns (``campaigns/<name>.yml``: the default
@@ -140,9 +141,11 @@ def confusable_names(names: Sequence[tuple[str, str]]) -> list[str]:
 #: The built-in engines (serving.ENGINES, the one table), for the docs and the fields' choices: engine servers
 #: measured by a load generator through a profile of points (docs: notes/serving-contract.md), and the engines
 #: that run one job per run. The checks read the table itself (campaign.py), a serving run is serving.is_serving.
-SERVING_ENGINES = serving.engine_names(serves=True)
+SERVING_ENGINES = serving.engine_names(serves=True, managed=True)
 JOB_ENGINES = serving.engine_names(serves=False)
 ENGINES = serving.engine_names()
+#: The serving engine of a server sparkfleet does not start: the workload's ``endpoint`` names it (issue 37).
+EXTERNAL_ENGINE = serving.EXTERNAL
 
 #: Load generators a serving workload can use (serving_client.DRIVERS): llama-benchy (eugr/llama-benchy), the
 #: default, and aiperf (ai-dynamo/aiperf, pinned 0.13.0).
@@ -360,8 +363,9 @@ ENVIRONMENT_FIELDS = (
 WORKLOAD_FIELDS = (
     Field("name", "str", REQUIRED, "Workload name (identity of its runs)."),
     Field("preset", "str", None, "Preset it starts from: study, T1..T6, matmul."),
-    Field("engine", "str", None, "%s, or a serving engine: %s, or one of the campaign's engines."
-          % (", ".join(JOB_ENGINES), ", ".join(SERVING_ENGINES))),
+    Field("engine", "str", None, "%s, or a serving engine: %s, or one of the campaign's engines; or %s: a server "
+          "already running that sparkfleet measures but does not start (the workload's endpoint)."
+          % (", ".join(JOB_ENGINES), ", ".join(SERVING_ENGINES), EXTERNAL_ENGINE)),
     Field("mode", "str", "throughput", "trtllm-bench mode: %s." % " or ".join(trtllm_cli.MODES)),
     Field("batch", "int", None, "Largest batch size.", "requests", 1, 4096),
     Field("concurrency", "int", None, "Concurrent requests.", "requests", 1, 65536),
@@ -412,13 +416,31 @@ WORKLOAD_FIELDS = (
           "turn through a proxy on rank 0). Null with a cluster: the engine's first (llama.cpp: layers; vLLM, "
           "SGLang: tensor).",
           nullable=True, choices=serving.TOPOLOGIES),
+    Field("endpoint", "dict", None, "Serving, engine %s only: the server to measure, {url, model}: url an http(s) "
+          "URL with host and port (and no path beyond an optional /v1), model the name it serves. sparkfleet starts, "
+          "checks and stops no server: the host runs the client against the URL; no KV figure, version or "
+          "provenance check of that server; the records say unmanaged server. Not with server_args, port, "
+          "ready_timeout_s, served_model_name or a cluster." % EXTERNAL_ENGINE,
+          nullable=True, check=serving.endpoint_problem),
+    Field("sla", "dict", None, "Serving: latency targets, {ttft_ms: {percentile, max}, tpot_ms: {percentile, max}, "
+          "max_concurrency} (either target or both; percentile 50..99.9 of the point's per-request values, max in "
+          "ms). Each run then finds, per depth/pp/tg, the largest concurrency meeting them: doubling from the "
+          "profile's lowest concurrency until a level fails or the cap (max_concurrency, else the profile's highest), "
+          "then bisection; the levels it ran are points marked sla_probe. With client aiperf the percentile is one "
+          "of its export's: %s." % ", ".join(map(str, serving_client.AIPerf.PERCENTILES)),
+          nullable=True, check=sla_search.sla_problem),
 )
 WORKLOAD_BY_NAME = {f.name: f for f in WORKLOAD_FIELDS}
 #: A serving workload's multi-node fields: only when given (other campaigns keep their config hash).
 CLUSTER_FIELDS = ("cluster", "topology")
+#: A serving workload's fields that a resolved workload carries only when given (no default filled in: other
+#: campaigns keep their config hash): the cluster's, an unmanaged server's endpoint, the SLA targets.
+GIVEN_ONLY_FIELDS = (*CLUSTER_FIELDS, "endpoint", "sla")
+#: What an unmanaged server's workload (engine external) does not take: they describe a server sparkfleet starts.
+MANAGED_SERVER_FIELDS = ("server_args", "port", "ready_timeout_s", "served_model_name", *CLUSTER_FIELDS)
 #: Fields only a serving workload takes; their defaults (all but profile's) are the resolved workload's.
 SERVING_FIELDS = ("profile", "runs", "prefix_caching", "server_args", "port", "ready_timeout_s",
-                  "served_model_name", "client", "client_args", *CLUSTER_FIELDS)
+                  "served_model_name", "client", "client_args", *GIVEN_ONLY_FIELDS)
 #: Fields a serving workload would silently ignore (its shape is its profile, its arguments server_args).
 NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "output_len", "backend",
                       "iterations", "warmup", "size", "extra_args", "kv_fraction")
@@ -427,7 +449,7 @@ NON_SERVING_FIELDS = ("mode", "batch", "concurrency", "requests", "input_len", "
 def serving_defaults() -> dict[str, Any]:
     """The serving fields' defaults a resolved serving workload carries (profile has none: it is required)."""
     return {f.name: copy.deepcopy(f.default) for f in WORKLOAD_FIELDS
-            if f.name in SERVING_FIELDS[1:] and f.name not in CLUSTER_FIELDS}
+            if f.name in SERVING_FIELDS[1:] and f.name not in GIVEN_ONLY_FIELDS}
 
 
 #: Most points (depth x concurrency x pp x tg) one serving run may hold.

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import EXTERNAL
 from sparkfleet.load import usable_record
 from sparkfleet.report.wording import num
 
@@ -83,6 +84,9 @@ def served_lines(root: Path | None, runs: pd.DataFrame, run_ids: set[str]) -> li
     mine = runs[runs["run_id"].astype(str).isin(run_ids)]
     lines = []
     for (engine, environment, model), group in mine.groupby(_KEYS, sort=True, dropna=False):
+        if engine == EXTERNAL:  # issue 37: an endpoint's server; nothing of it was read
+            lines.append(f"{engine} / {environment} / {model}: {UNMANAGED_WORDS}")
+            continue
         versions = group["engine_version"] if "engine_version" in group else pd.Series(None, index=group.index)
         dirs = [str(d) for d in group.get("record_dir", pd.Series(dtype="object")).dropna()]
         lines.append(f"{engine} / {environment} / {model}: engine version {_versions(versions)}; weights "
@@ -90,9 +94,16 @@ def served_lines(root: Path | None, runs: pd.DataFrame, run_ids: set[str]) -> li
     return lines
 
 
+#: What the report says of the runs of an unmanaged server (engine external, the workload's endpoint).
+UNMANAGED_WORDS = ("unmanaged server (the workload's endpoint): sparkfleet did not start, check or stop it; no engine "
+                   "version, weights card, KV figure or provenance check of it; the runs' readiness and attestation "
+                   "are of the host that ran the client, the server's own only when the endpoint is on that host")
+
+
 def served_intro(n: int) -> str:
     return (f"What was served ({num(n)} engine / environment / model group(s)): the engine's version as its own "
             "version command gave it in the run's environment, the weights as the host read them when the server "
             "started (a GGUF's header, size, tensor bytes and the SHA-256 of its first MiB; a directory's "
             "config.json and weights), and whether the engine showed it loaded those weights (confirmed), showed "
-            "nothing that identifies them (unconfirmed) or other weights (mismatch: the run is invalid).")
+            "nothing that identifies them (unconfirmed) or other weights (mismatch: the run is invalid); an "
+            "unmanaged server's line says so instead (none of these was read).")

@@ -27,7 +27,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
 from sparkfleet import compare, pareto, serving, stats
 from sparkfleet.load import write_csv
-from sparkfleet.report import served, serving_pareto, serving_plots
+from sparkfleet.report import served, serving_pareto, serving_plots, serving_sla
 from sparkfleet.report.document import (
     N_TOO_SMALL,
     Bullets,
@@ -450,7 +450,9 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
             "noise floor": noise["floor_pct"].map(lambda v: "±" + fmt_pct(v).lstrip("+")),
             "MDE": noise["mde_pct"].map(lambda v: fmt_pct(v).lstrip("+")),
         }), "Noise floor per serving metric (as the A/A noise floor section computes it)", "serving_aa_noise.csv")]))
-    return [Section("Serving", blocks), serving_pareto.section(study.pareto, study.pareto_twins, figures)]
+    capacity = serving_sla.section(getattr(report, "root", None), points, o.level)  # issue 37: the SLA question
+    return [Section("Serving", blocks), serving_pareto.section(study.pareto, study.pareto_twins, figures),
+            *([capacity] if capacity is not None else [])]
 
 
 def figure_makers(report: Any) -> dict[str, Callable[[], bytes | None]]:

@@ -372,7 +372,7 @@ SECTION_KEYS: Dict[str, Dict[str, str]] = {
                     "exe": _S, "libraries": _A, "packages": _O, "pid": _I, "python": _S, "samples": _I},
     "provenance": {"status": _S, "reason": _S, "expected": _O, "loaded": _O, "checks": _O},
     "serving": {"engine": _S, "engine_version": _O, "server": _O, "client": _O, "kv": _O, "points": _A,
-                "point_order_seed": _I, "cluster": _O},
+                "point_order_seed": _I, "cluster": _O, "sla": _O},
     "readiness": {"state": _S, "reasons": _A, "action": _O, "sm_clock_mhz": _N, "power_w": _N,
                   "expected_clock_mhz": _N, "expected_source": _S, "duration_s": _N, "policy": _S,
                   "error": _S, "reapplied": _O, "before_reapply": _O, "notes": _A, "gpu_name": _S,

@@ -24,6 +24,7 @@ import string
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Optional
 
@@ -201,9 +202,18 @@ def serving_engine(argv, port: int, kv_log: str, owns: tuple, abbrev: bool, vers
                    cpu: bool = False, ready_path: str = "/health", served_default: Optional[str] = None,
                    launcher: Optional[dict] = None) -> dict:
     """A built-in engine that serves: a server measured through a profile of points by a load generator."""
-    return {"serves": True, "cpu": cpu, "argv": argv, "port": port, "ready_path": ready_path, "kv_log": kv_log,
-            "served_default": served_default, "owns": owns, "abbrev": abbrev, "version": version,
+    return {"serves": True, "managed": True, "cpu": cpu, "argv": argv, "port": port, "ready_path": ready_path,
+            "kv_log": kv_log, "served_default": served_default, "owns": owns, "abbrev": abbrev, "version": version,
             "start_s": start_s, "kv_grows": False, "launcher": launcher}
+
+
+def unmanaged_engine() -> dict:
+    """The serving row of a server sparkfleet does not start (``managed`` false): the workload's ``endpoint``
+    names its URL and model; no command line, port, readiness path, KV log or version command of its own (the
+    host runs the client only, which needs no GPU of its own: ``cpu``)."""
+    return {"serves": True, "managed": False, "cpu": True, "argv": None, "port": None, "ready_path": None,
+            "kv_log": None, "served_default": None, "owns": (), "abbrev": False, "version": None, "start_s": 0.0,
+            "kv_grows": False, "launcher": None}
 
 
 #: A launcher argv element that stands for the engine's own server argv (the workload's server_args included),
@@ -341,19 +351,89 @@ ENGINES = {
                                                           "the tensorrt_llm package's version (python3)"),
                                    start_s=600.0, launcher={"tensor": unbuilt_launcher(TRTLLM_NODES_REFUSED),
                                                             "pipeline": unbuilt_launcher(TRTLLM_NODES_REFUSED)}),
+    # Any OpenAI-compatible endpoint (issue 37): a server already running, here or elsewhere, named by the
+    # workload's endpoint {url, model}; sparkfleet measures it, never starts, checks or stops it.
+    "external": unmanaged_engine(),
 }
+#: The engine of a workload that measures a server it did not start (its ``endpoint``).
+EXTERNAL = "external"
 
 
-def engine_names(serves: Optional[bool] = None, cpu: Optional[bool] = None) -> tuple:
-    """The built-in engines' names in the table's order: all of them, or those that serve (``serves``) or run on
-    a CPU (``cpu``) as asked."""
+def engine_names(serves: Optional[bool] = None, cpu: Optional[bool] = None, managed: Optional[bool] = None) -> tuple:
+    """The built-in engines' names in the table's order: all of them, or those that serve (``serves``), run on
+    a CPU (``cpu``) or are servers sparkfleet starts (``managed``; a job engine counts as managed) as asked."""
     return tuple(name for name, row in ENGINES.items()
-                 if (serves is None or row["serves"] == serves) and (cpu is None or row["cpu"] == cpu))
+                 if (serves is None or row["serves"] == serves) and (cpu is None or row["cpu"] == cpu)
+                 and (managed is None or row.get("managed", True) == managed))
 
 
 def kv_logs() -> tuple:
     """The KV log formats a campaign's own engine can name (``kv_log``): those the built-in servers print."""
-    return tuple(dict.fromkeys(ENGINES[name]["kv_log"] for name in engine_names(serves=True)))
+    return tuple(dict.fromkeys(ENGINES[name]["kv_log"] for name in engine_names(serves=True, managed=True)))
+
+
+def managed(workload) -> bool:
+    """Whether sparkfleet starts the workload's server (every serving engine but ``external``)."""
+    row = _builtin((workload or {}).get("engine"))
+    return row is None or row.get("managed", True)
+
+
+#: What a workload's ``endpoint`` URL may carry after host:port: the OpenAI API's root, or nothing.
+ENDPOINT_PATHS = ("", "/", "/v1", "/v1/")
+
+
+def endpoint_problem(value) -> Optional[str]:
+    """Why ``value`` is not an endpoint {url, model} (None when it is): ``url`` an http(s) URL with a host and a
+    port and no path beyond an optional /v1 (no credentials, query or fragment: the URL is recorded), ``model``
+    the name the server answers to."""
+    if not isinstance(value, dict) or set(value) != {"url", "model"}:
+        return "must be a mapping {url, model}, got %r" % (value,)
+    url, model = value["url"], value["model"]
+    if not isinstance(model, str) or not model.strip() or model != model.strip():
+        return "model must be the served model's name (a non-empty string), got %r" % (model,)
+    if not isinstance(url, str):
+        return "url must be a string, got %r" % (url,)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port_ = parts.port
+    except ValueError as exc:
+        return "url %r: %s" % (url, exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "url %r must be http:// or https:// with a host" % url
+    if port_ is None:
+        return "url %r must name its port (http://host:port)" % url
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        return "url %r must carry no credentials, query or fragment (it is recorded)" % url
+    if parts.path not in ENDPOINT_PATHS:
+        return "url %r: path %r; give the server's root or its /v1 (the OpenAI API root)" % (url, parts.path)
+    return None
+
+
+#: What a run of an unmanaged server's workload records instead of its server's checks (the version command, the
+#: port check, the listener, the KV figure, the provenance): none of them runs.
+UNMANAGED = ("unmanaged server: sparkfleet did not start it (the workload's endpoint), so it runs no version command, "
+             "port or listener check, KV parse or provenance check of it")
+
+
+def unmanaged_server(workload: dict) -> dict:
+    """The record's serving.server of an unmanaged server: {managed: false, url, base_url, model, note}."""
+    return {"managed": False, "url": workload["endpoint"]["url"], "base_url": endpoint_root(workload),
+            "model": workload["endpoint"]["model"], "note": UNMANAGED}
+
+
+class Unmanaged:
+    """The server of an unmanaged run as the client's loop sees it: always running (sparkfleet did not start it
+    and cannot tell; a point whose client fails records why)."""
+
+    @staticmethod
+    def running() -> bool:
+        return True
+
+
+def endpoint_root(workload: dict) -> str:
+    """The unmanaged server's OpenAI API root (``<scheme>://<host>:<port>/v1``), from the workload's endpoint."""
+    parts = urllib.parse.urlsplit(workload["endpoint"]["url"])
+    return "%s://%s/v1" % (parts.scheme, parts.netloc)
 
 
 # A campaign's own engine (campaign field ``engines``: Ollama, LMDeploy, a custom build) arrives resolved inside
@@ -514,6 +594,8 @@ def version_command(workload: dict):
     """(argv, label) of the workload's engine version command (its ENGINES row's ``version``), or (None, why there
     is none)."""
     engine = (workload or {}).get("engine")
+    if not managed(workload):
+        return None, UNMANAGED
     row = _builtin(engine)
     if row is not None and row.get("version"):
         argv, label = row["version"]
@@ -537,6 +619,8 @@ def served_name(workload: dict, model: dict) -> str:
     trtllm-serve cannot be told one: it answers as the model directory's basename
     (NVIDIA/TensorRT-LLM tensorrt_llm/serve/openai_server.py: ``self.model = model_dir.name``)."""
     engine = workload.get("engine")
+    if not managed(workload):
+        return str(workload["endpoint"]["model"])
     if engine == "trtllm-serve":
         source = _model_source(model)
         return os.path.basename(source.rstrip("/")) if os.path.isdir(source) else source
@@ -676,7 +760,9 @@ def ready_url(workload: dict) -> str:
 
 
 def base_url(workload: dict) -> str:
-    """The OpenAI-compatible API root the client is given."""
+    """The OpenAI-compatible API root the client is given: the endpoint's for an unmanaged server."""
+    if not managed(workload):
+        return endpoint_root(workload)
     return "http://%s:%d/v1" % (LOOPBACK, port(workload))
 
 

@@ -5,7 +5,8 @@ loopback corpus server.
 A driver is a class with ``name``, the package and version the serving_client role installs (``PACKAGE``,
 ``PIN``), ``OWNS``/``ABBREV`` (the flags it sets), ``ENV`` (its environment additions over :func:`client_env`),
 ``raw_name(point)`` (its output file, under the run's points/), ``refusals(workload)`` (what of a workload it
-cannot measure), ``point_argv(...)``, ``parse_point(json_bytes, point)`` and ``version(client_path)``;
+cannot measure), ``point_argv(...)``, ``parse_point(json_bytes, point)``, ``sla_latencies(entry, run_dir, goals)``
+(a measured point's latencies at the sla targets' percentiles, run/sla_search.py) and ``version(client_path)``;
 :data:`DRIVERS` names them: llama-benchy (the default) and AIPerf.
 The client runs on the host, outside the run's environment, against the server on 127.0.0.1.
 """
@@ -22,6 +23,8 @@ import os
 import re
 import subprocess
 import threading
+
+from ..run import sla_search
 
 #: llama-benchy's per-run metric (benchmarks[] entry key) -> the point's metric (contract.record.SERVING_METRICS,
 #: a test holds every name to it). Its BenchmarkRun model:
@@ -164,6 +167,21 @@ class LlamaBenchy:
         return result
 
     @staticmethod
+    def sla_latencies(entry: dict, run_dir: str, goals: dict) -> dict:
+        """The point's latencies at the sla targets' percentiles (run/sla_search.py), from its per-request samples:
+        ``ttft_ms`` from ``e2e_ttft_ms`` (time to the first token); ``tpot_ms`` (time per output token) derived
+        from each request's decode rate ``tg_req_tok_s`` as 1000 / rate ms per token (llama-benchy gives no
+        per-token times). A target whose samples are missing is None (the level fails)."""
+        samples = entry.get("samples") or {}
+        out = {}
+        if "ttft_ms" in goals:
+            out["ttft_ms"] = sla_search.percentile(samples.get("e2e_ttft_ms") or [], goals["ttft_ms"]["percentile"])
+        if "tpot_ms" in goals:
+            rates = [v for v in samples.get("tg_req_tok_s") or [] if _number(v) and v > 0]
+            out["tpot_ms"] = sla_search.percentile([1000.0 / v for v in rates], goals["tpot_ms"]["percentile"])
+        return out
+
+    @staticmethod
     def version(client: str, timeout_s: float = 120.0):
         """The client's version (``llama-benchy --version``: argparse prints ``llama-benchy 0.4.0``), or None."""
         try:
@@ -261,6 +279,14 @@ class AIPerf:
         if any(d not in (0, None) for d in depths):
             out.append(("profile", "profile.depth %s: client aiperf has no context depth (llama-benchy's --depth); "
                         "use depth [0], or client llama-benchy" % json.dumps(depths)))
+        sla = workload.get("sla") if isinstance(workload.get("sla"), dict) else {}
+        for name in sla_search.TARGETS:
+            target = sla.get(name)
+            q = target.get("percentile") if isinstance(target, dict) else None
+            if q is not None and q not in AIPerf.PERCENTILES:
+                out.append(("sla", "sla.%s.percentile %s: client aiperf exports the percentiles %s only; use one of "
+                            "them, or client llama-benchy (any percentile of its per-request samples)" % (
+                                name, q, ", ".join("%g" % p for p in AIPerf.PERCENTILES))))
         if workload.get("prefix_caching"):
             out.append(("prefix_caching", "prefix_caching: true measures a cached context (llama-benchy's "
                         "--enable-prefix-caching); client aiperf sends unique prompts only: use false, or client "
@@ -330,6 +356,29 @@ class AIPerf:
                 source, osl.get("min"), osl.get("max"), point["tg"]))
         return {"metrics": metrics, "samples": {}, "context_load": None, "version": doc.get("aiperf_version"),
                 "schema_version": doc.get("schema_version")}
+
+    #: The percentiles of profile_export_aiperf.json's metrics (``p50`` ...) within the sla's range (50..99.9).
+    PERCENTILES = (50, 75, 90, 95, 99)
+    #: The sla's targets -> AIPerf's metrics: TTFT, and inter-token latency as the time per output token.
+    SLA_METRICS = {"ttft_ms": "time_to_first_token", "tpot_ms": "inter_token_latency"}
+
+    @staticmethod
+    def sla_latencies(entry: dict, run_dir: str, goals: dict) -> dict:
+        """The point's latencies at the sla targets' percentiles from AIPerf's own export (the point's ``raw``,
+        profile_export_aiperf.json): ``time_to_first_token`` and ``inter_token_latency`` ``pNN`` in ms. A value
+        the export lacks is None (the level fails)."""
+        try:
+            with open(os.path.join(run_dir, entry.get("raw") or ""), "rb") as fh:
+                doc = json.loads(fh.read().decode("utf-8"))
+        except (OSError, ValueError):
+            doc = {}
+        out = {}
+        for name, goal in goals.items():
+            metric = doc.get(AIPerf.SLA_METRICS[name]) if isinstance(doc, dict) else None
+            value = metric.get("p%g" % goal["percentile"]) if isinstance(metric, dict) else None
+            ok = _number(value) and (metric.get("unit") in (None, "ms"))
+            out[name] = float(value) if ok else None
+        return out
 
     @staticmethod
     def coherence(random_weights: bool, extra) -> str:

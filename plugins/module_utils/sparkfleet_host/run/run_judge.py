@@ -184,12 +184,17 @@ def serving_provenance_of(record, run_dir: str, model: dict, served, seen) -> di
 
 def judge_serving(record, outcome: dict, run_dir: str, model=None, served=None, seen=None):
     """(status, reason, metrics) of a serving run (run_launch.Launcher.serve's ``outcome``); fills the serving
-    section's ``kv`` and, given the run's ``model``, the record's provenance (:func:`serving_provenance_of`). ok
+    section's ``kv`` and, given the run's ``model``, the record's provenance (:func:`serving_provenance_of`; an
+    unmanaged server's: not_applicable, serving.UNMANAGED saying why, and no KV figure). ok
     when every point is ok; ok with a reason naming the failed points when some are; failed when none is or the
     server never became ready (timeout when the run's time ran out first); invalid when the weights served are
     not the campaign's (provenance mismatch)."""
     status, reason, metrics = _judge_points(record, outcome, run_dir)
     if model is None:
+        return status, reason, metrics
+    if ((record.serving or {}).get("server") or {}).get("managed") is False:  # an endpoint it did not start
+        record.provenance = {"status": "not_applicable", "reason": serving.UNMANAGED, "expected": None,
+                             "loaded": None, "checks": {}}
         return status, reason, metrics
     verdict = record.provenance = serving_provenance_of(record, run_dir, model, served, seen)
     if status != "ok":
@@ -205,8 +210,11 @@ def judge_serving(record, outcome: dict, run_dir: str, model=None, served=None, 
 def _judge_points(record, outcome: dict, run_dir: str):
     section = record.serving or {}
     # a campaign's own engine names the built-in log format it shares (kv_log), or none
-    log_format = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
-    kv = section["kv"] = serving_kv(log_format, os.path.join(run_dir, "server.log"), section.get("engine"))
+    if (section.get("server") or {}).get("managed") is False:  # no log of a server sparkfleet did not start
+        kv = section["kv"] = {"error": serving.UNMANAGED}
+    else:
+        log_format = serving.kv_log({**(record.workload_params or {}), "engine": section.get("engine")})
+        kv = section["kv"] = serving_kv(log_format, os.path.join(run_dir, "server.log"), section.get("engine"))
     if record.engine_version is None and kv.get("engine_version"):  # the version command said nothing: the log's
         record.engine_version = record.versions["engine_version"] = kv["engine_version"]
         entry = section.setdefault("engine_version", {})

@@ -26,6 +26,7 @@ from ..rootfs.chroot import ChrootError, load_image_config, read_native_state
 from ..sensors import fingerprint, memstate
 from ..sensors.gpu import GpuSensorError, open_sensor
 from ..sensors.telemetry import TelemetrySampler
+from . import sla_search
 from .jobs import ROOT_LABEL, RUN_LABEL
 from .replica_proxy import ReplicaProxy
 from .runexec import (
@@ -261,6 +262,9 @@ class Launcher:
         overriding = serving.overriding_args(workload)  # refused at validate; a plan written before is refused here
         if overriding:
             raise RunSetupError("; ".join(text for _, text in overriding))
+        if not serving.managed(workload):  # an endpoint sparkfleet measures but does not start (issue 37)
+            record.versions["engine"] = workload["engine"]
+            return None, None
         if self.run.plan.get("cluster"):  # rank 0 of a multi-node run: its server names the workers started
             workers = list((self.p.get("serving") or {}).get("workers") or [])
             if len(workers) != len(self.run.plan["cluster"]["nodes"]) - 1:
@@ -307,10 +311,11 @@ class Launcher:
         points, seed = serving.shuffled_points(workload, run.rid)
         section = {
             "engine": workload["engine"],
-            "server": dict({"argv": redact(argv), "port": serving.port(workload), "ready_s": None,
+            "server": dict({"managed": True, "argv": redact(argv), "port": serving.port(workload), "ready_s": None,
                             "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
                            **self.network, **({"executable": self.executables["server"]}
-                                              if self.executables.get("server") else {})),
+                                              if self.executables.get("server") else {}))
+            if serving.managed(workload) else serving.unmanaged_server(workload),
             "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
                        "coherence_check": serving_client.driver(workload.get("client")).coherence(
                            bool(run.model.get("random_weights")), workload.get("client_args"))},
@@ -330,32 +335,18 @@ class Launcher:
         # what is served (issue 35): the engine's build, asked in the run's environment before the server starts,
         # and the weights' card, read as the server is about to load them
         self.engine_version(record, section, deadline)
-        card, problem = modelcard.weights_card(run.model.get("path"))
-        self.served = {"card": card, "problem": problem}
+        if serving.managed(workload):
+            card, problem = modelcard.weights_card(run.model.get("path"))
+            self.served = {"card": card, "problem": problem}
         container = (self.docker(), self.container_name()) if self.kind == "container" else None
         on_start = (lambda proc: self.container_started(proc, sampler)) if container else self.registered
         self.fp = fingerprint.Sampler()
         sampler.start()
         try:
-            # the port is checked free before the start, and its listener once the server answers: only the server
-            # sparkfleet started is measured (issue 33)
-            with serving.ServerProcess(command, os.path.join(run.run_dir, "server.log"), serving.ready_url(workload),
-                                       container=container, on_start=on_start,
-                                       port=serving.port(workload)) as proc:
-                try:
-                    ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
-                    section["server"]["ready_s"] = proc.wait_ready(ready_within)
-                    listener = section["server"]["listener"] = proc.check_listener()
-                    if listener["status"] == "foreign":
-                        raise serving.ServingError(listener["detail"])
-                    if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
-                        section["server"]["model_meta"] = proc.model_meta()
-                except serving.ServingError as exc:
-                    outcome["error"] = str(exc)
-                else:
-                    outcome["deadline_hit"] = self.drive(section, points, proc, deadline)
-                finally:
-                    section["server"].update(proc.stop())
+            if not serving.managed(workload):  # the endpoint's server: nothing to start, check or stop
+                outcome["deadline_hit"] = self.run_points(section, points, serving.Unmanaged(), deadline)
+            else:
+                self.run_server(section, points, command, (container, on_start), deadline, outcome)
         except serving.ServingError as exc:  # the port is taken: the server was not started
             outcome["error"] = str(exc)
         except OSError as exc:  # disk full, permissions: this run fails, the matrix goes on
@@ -367,8 +358,33 @@ class Launcher:
             shutil.rmtree(serving_client.client_env(run.run_dir)["HOME"], ignore_errors=True)
         stopped = section["server"]
         self.fill_measured(record, drop, start, started, telemetry,
-                           stopped["exit_code"] if stopped["stopped"] == "exited" else None)
+                           stopped["exit_code"] if stopped.get("stopped") == "exited" else None)
         return outcome
+
+    def run_server(self, section: dict, points: list, command: list, started: tuple, deadline: float,
+                   outcome: dict) -> None:
+        """The started server's life within a serving run: start it (``started``: (container, on_start)), wait
+        until it answers, check its listener, drive the points, always stop it; ``outcome`` filled. Raises
+        ServingError when its port is taken (the server was not started)."""
+        workload, (container, on_start) = self.run.workload, started
+        # the port is checked free before the start, and its listener once the server answers: only the server
+        # sparkfleet started is measured (issue 33)
+        with serving.ServerProcess(command, os.path.join(self.run.run_dir, "server.log"), serving.ready_url(workload),
+                                   container=container, on_start=on_start, port=serving.port(workload)) as proc:
+            try:
+                ready_within = min(float(workload.get("ready_timeout_s") or 900), deadline - time.monotonic())
+                section["server"]["ready_s"] = proc.wait_ready(ready_within)
+                listener = section["server"]["listener"] = proc.check_listener()
+                if listener["status"] == "foreign":
+                    raise serving.ServingError(listener["detail"])
+                if workload["engine"] == "llama.cpp":  # its own counts of the model it loaded (provenance)
+                    section["server"]["model_meta"] = proc.model_meta()
+            except serving.ServingError as exc:
+                outcome["error"] = str(exc)
+            else:
+                outcome["deadline_hit"] = self.drive(section, points, proc, deadline)
+            finally:
+                section["server"].update(proc.stop())
 
     def engine_version(self, record, section: dict, deadline: float) -> None:
         """The engine's version from its own version command, run in the run's environment (a bare run's on the
@@ -444,18 +460,11 @@ class Launcher:
         with contextlib.ExitStack() as stack:
             corpus_url = stack.enter_context(serving_client.CorpusServer(
                 corpus, os.path.join(run.run_dir, ".corpus"))).url if corpus else None
-            for i, point in enumerate(points):
+
+            def measure(point: dict, k: int, n: int, share: float) -> dict:
+                """Run the client for one point within ``share`` seconds; its entry, appended to the section."""
                 entry = dict(point, status="failed", reason=None, metrics={}, samples={}, raw=None, duration_s=None)
                 section["points"].append(entry)
-                left = deadline - time.monotonic()
-                if not server.running():
-                    entry["reason"] = "not run: the server exited (code %s): %s" % (
-                        server.proc.returncode, serving.log_tail(server.log_path))
-                    continue
-                if left <= 0:
-                    hit = True
-                    entry["reason"] = "not run: the run's timeout_s was reached"
-                    continue
                 raw = os.path.join("points", drv.raw_name(point["point"]))
                 argv = drv.point_argv(client, point, base_url or serving.base_url(workload),
                                       serving.served_name(workload, run.model), self.tokenizer_path(),
@@ -465,8 +474,7 @@ class Launcher:
                 if section["client"]["argv"] is None:
                     section["client"]["argv"] = redact(argv)
                 cmd = [ENV_BIN, "-C", run.run_dir] + ["%s=%s" % kv for kv in env.items()] + argv
-                share = left / (len(points) - i)
-                self.point_progress(i, len(points), entry, "started")
+                self.point_progress(k, n, entry, "started")
                 result = run_process(cmd, os.path.join(run.run_dir, "bench.log"), share)
                 entry["duration_s"] = round(result["seconds"], 3)
                 if result["timed_out"]:
@@ -476,7 +484,66 @@ class Launcher:
                         os.path.join(run.run_dir, "bench.log")))
                 else:
                     self.read_point(entry, drv, raw, point)
-                self.point_progress(i, len(points), entry, "finished")
+                self.point_progress(k, n, entry, "finished")
+                return entry
+
+            for i, point in enumerate(points):
+                left = deadline - time.monotonic()
+                why = self.not_run(server, left)
+                if why:
+                    hit = hit or left <= 0
+                    section["points"].append(dict(point, status="failed", reason=why, metrics={}, samples={},
+                                                  raw=None, duration_s=None))
+                    continue
+                measure(point, i, len(points), left / (len(points) - i))
+            if workload.get("sla"):  # issue 37: the largest concurrency within the targets, searched after
+                hit = self.search_sla(section, measure, server, deadline) or hit
+        return hit
+
+    @staticmethod
+    def not_run(server, left: float):
+        """Why the next point cannot run (the server is gone, the run's time is up), or None."""
+        if not server.running():
+            return "not run: the server exited (code %s): %s" % (server.proc.returncode,
+                                                                 serving.log_tail(server.log_path))
+        if left <= 0:
+            return "not run: the run's timeout_s was reached"
+        return None
+
+    def search_sla(self, section: dict, measure, server, deadline: float) -> bool:
+        """The SLA search (run/sla_search.py) per (depth, pp, tg) of the profile, after its points: each level it
+        needs that the profile did not measure is run as a point marked ``sla_probe``; section["sla"] keeps the
+        targets and per (depth, pp, tg) the capacity and every level measured. Whether the deadline stopped it."""
+        workload = self.run.workload
+        drv = serving_client.driver(workload.get("client"))
+        goals = sla_search.targets(workload["sla"])
+        profile = serving.profile_points(workload)
+        concurrencies = sorted({p["concurrency"] for p in profile})
+        groups = list(dict.fromkeys((p["depth"], p["pp"], p["tg"]) for p in profile))
+        section["sla"] = {"targets": goals, "max_concurrency": workload["sla"].get("max_concurrency"),
+                          "latencies_from": drv.name, "groups": []}
+        hit = False
+        for g, (depth, pp, tg) in enumerate(groups):
+            search = sla_search.Bracket(concurrencies[0], sla_search.cap_of(workload["sla"], concurrencies))
+            measured, stopped = [], None
+            while (level := search.next()) is not None:
+                name = serving.point_name(depth, level, pp, tg)
+                entry = next((p for p in section["points"] if p["point"] == name and p["status"] == "ok"), None)
+                if entry is None:
+                    left = deadline - time.monotonic()
+                    stopped = self.not_run(server, left)
+                    if stopped:
+                        hit = hit or left <= 0
+                        break
+                    point = {"point": name, "depth": depth, "concurrency": level, "pp": pp, "tg": tg,
+                             "order": len(section["points"]), "sla_probe": True}
+                    entry = measure(point, len(section["points"]), len(section["points"]) + 1,
+                                    left / (2 * (len(groups) - g)))
+                latencies = drv.sla_latencies(entry, self.run.run_dir, goals) if entry["status"] == "ok" else {}
+                ok = entry["status"] == "ok" and sla_search.passes(latencies, goals)
+                search.record(level, ok)
+                measured.append(sla_search.measured_entry(entry, latencies, ok))
+            section["sla"]["groups"].append(sla_search.group_section(depth, pp, tg, search, measured, stopped))
         return hit
 
     def point_progress(self, i: int, n: int, entry: dict, phase: str) -> None:

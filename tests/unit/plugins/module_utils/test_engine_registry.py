@@ -66,11 +66,13 @@ def test_a_new_job_engine_is_one_entry(fake_engines):
     with pytest.raises(CampaignError) as err:
         campaign({"name": "j", "engine": "fake-job", "runs": 2})
     assert err.value.problems == ["campaign.workloads[0].runs: only a serving workload (llama.cpp, vllm, sglang, "
-                                  "trtllm-serve, fake-serve) takes it, not engine fake-job"]
+                                  "trtllm-serve, external, fake-serve) takes it, not engine fake-job"]
 
 
 def test_every_built_in_server_has_what_the_layers_read():
-    assert settings.ENGINES == serving.engine_names() == (*settings.JOB_ENGINES, *settings.SERVING_ENGINES)
+    assert settings.ENGINES == serving.engine_names() == (*settings.JOB_ENGINES, *settings.SERVING_ENGINES,
+                                                          settings.EXTERNAL_ENGINE)
+    assert serving.engine_names(serves=True, managed=False) == (settings.EXTERNAL_ENGINE,)  # issue 37: no argv
     for name in settings.SERVING_ENGINES:
         row = serving.ENGINES[name]
         assert row["kv_log"] in KV_LOGS and row["version"] and row["start_s"] > 0

@@ -111,8 +111,8 @@ def serving(**fields):
     ({"name": "w", "engine": "vllm"}, "campaign.workloads[0].profile: required for a serving workload (engine vllm)"),
     ({"name": "w", "preset": "spark-arena"}, "campaign.workloads[0].engine: required, one of"),
     ({"name": "w", "preset": "spark-arena", "engine": "trtllm"},
-     "campaign.workloads[0].profile: only a serving workload (llama.cpp, vllm, sglang, trtllm-serve) takes it, not "
-     "engine trtllm (from the preset 'spark-arena')"),
+     "campaign.workloads[0].profile: only a serving workload (llama.cpp, vllm, sglang, trtllm-serve, external) takes "
+     "it, not engine trtllm (from the preset 'spark-arena')"),
     ({"name": "w", "preset": "T1", "profile": PROFILE}, "campaign.workloads[0].profile: only a serving workload"),
     ({"name": "w", "preset": "matmul", "runs": 2}, "campaign.workloads[0].runs: only a serving workload"),
     ({"name": "w", "preset": "T1", "port": 8000}, "campaign.workloads[0].port: only a serving workload"),
