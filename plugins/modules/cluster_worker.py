@@ -43,8 +43,8 @@ options:
     description:
       - The worker's TCP port, polled on O(address) until it accepts.
       - Omitted, the worker has none to probe (a vLLM C(--headless) node, an SGLang rank 1 or more, which answer
-        nothing until rank 0 has joined them): it is ready once it still runs after a settle time (5 s), and rank
-        0's readiness is the whole cluster's.
+        nothing until rank 0 has joined them). It is then ready once it still runs after a settle time (5 s), and
+        rank 0's readiness is the whole cluster's.
     type: int
   ready_url:
     description: A URL that answers 200 once the worker is ready (a replica's readiness path).

@@ -329,14 +329,18 @@ class HostPlan:
     #: Serving runs are planned: the serving_client role installs the client unless sparkfleet_serving_client
     #: names one.
     needs_serving: bool = False
-    #: The multi-node runs this host leads as its cluster's rank 0 (place_cluster_runs): playbooks/cluster_runs.yml.
+    #: The multi-node runs this host leads as its cluster's rank 0 (place_cluster_runs): roles/matrix cluster_run.
     cluster_runs: list[dict[str, Any]] = field(default_factory=list)
+    #: The host belongs to a cluster the campaign serves on: it keeps its state and lease after its own runs, for
+    #: the multi-node runs of matrix.yml's second play, and is restored there.
+    cluster_duty: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.knobs, "host": self.host, "runs": self.runs, "total": len(self.runs),
                 "async_s": self.async_s, "follow": self.follow, "needs_native": self.needs_native,
                 "needs_container": self.needs_container, "needs_serving": self.needs_serving,
-                "summary": self.summary, "cluster_runs": self.cluster_runs}
+                "summary": self.summary, "cluster_runs": self.cluster_runs, "cluster_duty": self.cluster_duty,
+                "restore_after_own_runs": not self.cluster_duty}
 
 
 @dataclass
@@ -488,5 +492,7 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
             knobs["serving"]["install"] = serving_clients(campaign["workloads"], knobs["serving"],
                                                           knobs["paths"]["work_dir"])
         hosts[check.host] = HostPlan(check.host, runs, async_s, follow, "native" in kinds, "container" in kinds,
-                                     summary, knobs, needs_serving, cluster_runs)
+                                     summary, knobs, needs_serving, cluster_runs,
+                                     any(check.host in clusters.get(w.get("cluster") or "", [])
+                                         for w in campaign["workloads"]))
     return FleetPlan(campaign, out_dir, hosts, renamed_from)

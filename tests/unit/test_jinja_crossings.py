@@ -23,7 +23,7 @@ CAMPAIGN_PATH = [
     "bench.yml", "playbooks/validate.yml", "playbooks/matrix.yml", "playbooks/collect.yml",
     *sorted(str(p.relative_to(REPO)) for role in ("matrix", "collect")
             for p in (REPO / "roles" / role).glob("*/main.yml") if p.parent.name in ("tasks", "defaults")),
-    "roles/matrix/tasks/stop.yml",
+    "roles/matrix/tasks/stop.yml", "roles/matrix/tasks/job.yml",
     "roles/preflight_gates/tasks/main.yml", "roles/preflight_gates/defaults/main.yml",
 ]
 #: Filters that pass a value on (a default, a cast, a path's parts) or build an argument from files.
