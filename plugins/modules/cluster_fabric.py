@@ -35,11 +35,6 @@ options:
     type: str
     default: docker
 attributes:
-  check_mode:
-    support: full
-    description: It only reads, so check mode does the same.
-  diff_mode:
-    support: none
   platform:
     support: full
     platforms: posix
@@ -48,6 +43,7 @@ seealso:
   - module: sparkfleet.bench.preflight_check
 extends_documentation_fragment:
   - sparkfleet.bench.attributes
+  - sparkfleet.bench.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -60,8 +60,10 @@ options:
 attributes:
   check_mode:
     support: none
+    description: It starts or stops a process; check mode is not supported.
   diff_mode:
     support: none
+    description: Shows no diff.
   platform:
     support: full
     platforms: posix
