@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ import pytest
 import yaml
 from tinymodel import make_tiny_model
 
-pytestmark = [pytest.mark.root, pytest.mark.fleet]
+pytestmark = [pytest.mark.root, pytest.mark.fleet,
+              # the pair preflight's jumbo ping (bootstrap.sh installs iputils-ping)
+              pytest.mark.skipif(shutil.which("ping") is None, reason="needs ping (apt-get install iputils-ping)")]
 
 PROFILE = {"depth": [0], "concurrency": [1, 2], "pp": [32], "tg": [16]}
 

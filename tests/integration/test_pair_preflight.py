@@ -6,12 +6,15 @@ sockets, whose bus bandwidth is under the floor, or whose nodes differ in driver
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.root, pytest.mark.fleet]
+pytestmark = [pytest.mark.root, pytest.mark.fleet,
+              # the pair preflight's jumbo ping (bootstrap.sh installs iputils-ping)
+              pytest.mark.skipif(shutil.which("ping") is None, reason="needs ping (apt-get install iputils-ping)")]
 
 RAIL = {"hca": "rocep1s0f0", "netdev": "eth0"}
 # The stand-ins' knobs (tests/fleet/standins): one RDMA device, rocep1s0f0 on eth0, ACTIVE.
