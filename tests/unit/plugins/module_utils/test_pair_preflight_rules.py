@@ -33,7 +33,8 @@ def _rails(n: int, **override) -> list:
              "ipv4": ip % n, "prefixlen": 24, **override} for hca, dev, ip in TWINS]
 
 
-def _nodes(gbps="92.57", lat="1.47", net="IB", busbw="23.7", rails2=None, driver2="580.95.05", ping_rc=0) -> list:
+def _nodes(gbps="92.57", lat="1.47", net="IB", busbw="23.7", rails2=None, driver2="580.95.05", ping_rc=0,
+           image2="sha256:1a2b") -> list:
     rails1, rails2 = _rails(12), rails2 or _rails(13)
     bw = [_standin("ib_write_bw", [*pair.perftest_args(r, FLOORS, i), peer["ipv4"]], SPARKFLEET_FAKE_RDMA_GBPS=gbps)
           for i, (r, peer) in enumerate(zip(rails1, rails2, strict=True))]
@@ -45,11 +46,13 @@ def _nodes(gbps="92.57", lat="1.47", net="IB", busbw="23.7", rails2=None, driver
     pings = {"results": [{"cmd": ["ping", "-M", "do", "-s", "8972", "-c", "3", "-W", "2", "-I", r["netdev"],
                                   peer["ipv4"]], "rc": ping_rc, "stdout": "", "stderr": ""}
                          for r, peer in zip(rails1, rails2, strict=True)]}
-    facts = {"driver": "580.95.05", "kernel": "6.11.0-1016-nvidia", "firmware": "28.45.4028"}
+    facts = {"driver": "580.95.05", "kernel": "6.11.0-1016-nvidia", "firmware": "28.45.4028",
+             "image_digest": "sha256:1a2b"}
     return [{"inventory_hostname": "spark1", "pair_node": {"rails": rails1, "facts": facts, "given": True},
              "pair_pings": pings,
              "pair_bw": {"results": bw}, "pair_lat": {"results": lat_runs}, "pair_nccl": nccl},
-            {"inventory_hostname": "spark2", "pair_node": {"rails": rails2, "facts": {**facts, "driver": driver2},
+            {"inventory_hostname": "spark2", "pair_node": {"rails": rails2, "facts": {**facts, "driver": driver2,
+                                                                                    "image_digest": image2},
                                                            "given": True},
              "pair_pings": pings, "pair_bw": {"skipped": True}}]
 
@@ -70,6 +73,7 @@ def test_a_healthy_pair_passes_every_check():
     ({"gbps": "60"}, "ib_write_bw on spark1", "below 85.00 Gb/s per twin"),
     ({"lat": "9.5"}, "ib_write_lat on spark1", "above 3.00"),
     ({"driver2": "580.159.04"}, "parity on spark1", "driver: spark1='580.95.05', spark2='580.159.04'"),
+    ({"image2": "sha256:9f8e"}, "parity on spark1", "image_digest: spark1='sha256:1a2b', spark2='sha256:9f8e'"),
     ({"rails2": _rails(13, mtu=1500)}, "mtu on spark2", "MTU below 9000"),
     ({"rails2": [dict(r, ipv4="192.168.200.13") for r in _rails(13)]}, "subnets on spark2", "share a subnet"),
     ({"rails2": _rails(13, state="DOWN", active=False)}, "rails_active on spark2", "DOWN"),
