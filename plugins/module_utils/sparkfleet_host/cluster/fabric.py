@@ -148,6 +148,22 @@ def _roce_v2(port_dir: str) -> Tuple[Optional[int], Optional[str], Optional[str]
     return index, gid, _read(os.path.join(port_dir, "gid_attrs", "ndevs", str(index))) or None
 
 
+def link_readings(sysfs: str, hca: str, port: int, netdev: Optional[str]) -> Dict[str, Any]:
+    """What sysfs shows of one port and its netdev: state, state_code, active, phys_state, link_layer, rate, mtu,
+    operstate (None where unreadable: no such port or netdev there)."""
+    port_dir = os.path.join(sysfs, "class", "infiniband", hca, "ports", str(port))
+    code, state = _state(_read(os.path.join(port_dir, "state")))
+    out = {"state": state, "state_code": code, "active": bool(state and "ACTIVE" in state),
+           "phys_state": _state(_read(os.path.join(port_dir, "phys_state")))[1],
+           "link_layer": _read(os.path.join(port_dir, "link_layer")) or None,
+           "rate": _read(os.path.join(port_dir, "rate")) or None, "mtu": None, "operstate": None}
+    if netdev:
+        mtu = _read(os.path.join(sysfs, "class", "net", netdev, "mtu"))
+        out["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
+        out["operstate"] = _read(os.path.join(sysfs, "class", "net", netdev, "operstate")) or None
+    return out
+
+
 def read_fabric(sysfs: str = "/sys", ip_addr: Any = None) -> List[Dict[str, Any]]:
     """One rail per (HCA, port) under ``<sysfs>/class/infiniband``, HCAs in :func:`hca_order`; [] without RDMA.
 
@@ -160,23 +176,13 @@ def read_fabric(sysfs: str = "/sys", ip_addr: Any = None) -> List[Dict[str, Any]
     for hca in sorted(_listdir(base), key=hca_order):
         ports_dir = os.path.join(base, hca, "ports")
         for port in sorted((p for p in _listdir(ports_dir) if p.isdigit()), key=int):
-            port_dir = os.path.join(ports_dir, port)
-            code, state = _state(_read(os.path.join(port_dir, "state")))
-            _, phys = _state(_read(os.path.join(port_dir, "phys_state")))
-            index, gid, netdev = _roce_v2(port_dir)
+            index, gid, netdev = _roce_v2(os.path.join(ports_dir, port))
             if netdev is None:
                 nets = sorted(_listdir(os.path.join(base, hca, "device", "net")))
                 netdev = nets[0] if nets else None
             rail = dict.fromkeys(RAIL_KEYS)
-            rail.update({"hca": hca, "port": int(port), "state": state, "state_code": code,
-                         "active": bool(state and "ACTIVE" in state), "phys_state": phys,
-                         "link_layer": _read(os.path.join(port_dir, "link_layer")) or None,
-                         "rate": _read(os.path.join(port_dir, "rate")) or None, "netdev": netdev,
-                         "roce_v2_gid_index": index, "roce_v2_gid": gid})
-            if netdev:
-                mtu = _read(os.path.join(sysfs, "class", "net", netdev, "mtu"))
-                rail["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
-                rail["operstate"] = _read(os.path.join(sysfs, "class", "net", netdev, "operstate")) or None
+            rail.update({"hca": hca, "port": int(port), "netdev": netdev, "roce_v2_gid_index": index,
+                         "roce_v2_gid": gid, **link_readings(sysfs, hca, int(port), netdev)})
             if netdev in addresses:
                 rail["ipv4"], rail["prefixlen"] = addresses[netdev]
                 rail["ipv4_source"] = "ip-addr"

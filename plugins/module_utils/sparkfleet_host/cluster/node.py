@@ -9,7 +9,6 @@ Stdlib only, Python 3.8+.
 
 from __future__ import annotations
 
-import os
 import platform
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -28,27 +27,15 @@ def _output(argv: Sequence[str], run: Runner, which: Which) -> Optional[str]:
     return out if rc == 0 else None
 
 
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
-
-
 def _checked(rail: Dict[str, Any], sysfs: str, devinfo: Mapping[str, Any], addresses: Mapping[str, Any]) -> None:
-    """A given rail's port state, MTU and address as the node shows them (a given rail is not taken on trust)."""
-    ports = [p for p in (devinfo.get(rail["hca"]) or {}).get("ports") or [] if p.get("port") == rail["port"]]
-    state = _read(os.path.join(sysfs, "class", "infiniband", str(rail["hca"]), "ports", str(rail["port"]), "state"))
-    if state:
-        rail["state"] = state.split(":")[-1].strip()
-    elif ports and ports[0].get("state"):
-        rail["state"] = str(ports[0]["state"]).replace("PORT_", "")
-    else:
-        rail["state"] = None
-    rail["active"] = rail["state"] == "ACTIVE"
-    mtu = _read(os.path.join(sysfs, "class", "net", str(rail["netdev"]), "mtu"))
-    rail["mtu"] = int(mtu) if mtu and mtu.isdigit() else rail.get("mtu")
+    """A given rail's port state, MTU and address as the node shows them (a given rail is not taken on trust):
+    sysfs (fabric.link_readings), else ibv_devinfo's port state."""
+    shown = fabric.link_readings(sysfs, str(rail["hca"]), rail["port"], rail.get("netdev"))
+    if shown["state"] is None:
+        ports = [p for p in (devinfo.get(rail["hca"]) or {}).get("ports") or [] if p.get("port") == rail["port"]]
+        state = str(ports[0]["state"]).replace("PORT_", "") if ports and ports[0].get("state") else None
+        shown.update(state=state, active=state == "ACTIVE")
+    rail.update({k: v for k, v in shown.items() if v is not None or k in ("state", "active")})
     if rail["netdev"] in addresses and not rail.get("ipv4"):
         (rail["ipv4"], rail["prefixlen"]), rail["ipv4_source"] = addresses[rail["netdev"]], "ip-addr"
 
