@@ -22,9 +22,10 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional
 
-from ..engines.serving import log_tail, probe
+from ..engines.serving import log_tail
 from ..run import runexec
 
 POLL_S = 0.2
@@ -57,6 +58,15 @@ def _accepts(address: str, port: int) -> bool:
         with socket.create_connection((address, port), timeout=1.0):
             return True
     except OSError:
+        return False
+
+
+def _answers(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the node, never a proxy
+    try:
+        with opener.open(url, timeout=2.0) as response:
+            return response.status == 200
+    except (OSError, ValueError):
         return False
 
 
@@ -96,7 +106,7 @@ def _ready(address: str, port: Optional[int], ready_url: Optional[str], settled:
     """A worker with a port: it accepts (and ready_url answers 200); without one: it has settled."""
     if not port:
         return settled
-    return _accepts(address, port) and (not ready_url or probe(ready_url)[0])
+    return _accepts(address, port) and (not ready_url or _answers(ready_url))
 
 
 def stop(name: str, directory: str, grace_s: float = STOP_GRACE_S) -> Dict[str, Any]:

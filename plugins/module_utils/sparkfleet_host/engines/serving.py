@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Optional, Tuple
+from typing import Optional
 
 from ..contract.fields import REQUIRED, Field, field_problem
 from ..run import listeners
@@ -755,18 +755,6 @@ def replica_urls(workload: dict, workers: list) -> list:
     return ["http://%s:%d" % (LOOPBACK, port(workload))] + ["http://%s:%d" % (a, port(workload)) for a in workers]
 
 
-def probe(url: str, opener=None) -> Tuple[bool, str]:
-    """One GET of a readiness URL, never through a proxy: (it answered 200, what it answered)."""
-    opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=PROBE_TIMEOUT_S) as response:
-            return response.status == 200, "HTTP %d" % response.status
-    except urllib.error.HTTPError as exc:  # 503 while the model loads
-        return False, "HTTP %d" % exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return False, str(getattr(exc, "reason", exc))
-
-
 def ready_url(workload: dict) -> str:
     return "http://%s:%d%s" % (LOOPBACK, port(workload), engine_spec(workload)["ready_path"])
 
@@ -1033,9 +1021,15 @@ class ServerProcess:
             if code is not None:
                 raise ServingError("server exited with code %s before it was ready: %s"
                                    % (code, log_tail(self.log_path) or "server.log is empty"))
-            ready, last = probe(self.url, self._opener)
-            if ready:
-                return round(time.monotonic() - started, 3)
+            try:
+                with self._opener.open(self.url, timeout=PROBE_TIMEOUT_S) as response:
+                    if response.status == 200:
+                        return round(time.monotonic() - started, 3)
+                    last = "HTTP %d" % response.status
+            except urllib.error.HTTPError as exc:  # 503 while the model loads
+                last = "HTTP %d" % exc.code
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = str(getattr(exc, "reason", exc))
             if time.monotonic() >= deadline:
                 raise ServingError("server not ready after %.0f s (%s answered %s): %s"
                                    % (float(timeout_s), self.url, last, log_tail(self.log_path)))
