@@ -51,11 +51,14 @@ def direction(metric: str) -> int:
 PROFILE = ("depth", "concurrency", "pp", "tg")
 #: One point cell: its statistics pool the iterations (and the hosts that ran it).
 POINT_KEYS = ("engine", "environment", "model", *PROFILE)
+#: A run's SLA search (issue 37) of the point's (depth, pp, tg), on each of its points: the capacity found, the cap,
+#: why the search stopped early (None: it settled) and the targets (JSON); None where the workload set no sla.
+SLA_COLUMNS = ("sla_capacity", "sla_cap", "sla_stopped", "sla_targets")
 RUN_COLUMNS = ("run_id", "campaign", "host", "model", "environment", "workload", "iteration", "environment_kind",
                "engine", "status", "reason", "warmup", "aa_group", "aa_member", "prefix_caching")
 POINT_COLUMNS = (*RUN_COLUMNS, "point", *PROFILE, "point_status", "point_reason", "point_order", "point_duration_s",
                  *SERVING_METRICS, *(f"samples_{m}" for m in SERVING_METRICS), "raw", "record_dir", "client_runs",
-                 "bad_figures")
+                 "bad_figures", *SLA_COLUMNS)
 POINT_OK = "ok"
 
 
@@ -121,6 +124,7 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     run |= {"aa_group": environment.get("aa_group"), "aa_member": environment.get("aa_member"),
             "prefix_caching": params.get("prefix_caching")}
     client_runs = _integer(params.get("runs"))  # llama-benchy --runs per point
+    searched = _sla_groups(serving)
     rows = []
     for point in serving["points"]:
         if not isinstance(point, dict):
@@ -137,8 +141,22 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
         row |= {"raw": point.get("raw"), "record_dir": record_dir,
                 "client_runs": client_runs if client_runs and client_runs > 0 else None,
                 "bad_figures": _bad_figures(metrics)}
+        row |= searched.get((row["depth"], row["pp"], row["tg"]), {})
         rows.append(row)
     return rows
+
+
+def _sla_groups(serving: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The record's SLA searches (``serving.sla.groups``) by (depth, pp, tg), in SLA_COLUMNS."""
+    sla = serving.get("sla") if isinstance(serving.get("sla"), dict) else {}
+    targets = json.dumps(sla.get("targets"), sort_keys=True) if isinstance(sla.get("targets"), dict) else None
+    out = {}
+    for group in sla.get("groups") or []:
+        if isinstance(group, dict):
+            out[tuple(_integer(group.get(k)) for k in ("depth", "pp", "tg"))] = {
+                "sla_capacity": _integer(group.get("capacity")), "sla_cap": _integer(group.get("cap")),
+                "sla_stopped": group.get("stopped"), "sla_targets": targets}
+    return out
 
 
 def points_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -146,7 +164,8 @@ def points_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame.from_records(rows, columns=list(POINT_COLUMNS)) if rows else \
         pd.DataFrame(columns=list(POINT_COLUMNS))
     types = {m: "float64" for m in (*SERVING_METRICS, "point_duration_s")}
-    types |= {k: "Int64" for k in (*PROFILE, "point_order", "client_runs")} | {"iteration": "Int64"}
+    types |= {k: "Int64" for k in (*PROFILE, "point_order", "client_runs", "sla_capacity", "sla_cap")}
+    types |= {"iteration": "Int64"}
     frame = frame.astype(types)
     frame["warmup"] = frame["warmup"].astype("boolean")
     return frame

@@ -77,6 +77,8 @@ class ServingStudy:
     baseline: pd.DataFrame = field(default_factory=pd.DataFrame)  # each point against --baseline (the gate's rows)
     pareto: pd.DataFrame = field(default_factory=pd.DataFrame)  # per configuration and concurrency: pareto.COLUMNS
     pareto_twins: list[str] = field(default_factory=list)  # A/A twin environments left out of the front
+    capacity: pd.DataFrame = field(default_factory=pd.DataFrame)  # per SLA cell: serving_sla.capacity_cells
+    capacity_comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)  # serving_sla.comparisons, per question
 
     @property
     def present(self) -> bool:
@@ -214,7 +216,22 @@ def serving_study(points: pd.DataFrame, alpha: float, threshold: float, level: f
     if tables:
         study.comparisons = pd.concat(tables, ignore_index=True)
         study.verdicts = verdicts
+    capacity_study(study, points[~points["environment"].astype(str).isin(twins)], alpha, threshold, level)
     return study
+
+
+def capacity_study(study: ServingStudy, points: pd.DataFrame, alpha: float, threshold: float, level: float) -> None:
+    """The SLA capacities (issue 37) per cell and their verdicts, each question one family, into ``study``."""
+    rows = serving_sla.capacity_rows(points)
+    if rows.empty:
+        return
+    study.capacity = serving_sla.capacity_cells(rows, level)
+    judged = [serving_sla.comparisons(rows, question, _CONTEXT[question], _SIDE[question],
+                                      _references(rows, question), alpha, threshold, level)
+              for question in (ENVIRONMENT, ENGINE)]
+    judged = [frame for frame in judged if not frame.empty]
+    if judged:
+        study.capacity_comparisons = pd.concat(judged, ignore_index=True)
 
 
 # --- verdict lines and warnings ----------------------------------------------------------------------------
@@ -270,9 +287,19 @@ def verdict_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
     return lines
 
 
+def capacity_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
+    """One line per SLA capacity comparison (serving_sla.verdict_words), its badge the comparison's outcome."""
+    judged = study.capacity_comparisons
+    if judged.empty:
+        return []
+    return [VerdictLine(serving_sla.QUESTION, f"{row.model} / {row.held} / {row.b} vs {row.a}", row.outcome,
+                        row.outcome, serving_sla.verdict_words(row, threshold))
+            for row in judged.itertuples()]
+
+
 def with_serving_lines(lines: list[VerdictLine], study: ServingStudy, threshold: float) -> list[VerdictLine]:
     """The verdict block with the serving lines added; "nothing to compare" goes where serving compares."""
-    added = verdict_lines(study, threshold) if study.present else []
+    added = verdict_lines(study, threshold) + capacity_lines(study, threshold) if study.present else []
     if not added:
         return lines
     return [line for line in lines if line.question != "none"] + added
@@ -450,7 +477,7 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
             "noise floor": noise["floor_pct"].map(lambda v: "±" + fmt_pct(v).lstrip("+")),
             "MDE": noise["mde_pct"].map(lambda v: fmt_pct(v).lstrip("+")),
         }), "Noise floor per serving metric (as the A/A noise floor section computes it)", "serving_aa_noise.csv")]))
-    capacity = serving_sla.section(getattr(report, "root", None), points, o.level)  # issue 37: the SLA question
+    capacity = serving_sla.section(study.capacity, study.capacity_comparisons, o.level, o.threshold)  # issue 37
     return [Section("Serving", blocks), serving_pareto.section(study.pareto, study.pareto_twins, figures),
             *([capacity] if capacity is not None else [])]
 
@@ -473,7 +500,10 @@ def tables(study: ServingStudy) -> dict[str, pd.DataFrame]:
     comparisons = study.comparisons.drop(columns=["text"], errors="ignore")
     written = dict(zip(CSV_NAMES, (study.points, study.cells, comparisons, study.noise,
                                    study.pareto.reindex(columns=list(pareto.COLUMNS))), strict=True))
-    return written | ({BASELINE_CSV: study.baseline} if not study.baseline.empty else {})
+    capacity = {serving_sla.CSV: study.capacity} if not study.capacity.empty else {}
+    if not study.capacity_comparisons.empty:
+        capacity[serving_sla.COMPARISONS_CSV] = study.capacity_comparisons
+    return written | capacity | ({BASELINE_CSV: study.baseline} if not study.baseline.empty else {})
 
 
 def write_tables(study: ServingStudy, out_dir: str | os.PathLike[str]) -> list[Path]:
@@ -498,7 +528,9 @@ def payload(report: Any) -> dict[str, Any]:
     cells = study.cells.assign(values=study.cells["values"].map(json.loads)) if not study.cells.empty else study.cells
     return {"serving": {"cells": records(cells), "comparisons": records(study.comparisons),
                         "failed_points": records(study.failed), "failed_runs": records(study.failed_runs),
-                        "noise_floor": records(study.noise), "pareto": records(study.pareto)}}
+                        "noise_floor": records(study.noise), "pareto": records(study.pareto),
+                        "capacity": records(study.capacity),
+                        "capacity_comparisons": records(study.capacity_comparisons)}}
 
 
 __all__ = ["ServingStudy", "findings", "payload", "serving_sections", "serving_study", "tables",

@@ -50,12 +50,28 @@ def kind_of(environment: str) -> str:
     return "native" if environment.startswith("native") else "container"
 
 
+#: The SLA targets of a tree with capacities (the record's serving.sla.targets, as run_launch writes them).
+SLA_TARGETS = {"ttft_ms": {"percentile": 99.0, "max": 2000.0}, "tpot_ms": {"percentile": 99.0, "max": 50.0}}
+#: A capacity function: (engine, environment, rng) -> the capacity one run's search found.
+Capacity = Callable[[str, str, np.random.Generator], int]
+
+
+def sla_section(capacity: int, cap: int, profile: dict[str, tuple[int, ...]] = PROFILE) -> dict[str, Any]:
+    """The record's serving.sla of a run whose search found ``capacity`` for every (depth, pp, tg) (the levels
+    measured are not the report's business and left empty)."""
+    groups = [{"depth": d, "pp": p, "tg": t, "capacity": capacity, "cap": cap, "measured": [], "stopped": None}
+              for d in profile["depth"] for p in profile["pp"] for t in profile["tg"]]
+    return {"targets": SLA_TARGETS, "max_concurrency": cap, "groups": groups}
+
+
 def serving_record(engine: str, environment: str, iteration: int, order: int, rng: np.random.Generator,
                    factor: Callable[[str, str, str, dict[str, int]], float], cv: float,
                    failed: Iterable[str] = (), dead: bool = False, host: str = "spark-01",
-                   aa: dict[str, str] | None = None, profile: dict[str, tuple[int, ...]] = PROFILE) -> dict[str, Any]:
+                   aa: dict[str, str] | None = None, profile: dict[str, tuple[int, ...]] = PROFILE,
+                   sla: tuple[Capacity, int] | None = None) -> dict[str, Any]:
     """One serving run's record: every point ok unless named in ``failed``; ``dead``: the server never came
-    up (no point ok, status failed as the producer writes it)."""
+    up (no point ok, status failed as the producer writes it); ``sla``: (capacity function, cap), a search's
+    outcome per (depth, pp, tg)."""
     workload = f"serve-quick.{engine}"
     points = []
     for index, p in enumerate(points_of(profile)):
@@ -89,6 +105,8 @@ def serving_record(engine: str, environment: str, iteration: int, order: int, rn
             "serving": {"engine": engine, "server": {"port": 8000, "ready_s": 2.0, "stopped": "terminated"},
                         "client": {"name": "llama-benchy", "version": "0.4.0"}, "kv": {"kv_cache_gib": 40.0},
                         "point_order_seed": 1234, "points": points}}
+    if sla is not None and not dead:
+        rec["serving"]["sla"] = sla_section(sla[0](engine, environment, rng), sla[1], profile)
     return rec
 
 
@@ -102,11 +120,13 @@ def build_serving_tree(root: Path, *, engines: tuple[str, ...] = ("vllm", "llama
                        failed: dict[tuple[str, str, int], tuple[str, ...]] | None = None,
                        dead: Iterable[tuple[str, str, int]] = (), aa_pairs: dict[str, str] | None = None,
                        seed: int = 0, hosts: tuple[str, ...] = ("spark-01",),
-                       profile: dict[str, tuple[int, ...]] = PROFILE) -> Path:
+                       profile: dict[str, tuple[int, ...]] = PROFILE,
+                       sla: tuple[Capacity, int] | None = None) -> Path:
     """Write the runs, interleaved (iteration-major, as the planner orders them) under ``root``.
 
     ``failed``: (engine, environment, iteration) -> point names that fail in that run; ``dead``: runs whose
-    server never came up; ``aa_pairs``: A/A twin environment -> its original (both get aa_group/aa_member)."""
+    server never came up; ``aa_pairs``: A/A twin environment -> its original (both get aa_group/aa_member);
+    ``sla``: (capacity function, cap): each run's SLA search outcome (serving_record)."""
     rng = np.random.default_rng(seed)
     failed, dead, aa_pairs = failed or {}, set(dead), aa_pairs or {}
     marks = {twin: {"aa_group": original, "aa_member": "b"} for twin, original in aa_pairs.items()}
@@ -119,7 +139,7 @@ def build_serving_tree(root: Path, *, engines: tuple[str, ...] = ("vllm", "llama
                     rec = serving_record(engine, environment, iteration, order, rng, factor, cv,
                                          failed.get((engine, environment, iteration), ()),
                                          (engine, environment, iteration) in dead, host, marks.get(environment),
-                                         profile)
+                                         profile, sla)
                     contract.write_json_atomic(root / host / "runs" / rec["run_id"] / "record.json", rec)
                     order += 1
     return root
