@@ -163,6 +163,18 @@ step "ansible-test sanity validate-modules (the checkout, in place)" tests/sanit
 # The serving e2e's real engine: llama.cpp's llama-server from the llama-cpp-python sdist, built once and cached
 # in ~/.cache/sparkfleet (about 10 minutes on 2 cores the first time), before the tests so no test waits on it.
 step "llama-server for the serving tests (built once, cached)" .venv/bin/python tests/fleet/llamacpp.py build
+# AIPerf for its end-to-end test (tests/integration/test_aiperf_sla.py) at the pin its driver names, in a virtualenv
+# of its own: about 1.2 GB of dependencies (pyarrow, transformers, plotly...) the product's venv must not carry.
+tool_venv() {
+  local dir=$1 requirement=$2
+  [ -e "$dir/.installed-$requirement" ] && return 0
+  python3 -m venv "$dir" && "$dir/bin/pip" install -q --disable-pip-version-check "$requirement" \
+    && touch "$dir/.installed-$requirement"
+}
+aiperf_pin=$(sed -n 's/^ *PACKAGE, PIN, EXECUTABLE = "aiperf", "\([^"]*\)".*/\1/p' \
+  plugins/module_utils/sparkfleet_host/engines/serving_client.py)
+step "aiperf $aiperf_pin for the AIPerf end-to-end test (its own venv, installed once)" \
+  tool_venv .venv-aiperf "aiperf==$aiperf_pin"
 [ "$(id -u)" -eq 0 ] || echo "note: not root: tests marked 'root' (fake fleet, Docker, chroot) are skipped"
 ansible_version=$(.venv/bin/python -c 'import ansible.release as r; print(r.__version__)')
 workers=${SPARKFLEET_TEST_WORKERS:-3}

@@ -190,6 +190,31 @@ def serving(work: Path, seed: int, cv: float, iterations: int, engine_by: float 
             "serving engine": _serving_fired(report, ENGINE)}
 
 
+#: The SLA capacity scenarios: a run's true capacity is BASE_CAPACITY x its factor x (1 + N(0, CAPACITY_CV)),
+#: floored to the integer concurrency a bisection settles on; the search's cap is far above it.
+BASE_CAPACITY, CAPACITY_CV, CAPACITY_CAP = 20.0, 0.10, 256
+
+
+def serving_capacity(work: Path, seed: int, iterations: int, container_by: float = 0.0) -> dict[str, bool]:
+    """The SLA capacity verdicts (report/serving_sla.py) on the serving tree (2 engines x 2 environments x 2
+    depths), each run's capacity per (depth, pp, tg) a discrete draw; ``container_by``: the container's true
+    capacity that much lower. Fires when a capacity comparison says different (environment or engine)."""
+    from serving_tree import build_serving_tree  # noqa: PLC0415 - the tests' synthetic serving tree
+
+    def capacity(_engine: str, environment: str, rng: np.random.Generator) -> int:
+        factor = 1 - container_by if environment == "container" else 1.0
+        return max(0, int(BASE_CAPACITY * factor * (1 + rng.normal(0, CAPACITY_CV))))
+
+    root = build_serving_tree(work / "serve", iterations=iterations, seed=seed, sla=(capacity, CAPACITY_CAP))
+    judged = analyse(load_runs(root)).serving.capacity_comparisons
+    different = judged[judged["outcome"] == "different"]
+    if container_by:  # power: the container named lower, and nothing else called different
+        return {"capacity environment": bool(len(different[(different["b"] == "container")
+                                                           & (different["shift"] < 0)]))}
+    return {"capacity environment": bool((different["question"] == ENVIRONMENT).any()),
+            "capacity engine": bool((different["question"] == ENGINE).any())}
+
+
 def _serving_factor(by: float) -> Callable[[str, str, str, dict[str, int]], float]:
     """Every serving figure ``by`` worse (throughput down, latency up) at every engine, environment and point."""
     def factor(_engine: str, _environment: str, metric: str, _point: dict[str, int]) -> float:
@@ -281,6 +306,10 @@ def scenarios() -> dict[str, tuple[str, float, Callable[[Path, int], dict[str, b
             w, s, cv, 5))
         out[f"null-serving-fleet-n5-cv{cv:g}"] = ("false alarms", cv, lambda w, s, cv=cv: serving_fleet(
             w, s, cv, 5, None, 0.0))
+    for n in (5, DEFAULT_ITERATIONS):
+        out[f"null-capacity-n{n}"] = ("false alarms", CAPACITY_CV, lambda w, s, n=n: serving_capacity(w, s, n))
+        out[f"power-capacity-n{n}"] = (f"power: container capacity 20% lower, noise 10%, {n} iterations",
+                                       CAPACITY_CV, lambda w, s, n=n: serving_capacity(w, s, n, container_by=0.20))
     out["power-environment"] = ("power: bare 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
         w, np.random.default_rng(s), 0.03, 5, worse(0.10, environment="bare")))
     out["power-regression"] = ("power: current 10% slower, CV 3%, 5 iterations", 0.03, lambda w, s: single_host(
@@ -301,7 +330,8 @@ POWER_KINDS = {"power-environment": ("environment",), "power-regression": ("regr
                "power-fleet": ("hosts (report)", "not normal", "fleet out", "reference"),
                "power-serving": ("serving environment", "serving engine"),
                "power-serving-regression": ("regression", "compare exit 1"),
-               "power-serving-fleet": ("hosts (report)", "not normal", "fleet out", "fleet not normal", "reference")}
+               "power-serving-fleet": ("hosts (report)", "not normal", "fleet out", "fleet not normal", "reference"),
+               "power-capacity-n5": ("capacity environment",), "power-capacity-n10": ("capacity environment",)}
 
 
 def without_family() -> None:

@@ -74,11 +74,17 @@ def median_interval(values: list[int], level: float = 0.95) -> tuple[float, floa
     return median, float(data[best - 1]), float(data[n - best])
 
 
+def settled(rows: pd.DataFrame) -> pd.DataFrame:
+    """The searches that settled: one stopped early (an error, the run's time) found only a lower bound."""
+    return rows[rows["stopped"].isna()]
+
+
 def capacity_cells(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
-    """Per KEYS cell: n, the capacities, their median and its interval, the cap, searches stopped early."""
+    """Per KEYS cell: n and the capacities of the searches that settled, their median and its interval, the cap,
+    and the searches stopped early (left out of n: their capacity is only a lower bound)."""
     out = []
     for key, group in rows.groupby(KEYS, sort=True, dropna=False):
-        values = [int(v) for v in group["capacity"]]
+        values = [int(v) for v in settled(group)["capacity"]]
         median, low, high = median_interval(values, level)
         out.append(dict(zip(KEYS, key, strict=True), n=len(values), capacities=values, median=median, low=low,
                         high=high, cap=group["cap"].max(), stopped=int(group["stopped"].notna().sum())))
@@ -132,7 +138,7 @@ def comparisons(rows: pd.DataFrame, question: str, context: str, side: str, refe
     if rows.empty or references.empty:
         return pd.DataFrame()
     fixed = [k for k in KEYS if k != side]
-    rows = rows.merge(references, on=[context, "model"])
+    rows = settled(rows).merge(references, on=[context, "model"])
     out = []
     for key, cell in rows.groupby(fixed, sort=True, dropna=False):
         ref = cell[cell[side] == cell["a"]]
@@ -148,7 +154,8 @@ def comparisons(rows: pd.DataFrame, question: str, context: str, side: str, refe
         return pd.DataFrame()
     table_ = compare.hold_to_family(pd.DataFrame(out), alpha)
     size = len(table_)  # the family once every comparison can be judged
-    table_["required_n"] = [least_n(alpha / size) if o == "undetermined" else None for o in table_["outcome"]]
+    table_["required_n"] = [least_n(alpha / size) if o == "undetermined" and r != "at-cap" else None
+                            for o, r in zip(table_["outcome"], table_["reason"], strict=True)]
     return table_
 
 
@@ -161,7 +168,8 @@ def verdict_words(row: Any, threshold: float) -> str:
                                 f"{fmt(row.p_family)}; beyond ±{threshold * 100:g}%)",
             "within-threshold": f"the same within ±{threshold * 100:g}% (significant but smaller)",
             "equivalent": f"the same (the interval lies inside ±{threshold * 100:g}%)",
-            "at-cap": "undetermined: a capacity reached the search's cap, so equal or close says nothing beyond it",
+            "at-cap": "undetermined: a capacity reached the search's cap (max_concurrency), so equal or close says "
+                      "nothing beyond it; a higher cap could tell",
             "family": "undetermined: significant alone, not within its family",
             "n-too-small": f"undetermined: too few iterations (≥ {row.required_n} per side could tell)",
             "inconclusive": f"undetermined (≥ {row.required_n} iterations per side could tell)"}
@@ -181,7 +189,8 @@ def section(cells: pd.DataFrame, judged: pd.DataFrame, level: float, threshold: 
             "per-request samples, time per output token as 1000 / each request's decode rate, or AIPerf's exported "
             f"pNN). Over the iterations: the median capacity with an exact {level * 100:g}% order-statistic interval "
             f"for the median (from {MIN_N} iterations on; fewer: none). A capacity equal to the cap means the cap "
-            "was never exceeded, not that the server stops there.")
+            "was never exceeded, not that the server stops there. A search stopped early (a point that failed, the "
+            "run's time) found only a lower bound: it is counted, not used.")
     shown = pd.DataFrame({
         **{k: cells[k] for k in KEYS}, "n": cells["n"],
         "capacities": cells["capacities"].map(lambda v: ", ".join(map(str, v))),

@@ -320,7 +320,11 @@ class AIPerf:
                 "--use-server-token-count", "--concurrency", str(conc), "--request-count", str(requests),
                 "--warmup-request-count", str(conc), "--conversation-num", str(requests + conc),
                 "--dataset-sampling-strategy", "sequential", "--random-seed", str(point_seed),
-                "--no-server-metrics", "--artifact-dir", os.path.dirname(out_json), "--ui", "none"]
+                "--no-server-metrics", "--artifact-dir", os.path.dirname(out_json), "--ui", "none",
+                # a fresh connection per request: pooled, a request sent on a connection llama-server had just
+                # closed after a streamed reply failed "Server disconnected" (9 of 24 points in
+                # tests/integration/test_aiperf_sla.py's first runs)
+                "--connection-reuse-strategy", "never"]
         if not prefix_caching:
             argv += ["--extra-inputs", "cache_prompt:false"]
         return argv + [str(a) for a in (extra or [])]

@@ -513,7 +513,9 @@ class Launcher:
     def search_sla(self, section: dict, measure, server, deadline: float) -> bool:
         """The SLA search (run/sla_search.py) per (depth, pp, tg) of the profile, after its points: each level it
         needs that the profile did not measure is run as a point marked ``sla_probe``; section["sla"] keeps the
-        targets and per (depth, pp, tg) the capacity and every level measured. Whether the deadline stopped it."""
+        targets and per (depth, pp, tg) the capacity and every level measured. A level whose point failed (the
+        client or the server erred) stops that search with the reason: an error is not a latency miss, and a point
+        is never measured twice under one name. Whether the deadline stopped it."""
         workload = self.run.workload
         drv = serving_client.driver(workload.get("client"))
         goals = sla_search.targets(workload["sla"])
@@ -528,7 +530,10 @@ class Launcher:
             measured, stopped = [], None
             while (level := search.next()) is not None:
                 name = serving.point_name(depth, level, pp, tg)
-                entry = next((p for p in section["points"] if p["point"] == name and p["status"] == "ok"), None)
+                entry = next((p for p in section["points"] if p["point"] == name), None)
+                if entry is not None and entry["status"] != "ok":  # an error is not an SLA miss: stop, say why
+                    stopped = "level %d: point %s %s: %s" % (level, name, entry["status"], entry.get("reason"))
+                    break
                 if entry is None:
                     left = deadline - time.monotonic()
                     stopped = self.not_run(server, left)
@@ -539,8 +544,11 @@ class Launcher:
                              "order": len(section["points"]), "sla_probe": True}
                     entry = measure(point, len(section["points"]), len(section["points"]) + 1,
                                     left / (2 * (len(groups) - g)))
-                latencies = drv.sla_latencies(entry, self.run.run_dir, goals) if entry["status"] == "ok" else {}
-                ok = entry["status"] == "ok" and sla_search.passes(latencies, goals)
+                if entry["status"] != "ok":
+                    stopped = "level %d: point %s %s: %s" % (level, name, entry["status"], entry.get("reason"))
+                    break
+                latencies = drv.sla_latencies(entry, self.run.run_dir, goals)
+                ok = sla_search.passes(latencies, goals)
                 search.record(level, ok)
                 measured.append(sla_search.measured_entry(entry, latencies, ok))
             section["sla"]["groups"].append(sla_search.group_section(depth, pp, tg, search, measured, stopped))

@@ -137,3 +137,23 @@ def test_a_target_no_level_meets_gives_capacity_zero(tmp_path, tiny, endpoint):
     (group,) = rec["serving"]["sla"]["groups"]
     assert group["capacity"] == 0 and [(m["concurrency"], m["pass"]) for m in group["measured"]] == [(1, False)]
     assert not any(p.get("sla_probe") for p in rec["serving"]["points"])
+
+
+def test_a_level_whose_point_failed_stops_the_search_and_is_never_measured_twice(tmp_path, tiny, endpoint):
+    """The client fails at concurrency 4 (the probe): an error is not a latency miss. The search stops there, says
+    why, and keeps the capacity found so far; no point name appears twice in the record."""
+    if CLIENT is None:
+        pytest.skip("no llama-benchy beside the test's python")
+    failing = tmp_path / "client"
+    failing.write_text(f'#!/bin/sh\ncase " $* " in *" --concurrency 4 "*) echo "refused" >&2; exit 1;; esac\n'
+                       f'exec {CLIENT} "$@"\n')
+    failing.chmod(0o755)
+    loose = {"ttft_ms": {"percentile": 99, "max": 60000}, "max_concurrency": 4}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys.modules[__name__], "CLIENT", str(failing))
+        rec, _ = run_endpoint(tmp_path, tiny, endpoint, sla=loose)
+    names = [p["point"] for p in rec["serving"]["points"]]
+    assert len(names) == len(set(names)) == 3, names
+    (group,) = rec["serving"]["sla"]["groups"]
+    assert group["capacity"] == 2 and group["stopped"].startswith("level 4: point d0.c4.pp32.tg8 failed"), group
+    assert [(m["concurrency"], m["pass"]) for m in group["measured"]] == [(1, True), (2, True)]
