@@ -17,7 +17,9 @@ the statistics functions alone. Two shapes:
   independent serving campaign, for the regression gate (``sparkfleet compare`` through its command line, and
   ``report --baseline``: serving points x metrics and run-level rows in one Holm family); on three hosts (each
   with the GPU example's host files) for the host verdicts, every serving point a host cell of its own, and
-  against an independent reference serving campaign.
+  against an independent reference serving campaign;
+* **the SLA capacity** (the serving tree with each run's ``serving.sla``, a discrete capacity per depth): the
+  capacity verdicts between environments and engines (report/serving_sla.py).
 
 A verdict kind *fires* in a campaign when its headline says DIFFERENT (environment, memory, serving environment,
 serving engine), REGRESSION / IMPROVEMENT (regression), host out (report verdict block), NOT NORMAL
