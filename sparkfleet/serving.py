@@ -196,7 +196,8 @@ def failed_points(points: pd.DataFrame) -> pd.DataFrame:
 #: request (concurrency x runs) for the per-user and latency figures.
 PER_RUN_SAMPLES = tuple(m for m, spec in SERVING_METRICS.items() if spec.scope == AGGREGATE)
 #: Each per-user rate and the aggregate rate of the same requests.
-AGGREGATE_OF = {m: spec.aggregate for m, spec in SERVING_METRICS.items() if spec.aggregate}
+AGGREGATE_OF = {m: spec.aggregate for m, spec in SERVING_METRICS.items()
+                if spec.aggregate and spec.bounded_by_aggregate}
 #: The checks impossible_samples makes, in words (``check`` column).
 CHECKS = {
     "figure_negative": "negative figure",

@@ -127,6 +127,9 @@ def test_aiperf_sla_campaign_with_an_external_endpoint(llama_server, unmanaged, 
     assert (verdict["a"], verdict["b"], verdict["question"]) == ("external", "llama.cpp", "serving-engine"), verdict
     assert verdict["outcome"] in ("different", "same", "undetermined")
 
+    with (out / "pareto.csv").open() as handle:  # both levels of each configuration on the front's panel
+        levels = {(row["engine"], row["concurrency"]) for row in csv.DictReader(handle)}
+    assert levels == {(e, c) for e in ("llama.cpp", "external") for c in ("1", "2")}, levels
     dom = chromium.dump_dom(out / "index.html", tmp_path / "profile-dom")
     capacity = chromium.section(dom, "section-serving-capacity-within-the-sla")
     assert "Capacity within the SLA per cell" in capacity and "Capacity comparisons" in capacity

@@ -170,13 +170,15 @@ MEMORY_METRICS = ("peak_memory_gib", "kv_cache_gib", *CONFIG_METRICS, *KV_BUDGET
 class ServingMetric(NamedTuple):
     """A serving point's metric: its unit, its scope (AGGREGATE, PER_USER or LATENCY: a table or a figure shows
     one scope only), its direction (+1: higher is better, -1: lower is better), its name in words, and for a
-    per-user rate the aggregate rate of the same requests."""
+    per-user rate the aggregate rate of the same requests, and whether by the client's definitions the per-user
+    rate cannot exceed concurrency x that aggregate (the report screens the figures that do)."""
 
     unit: str
     scope: str
     direction: int
     words: str
     aggregate: Optional[str] = None
+    bounded_by_aggregate: bool = True
 
 
 #: The scopes of the serving point metrics: all concurrent requests together, one request, a time.
@@ -196,8 +198,11 @@ SERVING_METRICS: Dict[str, ServingMetric] = {
     "est_ppt_ms": ServingMetric("ms", LATENCY, -1, "estimated prompt processing time"),
     # AIPerf's (serving_client.AIPERF_METRICS; its time_to_first_token is e2e_ttft_ms above)
     "out_tok_s": ServingMetric("tokens/s", AGGREGATE, 1, "output throughput over the run (aggregate)"),
+    # not bounded: AIPerf's per-user rate is 1 / inter-token latency (the decode alone), its aggregate the output
+    # tokens over the whole benchmark (prefill and the gaps between requests too): at concurrency 1 the per-user
+    # figure is routinely above the aggregate (1,168-1,481 against 644-838 tok/s, tests/integration/test_aiperf_sla.py)
     "out_req_tok_s": ServingMetric("tokens/s", PER_USER, 1, "output throughput (per user: 1 / inter-token "
-                                   "latency)", aggregate="out_tok_s"),
+                                   "latency)", aggregate="out_tok_s", bounded_by_aggregate=False),
     "req_per_s": ServingMetric("requests/s", AGGREGATE, 1, "request throughput"),
     "goodput_per_s": ServingMetric("requests/s", AGGREGATE, 1, "goodput (requests/s within the --goodput targets)"),
     "itl_ms": ServingMetric("ms", LATENCY, -1, "inter-token latency (TPOT)"),

@@ -143,3 +143,25 @@ def test_what_aiperf_cannot_measure_is_refused_with_the_field_named():
     assert [f for f, _ in owned] == ["client_args", "client_args"]
     assert serving.overriding_args(_workload(client="llama-benchy",
                                              profile={"depth": [2048], "concurrency": [1], "pp": [8], "tg": [8]})) == []
+
+
+def test_a_real_c1_export_whose_per_user_rate_beats_the_aggregate_is_kept():
+    """AIPerf's per-user rate is 1 / inter-token latency (decode alone), its aggregate over the whole benchmark:
+    the real c1 export reads 3,873 per user against 919 aggregate. The report's screen for per-user figures above
+    concurrency x aggregate (llama-benchy's definitions bound them) must not drop it."""
+    import pandas as pd
+
+    from sparkfleet import serving as points
+
+    name = "d0_c1_pp64_tg16.profile_export_aiperf.json"
+    point = {"point": "d0.c1.pp64.tg16", "depth": 0, "concurrency": 1, "pp": 64, "tg": 16}
+    parsed = AIPerf.parse_point((FIXTURES / name).read_bytes(), point, name)
+    assert parsed["metrics"]["out_req_tok_s"] > 2 * parsed["metrics"]["out_tok_s"]
+    row = {c: None for c in points.POINT_COLUMNS} | point | parsed["metrics"] | {
+        "run_id": "r1", "status": "ok", "warmup": False, "point_status": "ok", "engine": "llama.cpp",
+        "environment": "bare", "model": "tiny"}
+    frame = points.points_frame([row])
+    assert points.impossible_samples(frame).empty
+    kept = points.screened_points(frame)
+    assert kept["out_req_tok_s"].iloc[0] == pytest.approx(parsed["metrics"]["out_req_tok_s"])
+    assert isinstance(kept, pd.DataFrame)
