@@ -427,7 +427,7 @@ def direction(metric: str) -> int:
 
 #: What a serving row of compare_campaigns adds to the run cell's keys: the engine and the point, named and by
 #: its profile (sparkfleet.serving.PROFILE). A row with ``point`` NaN is a run-level comparison.
-POINT_COLUMNS = ("engine", "point", *serving.PROFILE)
+POINT_COLUMNS = ("engine", "client", "point", *serving.PROFILE)  # a workload measured by another client: not matched
 
 
 def compare_campaigns(

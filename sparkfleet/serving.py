@@ -50,12 +50,15 @@ def direction(metric: str) -> int:
 
 PROFILE = ("depth", "concurrency", "pp", "tg")
 #: One point cell: its statistics pool the iterations (and the hosts that ran it).
-POINT_KEYS = ("engine", "environment", "model", *PROFILE)
+#: The client is part of it: llama-benchy's and AIPerf's figures of one server differ by definition (TTFT, aggregate
+#: rates; BENCHMARKS.md, "llama-benchy and AIPerf against the same server"), so their points never pool and a
+#: comparison holds the client fixed.
+POINT_KEYS = ("engine", "environment", "client", "model", *PROFILE)
 #: A run's SLA search (issue 37) of the point's (depth, pp, tg), on each of its points: the capacity found, the cap,
 #: why the search stopped early (None: it settled) and the targets (JSON); None where the workload set no sla.
 SLA_COLUMNS = ("sla_capacity", "sla_cap", "sla_stopped", "sla_targets")
 RUN_COLUMNS = ("run_id", "campaign", "host", "model", "environment", "workload", "iteration", "environment_kind",
-               "engine", "status", "reason", "warmup", "aa_group", "aa_member", "prefix_caching")
+               "engine", "status", "reason", "warmup", "aa_group", "aa_member", "prefix_caching", "client")
 POINT_COLUMNS = (*RUN_COLUMNS, "point", *PROFILE, "point_status", "point_reason", "point_order", "point_duration_s",
                  *SERVING_METRICS, *(f"samples_{m}" for m in SERVING_METRICS), "raw", "record_dir", "client_runs",
                  "bad_figures", *SLA_COLUMNS)
@@ -111,6 +114,10 @@ def engine_configuration(serving: dict[str, Any], engine: Any = None) -> Any:
     return f"{name} on {len(cluster['nodes'])} nodes ({cluster.get('topology') or 'layers'})"
 
 
+#: The client of a record that names none (a hand-made or damaged record): a cell of its own, never pooled.
+NO_CLIENT = "(no client)"
+
+
 def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     """One row per point of a serving record (POINT_COLUMNS); [] for any other record."""
     if not has_points(data):
@@ -121,8 +128,9 @@ def point_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
     params = data.get("workload_params") if isinstance(data.get("workload_params"), dict) else {}
     run = {key: data.get(key) for key in RUN_COLUMNS[:12]}
     run["engine"] = engine_configuration(serving, data.get("engine"))
+    client = serving.get("client") if isinstance(serving.get("client"), dict) else {}
     run |= {"aa_group": environment.get("aa_group"), "aa_member": environment.get("aa_member"),
-            "prefix_caching": params.get("prefix_caching")}
+            "prefix_caching": params.get("prefix_caching"), "client": client.get("name") or NO_CLIENT}
     client_runs = _integer(params.get("runs"))  # llama-benchy --runs per point
     searched = _sla_groups(serving)
     rows = []
@@ -336,6 +344,13 @@ def points_for_statistics(points: pd.DataFrame) -> pd.DataFrame:
     measured = screened_points(points)
     return measured.assign(engine=measured["engine"].astype("string").fillna("(no engine)"),
                            status="ok", warmup=False)
+
+
+def shown_keys(frame: pd.DataFrame) -> list[str]:
+    """The POINT_KEYS a table shows: the client only where ``frame`` holds more than one (a column that says the
+    same on every row is noise; the CSVs keep every key)."""
+    one_client = "client" not in frame or frame["client"].nunique(dropna=False) <= 1
+    return [k for k in POINT_KEYS if not (k == "client" and one_client)]
 
 
 def in_point_order(table: pd.DataFrame, keys: tuple[str, ...] = POINT_KEYS) -> pd.DataFrame:

@@ -92,7 +92,7 @@ def point_table(analysis: Report) -> pd.DataFrame:
     points = serving.in_point_order(part.drop_duplicates(keys)[keys])
     by = part.set_index([*keys, "metric"])
     index = list(points.itertuples(index=False, name=None))
-    out: dict[str, list[str] | pd.Series] = {k: points[k].astype(str) for k in keys}
+    out: dict[str, list[str] | pd.Series] = {k: points[k].astype(str) for k in serving.shown_keys(points)}
     out["n"] = [fmt(by["n"].reindex([(*p, m) for m, _ in wanted]).max()) for p in index]
     for metric, words in wanted:
         rows = by.reindex([(*p, metric) for p in index])

@@ -126,7 +126,7 @@ def paired_points(points: pd.DataFrame, question: str, level: float = stats.DEFA
     if pairs.empty:
         return pd.DataFrame()
     result = compare.compare_sides(pairs, "_a", "_b", level)
-    labels = pairs[[context, "model", *serving.PROFILE, "metric", "a", "b"]].reset_index(drop=True)
+    labels = pairs[[context, "client", "model", *serving.PROFILE, "metric", "a", "b"]].reset_index(drop=True)
     out = pd.concat([labels.assign(question=question), result], axis=1)
     order = {m: i for i, m in enumerate(serving.SERVING_METRICS)}
     return out.sort_values(["model", context, "a", "b", "metric", *serving.PROFILE],
@@ -141,9 +141,12 @@ def _judged(paired: pd.DataFrame, alpha: float, threshold: float,
     question = str(paired["question"].iloc[0])
     context = _CONTEXT[question]
 
+    several_clients = paired["client"].nunique() > 1  # then each line names its client: never pooled
+
     def subject(row: pd.Series) -> str:
         point = point_name(row["depth"], row["concurrency"], row["pp"], row["tg"])
-        return f"{row['model']} / {row[context]} / {point}"
+        held = f"{row[context]}, client {row['client']}" if several_clients else row[context]
+        return f"{row['model']} / {held} / {point}"
 
     # verdicts_from judges "better" by compare.direction and words the clause by wording.words, both serving-aware
     verdicts = [with_floor(v, floors) for v in verdicts_from(paired, judged, question, subject, "a", "b",
@@ -332,7 +335,7 @@ def _scope_table(cells: pd.DataFrame, scope: str, caption: str) -> Any | None:
     order = serving.in_point_order(pd.DataFrame({k: wide[(k, "")] for k in keys}))
     wide = wide.set_index([(k, "") for k in keys]).loc[list(order.itertuples(index=False, name=None))].reset_index()
     ci_of = part.drop_duplicates(keys).set_index(keys)["ci95_of"]
-    columns: dict[str, Any] = {k: wide[(k, "")].astype(str) for k in keys}
+    columns: dict[str, Any] = {k: wide[(k, "")].astype(str) for k in serving.shown_keys(part)}
     columns["n"] = wide["n"].max(axis=1).map(fmt)
     for m in metrics:
         columns[f"{m} median ({unit(m)})"] = wide[("median", m)].map(fmt)
@@ -354,6 +357,7 @@ def _comparison_table(comparisons: pd.DataFrame) -> Any:
         "comparison": c["b"].astype(str) + " vs " + c["a"].astype(str),
         "held fixed": [f"{'engine' if q == ENVIRONMENT else 'environment'} {x}" for q, x in zip(
             c["question"], held, strict=True)],
+        **({"client": c["client"]} if "client" in c and c["client"].nunique() > 1 else {}),
         "model": c["model"], **{k: c[k].astype(str) for k in serving.PROFILE},
         "metric": c["metric"].map(words),
         "n": c["n_a"].map(fmt) + " / " + c["n_b"].map(fmt),

@@ -1,7 +1,8 @@
-"""Serving capacity within the SLA (issue 37 item 3): per (engine, environment, model, depth, pp, tg, targets), the
-capacity each run's SLA search found (the loader's ``sla_*`` point columns: the largest concurrency meeting the
-targets), over the iterations: the median with an exact order-statistic interval for it (distribution-free, so it
-holds for a discrete capacity; :data:`MIN_N` iterations for 95%), and verdicts between environments and engines.
+"""Serving capacity within the SLA (issue 37 item 3): per (engine, environment, client, model, depth, pp, tg,
+targets), the capacity each run's SLA search found (the loader's ``sla_*`` point columns: the largest concurrency
+meeting the targets), over the iterations: the median with an exact order-statistic interval for it
+(distribution-free, so it holds for a discrete capacity; :data:`MIN_N` iterations for 95%), and verdicts between
+environments and engines.
 
 The verdicts follow the report's rule (different: significant within its family and beyond the threshold; same:
 the interval inside ±threshold; otherwise undetermined, with the iterations that could tell) with a test that
@@ -22,7 +23,7 @@ import pandas as pd
 from sparkfleet import compare, stats
 from sparkfleet.report.document import Paragraph, Section, fmt, table
 
-KEYS = ["engine", "environment", "model", "depth", "pp", "tg", "targets"]
+KEYS = ["engine", "environment", "client", "model", "depth", "pp", "tg", "targets"]
 #: The least iterations whose order statistics give a 95% interval for the median (2 x 0.5^n <= 0.05).
 MIN_N = 6
 TITLE = "Serving capacity within the SLA"
@@ -215,7 +216,7 @@ def section(cells: pd.DataFrame, judged: pd.DataFrame, level: float, threshold: 
     shown_judged = pd.DataFrame({
         "comparison": judged["b"].astype(str) + " vs " + judged["a"].astype(str),
         "held fixed": judged["held"],
-        **{k: judged[k] for k in ("model", "depth", "pp", "tg", "targets")},
+        **{k: judged[k] for k in ("client", "model", "depth", "pp", "tg", "targets")},
         "medians (b, a)": [f"{fmt(b)}, {fmt(a)}" for a, b in zip(judged["median_a"], judged["median_b"], strict=True)],
         "shift": judged["shift"].map(fmt),
         f"{level * 100:g}% interval": [f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None and lo == lo else "n too small"

@@ -297,3 +297,22 @@ def test_a_point_significant_alone_is_not_a_different_verdict_and_says_why(tmp_p
     assert (rows["family_size"] == rows["family_size"].iloc[0]).all() and rows["family_size"].iloc[0] > 1
     serving_lines = [line for line in out["verdicts"] if line["question"] == "serving"]
     assert serving_lines and all(line["outcome"] != "different" for line in serving_lines)
+
+
+def test_points_of_two_clients_never_pool_and_are_never_compared(tmp_path: Path) -> None:
+    """llama-benchy's and AIPerf's figures of one server differ by definition: the container's runs measured by
+    AIPerf, native's by llama-benchy, make cells of their own, and no environment verdict sets one against the
+    other (it would compare the clients, not the environments)."""
+    from sparkfleet.load import load_runs
+    from sparkfleet.report.compose import analyse
+
+    root = build_serving_tree(tmp_path / "results", engines=("vllm",), iterations=5)
+    for path in root.rglob("record.json"):
+        rec = json.loads(path.read_text())
+        if rec["environment"] == "container":
+            rec["serving"]["client"] = {"name": "aiperf", "version": "0.13.0"}
+            path.write_text(json.dumps(rec))
+    study = analyse(load_runs(root)).serving
+    pairs = set(zip(study.cells["environment"], study.cells["client"], strict=True))
+    assert pairs == {("native", "llama-benchy"), ("container", "aiperf")}
+    assert study.comparisons.empty or not (study.comparisons["question"] == report_serving.ENVIRONMENT).any()
