@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,20 @@ def engine_configuration(serving: dict[str, Any], engine: Any = None) -> Any:
     cluster = serving.get("cluster")
     if not isinstance(cluster, dict) or not isinstance(cluster.get("nodes"), list):
         return name
-    return f"{name} on {len(cluster['nodes'])} nodes ({cluster.get('topology') or 'layers'})"
+    return NODES_LABEL.format(engine=name, nodes=len(cluster["nodes"]), topology=cluster.get("topology") or "layers")
+
+
+#: A multi-node configuration's name, and its reading back (configuration_of).
+NODES_LABEL = "{engine} on {nodes} nodes ({topology})"
+_NODES_PATTERN = re.compile(r"^(?P<engine>.+) on (?P<nodes>\d+) nodes \((?P<topology>[^)]+)\)$")
+
+
+def configuration_of(label: Any) -> tuple[str, int, str | None]:
+    """(engine, nodes, topology) of an engine_configuration label: (label, 1, None) for a single host."""
+    found = _NODES_PATTERN.match(str(label))
+    if not found:
+        return str(label), 1, None
+    return found["engine"], int(found["nodes"]), found["topology"]
 
 
 #: The client of a record that names none (a hand-made or damaged record): a cell of its own, never pooled.

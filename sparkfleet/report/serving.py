@@ -27,7 +27,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines.serving import point_name
 from sparkfleet import compare, pareto, serving, stats
 from sparkfleet.load import write_csv
-from sparkfleet.report import served, serving_pareto, serving_plots, serving_sla
+from sparkfleet.report import served, serving_nodes, serving_pareto, serving_plots, serving_sla
 from sparkfleet.report.document import (
     N_TOO_SMALL,
     Bullets,
@@ -302,7 +302,8 @@ def capacity_lines(study: ServingStudy, threshold: float) -> list[VerdictLine]:
 
 def with_serving_lines(lines: list[VerdictLine], study: ServingStudy, threshold: float) -> list[VerdictLine]:
     """The verdict block with the serving lines added; "nothing to compare" goes where serving compares."""
-    added = verdict_lines(study, threshold) + capacity_lines(study, threshold) if study.present else []
+    added = (verdict_lines(study, threshold) + serving_nodes.node_lines(study.verdicts, ENGINE)
+             + capacity_lines(study, threshold)) if study.present else []
     if not added:
         return lines
     return [line for line in lines if line.question != "none"] + added
