@@ -103,6 +103,7 @@ class ActionModule(ActionBase):
             check = planning.check_host(host, campaign, check_vars)
         except planning.CampaignError as exc:
             raise AnsibleActionFail(str(exc)) from None
+        check.address = str(self._templar.template(task_vars.get("ansible_host") or host))
         models = [m for m in check.campaign["models"] if m.get("path")]
         names = planning.kept_names(check.campaign)
         kept_files = [os.path.join(check.knobs["paths"]["results_root"], n, host, resume.CONFIG_FILE) for n in names]

@@ -18,9 +18,11 @@ The playbooks only pass these results on: no Jinja recomputes anything.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import os
 import re
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -83,6 +85,8 @@ class HostCheck:
     kept: dict[str, Any] = field(default_factory=dict)
     #: :func:`host_settings`: the paths and knobs the host's plan carries.
     knobs: dict[str, Any] = field(default_factory=dict)
+    #: The host's address (ansible_host, else its inventory name): an endpoint's URL may name it.
+    address: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +97,7 @@ class HostCheck:
             raise PlanningError([f"{host}: has no campaign_check result (did the host skip or fail that task?)"],
                                 "campaign")
         return cls(host, data["campaign"], dict(data.get("settings") or {}), list(data.get("warnings") or []),
-                   dict(data.get("kept") or {}), dict(data.get("knobs") or {}))
+                   dict(data.get("kept") or {}), dict(data.get("knobs") or {}), str(data.get("address") or host))
 
 
 def usable_checks(results: dict[str, Any]) -> tuple[list[HostCheck], list[str]]:
@@ -306,6 +310,32 @@ def place_cluster_runs(runs: list[dict[str, Any]], host: str,
     return own, multi
 
 
+def endpoint_hosts(campaign: dict[str, Any], checks: list[HostCheck]) -> dict[str, str]:
+    """{workload: the one host that runs it} for each unmanaged server's workload (issue 37) whose endpoint is not on
+    loopback: every host running its own client against one server at its own pace would load it together and
+    measure each other. The inventory host the URL names (by address or name) runs it, so that its state control
+    and attestation cover the server, with the client beside it as for a server sparkfleet starts; an endpoint
+    outside the inventory is measured from the first host. A loopback endpoint is each host's own server: every
+    host runs it."""
+    out = {}
+    for workload in campaign["workloads"]:
+        if serving.managed(workload) or not isinstance(workload.get("endpoint"), dict):
+            continue
+        name = (urllib.parse.urlsplit(str(workload["endpoint"].get("url"))).hostname or "").lower()
+        if name == "localhost" or _is_loopback(name):
+            continue
+        named = [c.host for c in checks if name in (c.address.lower(), c.host.lower())]
+        out[workload["name"]] = named[0] if named else checks[0].host
+    return out
+
+
+def _is_loopback(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def kept_names(campaign: dict[str, Any]) -> list[str]:
     """The campaign ids whose kept configuration decides a resume: the campaign's own, and the id it would
     get with ``sparkfleet_campaign_on_change=new``."""
@@ -460,10 +490,12 @@ def plan_fleet(checks: list[HostCheck], results_dir: str | None, cwd: str, on_ch
     campaign, renamed_from = decide_resume(campaign, checks, kept_reader(out_dir), out_dir, on_change)
     kinds = {e["kind"] for e in campaign["environments"]}
     clusters = cluster_nodes(checks)
+    measured_from = endpoint_hosts(campaign, checks)
     hosts = {}
     for check in checks:
-        runs, cluster_runs = place_cluster_runs([run.to_dict() for run in plan(campaign, check.host, check.settings)],
-                                                check.host, clusters)
+        planned = [run.to_dict() for run in plan(campaign, check.host, check.settings)]
+        planned = [r for r in planned if measured_from.get(r["workload"]["name"], check.host) == check.host]
+        runs, cluster_runs = place_cluster_runs(planned, check.host, clusters)
         # Ansible's async limit: twice (a job left by a killed controller may run first) each run's timeout and
         # longest cooldown, plus slack. Check mode runs the task in the foreground.
         limit = int(2 * (sum(estimate.upper_s_per_run(campaign, r["workload"]) + ASYNC_SLACK_PER_RUN_S for r in runs)

@@ -368,3 +368,39 @@ def test_campaign_json_without_the_acknowledgement_is_the_same_bytes_as_before(t
                                                                 _acknowledging("h2", True)]))
     # the flag is the only addition
     assert acknowledged.pop("acknowledge_host_differences") is True and acknowledged == json.loads(unset)
+
+
+# ----------------------------------------------------------------------------------------- unmanaged endpoints
+
+def _endpoint_campaign(url: str):
+    profile = {"depth": [0], "concurrency": [1], "pp": [32], "tg": [8]}
+    return _campaign(environments=[{"name": "bare", "kind": "bare"}], models=[{"name": "m", "path": "/m.gguf"}],
+                     workloads=[{"name": "ext", "engine": "external", "profile": profile,
+                                 "endpoint": {"url": url, "model": "m"}},
+                                {"name": "own", "engine": "llama.cpp", "profile": profile}])
+
+
+def _fleet_runs(campaign, tmp_path, **addresses) -> dict[str, set[str]]:
+    checks = [planning.HostCheck(h, campaign, planning.plan_settings({}), address=a) for h, a in addresses.items()]
+    fleet = planning.plan_fleet(checks, str(tmp_path), "/")
+    return {h: {r["workload"]["name"] for r in p.runs} for h, p in fleet.hosts.items()}
+
+
+def test_an_endpoint_on_an_inventory_host_is_measured_from_that_host_alone(tmp_path):
+    """Two clients at their own pace against one server would measure each other: the host the URL names runs
+    the workload (its state control and attestation cover the server); every host runs its own workloads."""
+    runs = _fleet_runs(_endpoint_campaign("http://10.0.0.2:8000/v1"), tmp_path, h1="10.0.0.1", h2="10.0.0.2")
+    assert runs == {"h1": {"own"}, "h2": {"own", "ext"}}
+    by_name = _fleet_runs(_endpoint_campaign("http://h1:8000"), tmp_path, h1="10.0.0.1", h2="10.0.0.2")
+    assert by_name == {"h1": {"own", "ext"}, "h2": {"own"}}
+
+
+def test_an_endpoint_outside_the_inventory_is_measured_from_the_first_host_only(tmp_path):
+    runs = _fleet_runs(_endpoint_campaign("http://serving.example:8000"), tmp_path, h1="10.0.0.1", h2="10.0.0.2")
+    assert runs == {"h1": {"own", "ext"}, "h2": {"own"}}
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://localhost:8000", "http://[::1]:8000"])
+def test_a_loopback_endpoint_is_each_hosts_own_server(tmp_path, url):
+    runs = _fleet_runs(_endpoint_campaign(url), tmp_path, h1="10.0.0.1", h2="10.0.0.2")
+    assert runs == {"h1": {"own", "ext"}, "h2": {"own", "ext"}}
