@@ -111,7 +111,9 @@ def _judge(a: list[int], b: list[int], cap: float, alpha: float, threshold: floa
     inside = (test.ci_low is not None and base > 0 and test.ci_low >= -threshold * base
               and test.ci_high <= threshold * base)
     significant = test.p_value < alpha
-    if test.p_min >= alpha and test.ci_low is None:
+    if not any(a) and not any(b):
+        reason = "none-met"  # no level met the targets on either side: nothing to compare, however many runs
+    elif test.p_min >= alpha and test.ci_low is None:
         reason = "n-too-small"
     elif significant and abs(change) > threshold:
         reason = "beyond-threshold"
@@ -155,7 +157,7 @@ def comparisons(rows: pd.DataFrame, question: str, context: str, side: str, refe
         return pd.DataFrame()
     table_ = compare.hold_to_family(pd.DataFrame(out), alpha)
     size = len(table_)  # the family once every comparison can be judged
-    table_["required_n"] = [least_n(alpha / size) if o == "undetermined" and r != "at-cap" else None
+    table_["required_n"] = [least_n(alpha / size) if o == "undetermined" and r not in ("at-cap", "none-met") else None
                             for o, r in zip(table_["outcome"], table_["reason"], strict=True)]
     return table_
 
@@ -172,6 +174,8 @@ def verdict_words(row: Any, threshold: float) -> str:
             "at-cap": "undetermined: a capacity reached the search's cap (max_concurrency), so equal or close says "
                       "nothing beyond it; a higher cap could tell",
             "family": "undetermined: significant alone, not within its family",
+            "none-met": "undetermined: no level met the targets on either side (lower the profile's lowest "
+                        "concurrency or loosen the targets)",
             "n-too-small": f"undetermined: too few iterations (≥ {row.required_n} per side could tell)",
             "inconclusive": f"undetermined (≥ {row.required_n} iterations per side could tell)"}
     return (f"SLA capacity, {where}: {row.b} median {fmt(row.median_b)} vs {row.a} median {fmt(row.median_a)}, "

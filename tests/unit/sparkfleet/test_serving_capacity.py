@@ -158,3 +158,9 @@ def test_a_campaign_without_sla_has_no_capacity(tmp_path: Path) -> None:
     assert study.capacity.empty and study.capacity_comparisons.empty
     assert main(["report", str(root)]) == 0
     assert serving_sla.TITLE not in (root / "report" / "index.html").read_text()
+
+
+def test_no_level_met_on_either_side_is_said_not_put_off_to_more_iterations(tmp_path: Path) -> None:
+    root = tree(tmp_path, {("vllm", "native"): [0], ("vllm", "container"): [0]}, iterations=6)
+    rows = judged(root).capacity_comparisons
+    assert set(rows["reason"]) == {"none-met"} and rows["required_n"].isna().all()

@@ -111,7 +111,8 @@ def test_the_reports_capacity_interval_is_an_exact_order_statistic_interval():
     assert serving_sla.median_interval([8, 4, 6, 6, 8, 6]) == (6.0, 4.0, 8.0)  # n = 6: [x(1), x(6)], 96.9%
     median, low, high = serving_sla.median_interval(list(range(1, 21)))
     assert (median, low, high) == (10.5, 6.0, 15.0)  # n = 20: k = 6, coverage 95.9%
-    rows = pd.DataFrame([{"engine": "vllm", "environment": e, "model": "m", "depth": 0, "pp": 64, "tg": 16,
+    rows = pd.DataFrame([{"engine": "vllm", "environment": e, "client": "llama-benchy", "model": "m", "depth": 0,
+                          "pp": 64, "tg": 16,
                           "run_id": f"r{i}{e}", "iteration": i, "capacity": c, "cap": 16, "stopped": None,
                           "targets": "TTFT p99 <= 2000 ms"} for e, caps in (("native", [8, 8, 6]),
                                                                              ("container", [6, 6, 6]))
