@@ -119,6 +119,14 @@ def test_a_probe_clock_not_read_yet_is_named_and_does_not_refuse():
     assert "unread on spark2" in probe["reason"] and probe["floor"] == "probe_clock_ratio_min=0.9"
 
 
+def test_an_image_not_built_yet_is_named_unread_and_does_not_refuse():
+    # bench.yml builds or pulls the image after the preflight: a first campaign's nodes have none yet
+    verdict = pair.judge("pair", _nodes(image2=None), FLOORS)
+    assert verdict["pass"] is True, verdict["causes"]
+    (parity,) = [c for c in verdict["checks"] if c["check"] == "parity"]
+    assert "not read (not judged): image_digest on spark2 (spark1='sha256:1a2b')" in parity["reason"]
+
+
 def test_each_check_records_its_floor():
     checks = pair.judge("pair", _nodes(), {**FLOORS, "probe_clock_ratio_min": 0.9})["checks"]
     floors = {c["check"]: c["floor"] for c in checks}
