@@ -71,11 +71,18 @@ def clock_cap(controls: Mapping[str, Any]) -> Optional[str]:
     return "; ".join(caps) or "none applied"
 
 
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:  # a run directory removed meanwhile
+        return 0.0
+
+
 def latest_probe(results_dir: str) -> Dict[str, Any]:
     """{sm_clock_mhz, run_id} of the newest run record under ``<results_dir>/runs`` whose readiness probe read an
     SM clock; both None when no run has probed here yet (the probe runs before each run, after the preflight)."""
     paths = glob.glob(os.path.join(glob.escape(results_dir), "runs", "*", "record.json")) if results_dir else []
-    for path in sorted(paths, key=os.path.getmtime, reverse=True):
+    for path in sorted(paths, key=_mtime, reverse=True):
         ready = (read_json_object(path) or {}).get("readiness")
         if isinstance(ready, Mapping) and isinstance(ready.get("sm_clock_mhz"), (int, float)):
             return {"sm_clock_mhz": float(ready["sm_clock_mhz"]), "run_id": os.path.basename(os.path.dirname(path))}

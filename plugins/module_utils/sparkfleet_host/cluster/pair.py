@@ -6,8 +6,9 @@ A cluster is the hosts whose ``sparkfleet_cluster`` names it; rank 0 is the firs
 one that drives (``ib_write_bw``/``ib_write_lat`` clients, NCCL's test, later the engine's rank 0). The playbook
 (``playbooks/pair_preflight.yml``) gathers each node's readings (``cluster_fabric``), runs the tools and hands
 what it registered to :func:`judge`, which is pure: the rules are :mod:`fabric`'s ``check_*`` (rails, MTU,
-subnets, RDMA bandwidth and latency, parity) and :func:`nccl.transport_verdict` (sockets refused, NET/IB RoCE on
-every HCA), each recorded with its reason; the causes of a refusal name the node, the rail and the figure.
+subnets, RDMA bandwidth and latency, parity, the readiness probe's clocks) and :func:`nccl.transport_verdict`
+(sockets refused, NET/IB RoCE on every HCA), each recorded with its reason and floor; the causes of a refusal
+name the node, the rail and the figure.
 
 The floors are settings (:data:`FIELDS`) whose defaults and sources are :data:`fabric.FLOORS`'s, and NCCL's bus
 bandwidth floor below.
@@ -182,7 +183,9 @@ def nccl_versions(run: Any, names: Sequence[str]) -> Dict[str, Optional[str]]:
     text = "%s\n%s" % (run.get("stdout") or "", run.get("stderr") or "")
     by_host = nccl.nccl_transport(text)["versions_by_host"]
     host_of_rank = {d["rank"]: d["host"] for d in nccl.parse_nccl_tests(text)["devices"]}
-    return {name: by_host.get(host_of_rank.get(rank, "")) for rank, name in enumerate(names)}
+    # a rank the table does not name is unread (never the version of a line without a host prefix)
+    return {name: by_host.get(host_of_rank[rank]) if rank in host_of_rank else None
+            for rank, name in enumerate(names)}
 
 
 def _judge_parity(checks: List[dict], names: Sequence[str], nodes: Sequence[Mapping[str, Any]],

@@ -141,6 +141,14 @@ def test_no_nccl_output_leaves_each_node_s_version_unread():
     assert any(c.startswith("parity on spark1:") and "unread: nccl_version on spark1, spark2" in c for c in causes)
 
 
+def test_a_rank_the_nccl_test_does_not_place_on_a_host_leaves_its_version_unread():
+    run = _standin("all_reduce_perf", ["-b", "1G", "-e", "1G"], NCCL_DEBUG="INFO",
+                   SPARKFLEET_FAKE_NCCL_VERSION="2.27.7+cuda13.0,2.26.2+cuda12.9")
+    assert pair.nccl_versions(run, ["spark1", "spark2"]) == {"spark1": "2.27.7+cuda13.0", "spark2": "2.26.2+cuda12.9"}
+    run["stdout"] = "\n".join(line for line in run["stdout"].splitlines() if "Rank  1" not in line)
+    assert pair.nccl_versions(run, ["spark1", "spark2"]) == {"spark1": "2.27.7+cuda13.0", "spark2": None}
+
+
 def test_a_tool_that_never_answered_is_a_cause_not_a_pass():
     nodes = _nodes()
     nodes[0]["pair_bw"]["results"][0] = {"cmd": ["ib_write_bw", "-d", "rocep1s0f0", "192.168.200.13"], "rc": 1,
