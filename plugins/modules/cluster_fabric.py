@@ -15,8 +15,10 @@ description:
     C(/sys/class/infiniband) with their netdev and RoCE v2 GID index.
   - For each rail it reads the port's state (sysfs, else C(ibv_devinfo)), the netdev's MTU
     (C(/sys/class/net/<netdev>/mtu)) and its first IPv4 address (C(ip -j -4 addr)).
-  - It also reads what the nodes of a pair must share (driver, kernel, HCA firmware, the image's ID), and
-    derives the node's NCCL, UCX, GLOO, TP and MPI settings from its rails.
+  - It also reads what the nodes of a pair must share (driver, kernel, HCA firmware, the image's ID, the engine's
+    environment as a digest per variable, the clock cap sparkfleet's gpu_state role applied), and derives the
+    node's NCCL, UCX, GLOO, TP and MPI settings from its rails.
+  - With O(results_dir), it reads the SM clock the newest readiness probe reached on the node.
   - Reads only. A missing tool leaves its reading V(null), and the pair preflight records that reading as
     not measured.
 options:
@@ -34,6 +36,24 @@ options:
     description: The docker executable.
     type: str
     default: docker
+  workload_env:
+    description:
+      - The engine's environment (the C(sparkfleet_workload_env) setting). Each variable is recorded as a digest
+        of its value, never the value itself, since values may hold tokens.
+    type: dict
+    default: {}
+  results_root:
+    description:
+      - The host's results root (C(sparkfleet_plan.paths.results_root)). The gpu_state role's records beside it
+        give the clock lock and power limit sparkfleet applied. Empty does not read them.
+    type: path
+    default: ""
+  results_dir:
+    description:
+      - The host's results directory of the campaign (C(sparkfleet_plan.paths.results_dir)). The newest run record
+        under it whose readiness probe read an SM clock gives the returned C(probe). Empty reads none.
+    type: path
+    default: ""
 attributes:
   platform:
     support: full
@@ -78,7 +98,16 @@ env:
   returned: always
   type: dict
 facts:
-  description: C(driver), C(kernel), C(firmware), C(image_digest) (with O(image)) and C(env).
+  description:
+    - C(driver), C(kernel), C(firmware), C(image_digest) (with O(image)), C(env), C(engine_env) (variable to
+      C(sha256:) digest) and C(clock_cap) (with O(results_root); V(null) when the gpu_state role's records could
+      not be read).
+  returned: always
+  type: dict
+probe:
+  description:
+    - C(sm_clock_mhz) and C(run_id) of the newest run whose readiness probe read an SM clock here; both V(null)
+      when no run has probed yet.
   returned: always
   type: dict
 changed:
@@ -95,13 +124,18 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
 
 def work(params, run):
     return dict(changed=False, **node.readings(params["fabric"], run.run, run.which, image=params["image"],
-                                               docker=params["docker"]))
+                                               docker=params["docker"], workload_env=params["workload_env"],
+                                               results_root=params["results_root"],
+                                               results_dir=params["results_dir"]))
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(fabric=dict(type="list", elements="dict"),
                                               image=dict(type="str", default=""),
-                                              docker=dict(type="str", default="docker")),
+                                              docker=dict(type="str", default="docker"),
+                                              workload_env=dict(type="dict", default={}),
+                                              results_root=dict(type="path", default=""),
+                                              results_dir=dict(type="path", default="")),
                            supports_check_mode=True)
     task.exit_with(module, work)
 

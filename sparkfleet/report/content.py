@@ -14,6 +14,7 @@ import pandas as pd
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import CONFIG_METRICS
 from sparkfleet import compare
 from sparkfleet.report import headline, host_normal, plots, sample_checks
+from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
 from sparkfleet.report.document import (
@@ -613,6 +614,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("overview", lambda analysis, _figures: overview(analysis)),
     ("warnings", lambda analysis, _figures: warnings_section(analysis)),
     ("environments", lambda analysis, _figures: environment_section(analysis)),
+    ("pair preflight", lambda analysis, _figures: report_pair.section(analysis.pair)),  # issue 36
     ("serving", report_serving.serving_sections),  # only for serving runs (issue 25)
     ("serving samples left out", lambda analysis, _figures: sample_checks.section(analysis)),  # issue 32
     ("memory", memory_sections),

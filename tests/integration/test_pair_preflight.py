@@ -1,7 +1,8 @@
 """The pair preflight on a fake fleet: two hosts of one cluster over real SSH, their rails at MTU 9000 with a
 real jumbo ping between the namespaces, perftest's and NCCL's tests by their stand-ins (ib_write_bw and
 ib_write_lat really connect server to client over TCP). A healthy pair passes; a pair whose NCCL falls back to
-sockets, whose bus bandwidth is under the floor, or whose nodes differ in driver is refused, naming the cause."""
+sockets, whose bus bandwidth is under the floor, or whose nodes differ in driver or NCCL version is refused, naming
+the cause."""
 
 from __future__ import annotations
 
@@ -60,6 +61,16 @@ def test_pair_preflight_passes_a_healthy_pair_and_refuses_sockets_low_busbw_and_
         assert (name, "spark1") in checks, (name, checks)
     pings = [c for c in verdict["checks"] if c["check"] == "jumbo_ping"]
     assert all(c["pass"] and "9000-byte" in c["reason"] for c in pings), pings
+    # no run has probed yet: the probe clocks are named unread, not judged
+    (probe,) = [c for c in verdict["checks"] if c["check"] == "probe_clocks"]
+    assert probe["pass"] and "unread on spark1, spark2" in probe["reason"], probe
+
+    # spark2's rank loads another NCCL build: its own "NCCL version" line tells
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2",
+               {**healthy, "SPARKFLEET_FAKE_NCCL_VERSION": "2.27.7+cuda13.0,2.26.2+cuda12.9"}, "nccl_drift")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-4000:]
+    assert "nccl_version: spark1='2.27.7+cuda13.0', spark2='2.26.2+cuda12.9'" in out, out[-4000:]
 
     run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2", {**healthy, "SPARKFLEET_FAKE_NCCL_NET": "Socket"},
                "socket")

@@ -381,15 +381,39 @@ def _flat(facts: Mapping[str, Any]) -> Dict[str, Any]:
     return flat
 
 
-def check_parity(facts_by_node: Mapping[str, Mapping[str, Any]], ignore: Iterable[str] = ()) -> Verdict:
-    """The nodes' facts (driver, kernel, firmware, NCCL version, image digest, ``env``: {...}) are equal; a nested
-    mapping is compared key by key (``env.NCCL_IB_HCA``), a key missing on a node counts as None. ``ignore``: keys
-    (flattened names) that may differ, e.g. ``env.`` + each of :func:`ray_non_carry_over`. The reason names every
-    differing key with each node's value."""
+def _unread(facts_by_node: Mapping[str, Mapping[str, Any]], nodes: Sequence[str]) -> Dict[str, List[str]]:
+    """fact -> the nodes that could not read it (a top-level fact that is None or missing; a key missing inside a
+    nested mapping such as ``env`` is an absent variable, a difference, not an unread fact)."""
+    keys = sorted({k for facts in facts_by_node.values() for k in facts})
+    unread: Dict[str, List[str]] = {}
+    for key in keys:
+        missing = [n for n in nodes if facts_by_node[n].get(key) is None]
+        if missing:
+            unread[key] = missing
+    return unread
+
+
+def _unread_text(key: str, missing: Sequence[str], facts_by_node: Mapping[str, Mapping[str, Any]],
+                 nodes: Sequence[str]) -> str:
+    read = ["%s=%r" % (n, facts_by_node[n][key]) for n in nodes if n not in missing]
+    return "%s on %s%s" % (key, ", ".join(missing), " (%s)" % ", ".join(read) if read else "")
+
+
+def check_parity(facts_by_node: Mapping[str, Mapping[str, Any]], ignore: Iterable[str] = (),
+                 may_be_unread: Iterable[str] = ()) -> Verdict:
+    """The nodes' facts (driver, kernel, firmware, NCCL version, image digest, clock cap, ``env``: {...},
+    ``engine_env``: {...}) are equal; a nested mapping is compared key by key (``env.NCCL_IB_HCA``), a key missing
+    on a node counts as None. ``ignore``: keys (flattened names) that may differ, e.g. ``env.`` + each of
+    :func:`ray_non_carry_over`. The reason names every differing key with each node's value.
+
+    A top-level fact a node could not read (None) is named ``unread`` with the values the other nodes read, never
+    compared as equal: parity is the claim that the nodes match, and an unread fact cannot back it, so it fails,
+    except for the facts in ``may_be_unread`` (named, not failed)."""
     nodes = list(facts_by_node)
     if len(nodes) < 2:
         return False, "parity needs two nodes, got %d" % len(nodes)
-    flat = {node: _flat(facts_by_node[node]) for node in nodes}
+    unread = _unread(facts_by_node, nodes)
+    flat = {node: _flat({k: v for k, v in facts_by_node[node].items() if k not in unread}) for node in nodes}
     skip = set(ignore)
     keys = sorted({k for facts in flat.values() for k in facts} - skip)
     differing = []
@@ -397,6 +421,29 @@ def check_parity(facts_by_node: Mapping[str, Mapping[str, Any]], ignore: Iterabl
         values = [flat[node].get(key) for node in nodes]
         if any(v != values[0] for v in values[1:]):
             differing.append("%s: %s" % (key, ", ".join("%s=%r" % (n, v) for n, v in zip(nodes, values))))
-    if differing:
-        return False, "differ: " + "; ".join(differing)
-    return True, "%d fact(s) equal on %s" % (len(keys), ", ".join(nodes))
+    optional = set(may_be_unread)
+    failing = [_unread_text(k, m, facts_by_node, nodes) for k, m in unread.items() if k not in optional]
+    noted = [_unread_text(k, m, facts_by_node, nodes) for k, m in unread.items() if k in optional]
+    parts = (["differ: " + "; ".join(differing)] if differing else []) + (
+        ["unread: " + "; ".join(failing)] if failing else [])
+    note = "; not read (not judged): %s" % "; ".join(noted) if noted else ""
+    if parts:
+        return False, "; ".join(parts) + note
+    return True, "%d fact(s) equal on %s%s" % (len(keys), ", ".join(nodes), note)
+
+
+def check_clock_spread(clocks_by_node: Mapping[str, Optional[float]], ratio_min: float, what: str) -> Verdict:
+    """The nodes' clocks (MHz) within ``ratio_min`` of each other: the slowest at least ``ratio_min`` x the
+    fastest (a tensor-parallel pair steps at its slower GPU's pace). A node without a reading is named; it does not
+    fail (``what`` says which reading, e.g. the readiness probe's, which exists only once a run has probed)."""
+    missing = [n for n, v in clocks_by_node.items() if v is None]
+    read = {n: float(v) for n, v in clocks_by_node.items() if v is not None}
+    figures = ", ".join("%s=%.0f MHz" % (n, v) for n, v in read.items())
+    unread = "%s unread on %s (not judged)" % (what, ", ".join(missing)) if missing else ""
+    if len(read) < 2:
+        return True, unread or "%s on fewer than two nodes (not judged)" % what
+    slow, fast = min(read.values()), max(read.values())
+    ratio = slow / fast if fast > 0 else 0.0
+    text = "%s: %s (slowest/fastest %.2f, floor %.2f)%s" % (what, figures, ratio, ratio_min,
+                                                          "; " + unread if unread else "")
+    return ratio >= ratio_min, text

@@ -6,8 +6,9 @@ A cluster is the hosts whose ``sparkfleet_cluster`` names it; rank 0 is the firs
 one that drives (``ib_write_bw``/``ib_write_lat`` clients, NCCL's test, later the engine's rank 0). The playbook
 (``playbooks/pair_preflight.yml``) gathers each node's readings (``cluster_fabric``), runs the tools and hands
 what it registered to :func:`judge`, which is pure: the rules are :mod:`fabric`'s ``check_*`` (rails, MTU,
-subnets, RDMA bandwidth and latency, parity) and :func:`nccl.transport_verdict` (sockets refused, NET/IB RoCE on
-every HCA), each recorded with its reason; the causes of a refusal name the node, the rail and the figure.
+subnets, RDMA bandwidth and latency, parity, the readiness probe's clocks) and :func:`nccl.transport_verdict`
+(sockets refused, NET/IB RoCE on every HCA), each recorded with its reason and floor; the causes of a refusal
+name the node, the rail and the figure.
 
 The floors are settings (:data:`FIELDS`) whose defaults and sources are :data:`fabric.FLOORS`'s, and NCCL's bus
 bandwidth floor below.
@@ -21,6 +22,7 @@ import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..contract.fields import Field
+from ..health import readiness
 from ..parsers import nccl, rdma
 from . import fabric
 
@@ -29,6 +31,13 @@ GIB = 1024 ** 3
 #: (eugr/spark-vllm-docker docs/NETWORKING.md @3e84d9d0; NVIDIA/dgx-spark-playbooks nvidia/nccl/README.md).
 NCCL_BUSBW_GBS_MIN = (20.0, "GB/s", "NCCL's all-reduce between two Sparks reached about 23.7 GB/s bus bandwidth "
                       "at MTU 9000 and 18.9-21.0 GB/s at 1500 (eugr/spark-vllm-docker docs/NETWORKING.md @3e84d9d0)")
+
+#: The readiness probe's clocks across a pair: a tensor-parallel pair steps at its slower GPU's pace, and the probe
+#: itself notes a clock below 0.9 x the expected one (health/readiness.py DEFAULT_MIN_FRACTION).
+PROBE_CLOCK_RATIO_MIN = (readiness.DEFAULT_MIN_FRACTION, "", "The readiness probe notes a clock below 0.9 x the "
+                         "expected one (health/readiness.py DEFAULT_MIN_FRACTION); a tensor-parallel pair steps at "
+                         "its slower GPU's pace, so the slower node's probe clock below 0.9 x the faster's refuses "
+                         "the pair.")
 
 
 def _floor(name: str, option: str, what: str, kind: str, high: float, floor: Any = None, **kw: Any) -> Field:
@@ -58,6 +67,9 @@ FIELDS = (
            "float", 10000.0, low_open=True),
     _floor("", "nccl_busbw_gbs_min", "NCCL all-reduce bus bandwidth at 1 GiB and above at or above this", "float",
            100000.0, NCCL_BUSBW_GBS_MIN),
+    _floor("", "probe_clock_ratio_min", "the slowest node's SM clock under the latest readiness probe at or above "
+           "this fraction of the fastest node's (a node no run has probed yet is named, not judged)", "float", 1.0,
+           PROBE_CLOCK_RATIO_MIN),
     Field("sparkfleet_pair_nccl_command", "list", ["mpirun", "--allow-run-as-root", "-np", "{nodes}", "-H",
                                                    "{hosts}", "all_reduce_perf", "-b", "8M", "-e", "2G", "-f",
                                                    "2", "-g", "1"],
@@ -70,6 +82,23 @@ FIELDS = (
     Field("sparkfleet_pair_rdma_duration_s", "int", 5, "Pair preflight: seconds each ib_write_bw runs (-D).", "s",
           1, 600, option="rdma_duration_s"),
 )
+
+
+#: The floor settings each check is judged by (recorded with the check; parity's is equality).
+CHECK_FLOORS = {"mtu": ("mtu_min",), "jumbo_ping": ("mtu_min",), "ib_write_bw": ("rdma_gbps_min", "rdma_sum_gbps_min"),
+                "ib_write_lat": ("rdma_lat_us_max",), "nccl_busbw": ("nccl_busbw_gbs_min",),
+                "probe_clocks": ("probe_clock_ratio_min",)}
+#: Facts a node may leave unread without failing parity (named all the same). Only the image's ID: bench.yml builds
+#: or pulls the image in the matrix stage, after this preflight, so a first campaign's nodes have none yet. An
+#: unread driver, kernel, firmware, NCCL version or clock cap leaves the nodes' match unproven
+#: (fabric.check_parity) and refuses the pair. The readiness probe's clock is judged apart (probe_clocks).
+MAY_BE_UNREAD = ("image_digest",)
+
+
+def _floor_text(name: str, floors: Mapping[str, Any]) -> str:
+    if name == "parity":
+        return "equal on every node"
+    return ", ".join("%s=%s" % (o, floors.get(o)) for o in CHECK_FLOORS.get(name, ())) or "-"
 
 
 def _record(checks: List[dict], name: str, node: str, verdict: Any) -> None:
@@ -109,9 +138,11 @@ def _arg(run: Mapping[str, Any], flag: str) -> str:
 def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any]) -> Dict[str, Any]:
     """The pair's verdict from what the playbook registered on each node (``nodes``: their variables, rank 0
     first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``; on rank 0 ``pair_bw``,
-    ``pair_lat`` and ``pair_nccl``). Every check is {check, node, pass, reason}; ``causes`` are the failed
+    ``pair_lat`` and ``pair_nccl``). Every check is {check, node, pass, reason, floor}; ``causes`` are the failed
     checks as ``<check> on <node>: <reason>``; ``pass`` when none failed."""
     checks: List[dict] = []
+    # a plan made before the probe's floor existed judges by its default
+    floors = dict(floors, probe_clock_ratio_min=floors.get("probe_clock_ratio_min", PROBE_CLOCK_RATIO_MIN[0]))
     names = [str(n["inventory_hostname"]) for n in nodes]
     for host, node in zip(names, nodes):
         found = node.get("pair_node") or {}
@@ -130,15 +161,44 @@ def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str,
     if nodes:
         _judge_rank0(checks, names[0], nodes[0], floors)
     if len(nodes) > 1:
-        facts = {host: (node.get("pair_node") or {}).get("facts") or {} for host, node in zip(names, nodes)}
-        _record(checks, "parity", names[0], fabric.check_parity(facts))
+        _judge_parity(checks, names, nodes, floors)
+    for check in checks:
+        check["floor"] = _floor_text(check["check"], floors)
     causes = ["%s on %s: %s" % (c["check"], c["node"], c["reason"]) for c in checks if not c["pass"]]
     return {"cluster": cluster, "nodes": names, "pass": not causes, "checks": checks, "causes": causes,
             "floors": {f.option: floors.get(f.option) for f in FIELDS if f.option in FLOOR_OPTIONS}}
 
 
 #: The settings that are floors (recorded with the verdict).
-FLOOR_OPTIONS = ("mtu_min", "rdma_gbps_min", "rdma_sum_gbps_min", "rdma_lat_us_max", "nccl_busbw_gbs_min")
+FLOOR_OPTIONS = ("mtu_min", "rdma_gbps_min", "rdma_sum_gbps_min", "rdma_lat_us_max", "nccl_busbw_gbs_min",
+                 "probe_clock_ratio_min")
+
+
+def nccl_versions(run: Any, names: Sequence[str]) -> Dict[str, Optional[str]]:
+    """Each node's NCCL version from NCCL's test run on rank 0 with NCCL_DEBUG=INFO (None: not in its output).
+    Rank i runs on node i (nccl_argv lists the nodes in order, one slot each); nccl-tests' ``# Rank i ... on
+    <host>`` line names the host whose log prefix carries that rank's own ``NCCL version`` line."""
+    if not isinstance(run, Mapping) or run.get("skipped"):
+        return dict.fromkeys(names)
+    text = "%s\n%s" % (run.get("stdout") or "", run.get("stderr") or "")
+    by_host = nccl.nccl_transport(text)["versions_by_host"]
+    host_of_rank = {d["rank"]: d["host"] for d in nccl.parse_nccl_tests(text)["devices"]}
+    # a rank the table does not name is unread (never the version of a line without a host prefix)
+    return {name: by_host.get(host_of_rank[rank]) if rank in host_of_rank else None
+            for rank, name in enumerate(names)}
+
+
+def _judge_parity(checks: List[dict], names: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                  floors: Mapping[str, Any]) -> None:
+    """What the nodes must share (their facts and each one's NCCL version), and the readiness probe's clocks."""
+    versions = nccl_versions(nodes[0].get("pair_nccl"), names)
+    facts = {host: dict((node.get("pair_node") or {}).get("facts") or {}, nccl_version=versions[host])
+             for host, node in zip(names, nodes)}
+    _record(checks, "parity", names[0], fabric.check_parity(facts, may_be_unread=MAY_BE_UNREAD))
+    clocks = {host: ((node.get("pair_node") or {}).get("probe") or {}).get("sm_clock_mhz")
+              for host, node in zip(names, nodes)}
+    _record(checks, "probe_clocks", names[0], fabric.check_clock_spread(
+        clocks, float(floors["probe_clock_ratio_min"]), "readiness probe SM clock"))
 
 
 def _judge_rank0(checks: List[dict], host: str, rank0: Mapping[str, Any], floors: Mapping[str, Any]) -> None:

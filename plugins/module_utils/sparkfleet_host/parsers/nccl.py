@@ -221,6 +221,7 @@ def _read_log_line(host: str, level: str, message: str, out: dict[str, Any]) -> 
     if version:
         out["version"] = out["version"] or version.group(1)
         _add_once(out["versions"], version.group(1))
+        out["versions_by_host"].setdefault(host, version.group(1))
         return
     using = _USING_NETWORK.match(message)
     if using:
@@ -249,11 +250,13 @@ def _chosen_net(out: dict[str, Any]) -> str | None:
 def nccl_transport(text: str) -> dict[str, Any]:
     """What the ``NCCL_DEBUG=INFO`` lines of ``text`` say of NCCL's network and channels.
 
-    Returns ``{"version", "versions", "net", "networks", "net_plugins", "ib_devices", "ib_devices_by_host",
-    "ib_oob", "relaxed_ordering", "ib_no_device", "socket_devices", "socket_devices_by_host", "channels",
-    "transports", "net_devices_used", "hosts", "info_lines", "warnings"}``:
+    Returns ``{"version", "versions", "versions_by_host", "net", "networks", "net_plugins", "ib_devices",
+    "ib_devices_by_host", "ib_oob", "relaxed_ordering", "ib_no_device", "socket_devices", "socket_devices_by_host",
+    "channels", "transports", "net_devices_used", "hosts", "info_lines", "warnings"}``:
 
-    * ``version``: the first ``NCCL version`` (``2.27.7+cuda13.0``), ``versions`` every distinct one;
+    * ``version``: the first ``NCCL version`` (``2.27.7+cuda13.0``), ``versions`` every distinct one,
+      ``versions_by_host`` the first each host printed (``''`` without a host prefix): each rank's process prints
+      its own library's, so two nodes' libraries are told apart here;
     * ``net``: the network in use (``IB``, ``Socket``, or a plugin's name; None when the log says nothing), see
       :func:`_chosen_net`; ``networks``: every ``Using network`` name; ``net_plugins``: every ``NET/<name> : Using``;
     * ``ib_devices``: ``[{"index", "name", "port", "link_layer"}]`` of the first ``NET/IB : Using`` line, and
@@ -267,8 +270,8 @@ def nccl_transport(text: str) -> dict[str, Any]:
       ``warnings``: the text of every ``NCCL WARN`` line.
     """
     out: dict[str, Any] = {
-        "version": None, "versions": [], "net": None, "networks": [], "net_plugins": [], "ib_devices": [],
-        "ib_devices_by_host": {}, "ib_oob": None, "relaxed_ordering": None, "ib_no_device": False,
+        "version": None, "versions": [], "versions_by_host": {}, "net": None, "networks": [], "net_plugins": [],
+        "ib_devices": [], "ib_devices_by_host": {}, "ib_oob": None, "relaxed_ordering": None, "ib_no_device": False,
         "socket_devices": [], "socket_devices_by_host": {}, "channels": [], "transports": [],
         "net_devices_used": [], "hosts": [], "info_lines": 0, "warnings": [],
     }

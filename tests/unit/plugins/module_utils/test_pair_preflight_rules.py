@@ -33,8 +33,12 @@ def _rails(n: int, **override) -> list:
              "ipv4": ip % n, "prefixlen": 24, **override} for hca, dev, ip in TWINS]
 
 
+ENGINE_ENV = {"VLLM_ATTENTION_BACKEND": "FLASHINFER", "HF_TOKEN": "hf_secret"}
+
+
 def _nodes(gbps="92.57", lat="1.47", net="IB", busbw="23.7", rails2=None, driver2="580.95.05", ping_rc=0,
-           image2="sha256:1a2b") -> list:
+           image2="sha256:1a2b", nccl_versions="2.27.7+cuda13.0", engine_env2=None, clock_cap2="none applied",
+           probe_mhz=(2400.0, 2380.0)) -> list:
     rails1, rails2 = _rails(12), rails2 or _rails(13)
     bw = [_standin("ib_write_bw", [*pair.perftest_args(r, FLOORS, i), peer["ipv4"]], SPARKFLEET_FAKE_RDMA_GBPS=gbps)
           for i, (r, peer) in enumerate(zip(rails1, rails2, strict=True))]
@@ -42,18 +46,23 @@ def _nodes(gbps="92.57", lat="1.47", net="IB", busbw="23.7", rails2=None, driver
                          SPARKFLEET_FAKE_RDMA_LAT_US=lat)
                 for i, (r, peer) in enumerate(zip(rails1, rails2, strict=True))]
     nccl = _standin("all_reduce_perf", ["-b", "8M", "-e", "2G", "-f", "2", "-g", "1"], NCCL_DEBUG="INFO",
-                    SPARKFLEET_FAKE_NCCL_NET=net, SPARKFLEET_FAKE_NCCL_BUSBW_GBS=busbw)
+                    SPARKFLEET_FAKE_NCCL_NET=net, SPARKFLEET_FAKE_NCCL_BUSBW_GBS=busbw,
+                    SPARKFLEET_FAKE_NCCL_VERSION=nccl_versions)
     pings = {"results": [{"cmd": ["ping", "-M", "do", "-s", "8972", "-c", "3", "-W", "2", "-I", r["netdev"],
                                   peer["ipv4"]], "rc": ping_rc, "stdout": "", "stderr": ""}
                          for r, peer in zip(rails1, rails2, strict=True)]}
     facts = {"driver": "580.95.05", "kernel": "6.11.0-1016-nvidia", "firmware": "28.45.4028",
-             "image_digest": "sha256:1a2b"}
-    return [{"inventory_hostname": "spark1", "pair_node": {"rails": rails1, "facts": facts, "given": True},
+             "image_digest": "sha256:1a2b", "clock_cap": "none applied",
+             "engine_env": {k: node.value_digest(v) for k, v in ENGINE_ENV.items()}}
+    facts2 = {**facts, "driver": driver2, "image_digest": image2, "clock_cap": clock_cap2,
+              "engine_env": {k: node.value_digest(v) for k, v in (engine_env2 or ENGINE_ENV).items()}}
+    probe1, probe2 = ({"sm_clock_mhz": mhz, "run_id": "r1" if mhz else None} for mhz in probe_mhz)
+    return [{"inventory_hostname": "spark1", "pair_node": {"rails": rails1, "facts": facts, "given": True,
+                                                           "probe": probe1},
              "pair_pings": pings,
              "pair_bw": {"results": bw}, "pair_lat": {"results": lat_runs}, "pair_nccl": nccl},
-            {"inventory_hostname": "spark2", "pair_node": {"rails": rails2, "facts": {**facts, "driver": driver2,
-                                                                                    "image_digest": image2},
-                                                           "given": True},
+            {"inventory_hostname": "spark2", "pair_node": {"rails": rails2, "facts": facts2, "given": True,
+                                                           "probe": probe2},
              "pair_pings": pings, "pair_bw": {"skipped": True}}]
 
 
@@ -78,12 +87,66 @@ def test_a_healthy_pair_passes_every_check():
     ({"rails2": [dict(r, ipv4="192.168.200.13") for r in _rails(13)]}, "subnets on spark2", "share a subnet"),
     ({"rails2": _rails(13, state="DOWN", active=False)}, "rails_active on spark2", "DOWN"),
     ({"ping_rc": 1}, "jumbo_ping on spark1", "did not cross"),
+    # each rank's own "NCCL version" line (NCCL_DEBUG=INFO), rank i on node i
+    ({"nccl_versions": "2.27.7+cuda13.0,2.26.2+cuda12.9"}, "parity on spark1",
+     "nccl_version: spark1='2.27.7+cuda13.0', spark2='2.26.2+cuda12.9'"),
+    ({"engine_env2": {**ENGINE_ENV, "VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}}, "parity on spark1",
+     "engine_env.VLLM_ATTENTION_BACKEND: spark1='sha256:"),
+    ({"engine_env2": {"HF_TOKEN": "hf_secret"}}, "parity on spark1",
+     "engine_env.VLLM_ATTENTION_BACKEND: spark1='sha256:"),
+    ({"clock_cap2": "GPU0 locked 2100-2100 MHz"}, "parity on spark1",
+     "clock_cap: spark1='none applied', spark2='GPU0 locked 2100-2100 MHz'"),
+    ({"driver2": None}, "parity on spark1", "unread: driver on spark2 (spark1='580.95.05')"),
+    ({"probe_mhz": (2400.0, 1900.0)}, "probe_clocks on spark1", "spark1=2400 MHz, spark2=1900 MHz"),
 ], ids=lambda v: v if isinstance(v, str) and " on " in v else "")
 def test_a_broken_pair_is_refused_naming_the_cause(broken, check, words):
     verdict = pair.judge("pair", _nodes(**broken), FLOORS)
     assert verdict["pass"] is False
     named = [c for c in verdict["causes"] if c.startswith(check + ":")]
     assert named and words in named[0], verdict["causes"]
+
+
+def test_the_engine_environment_is_compared_without_recording_its_values():
+    verdict = pair.judge("pair", _nodes(engine_env2={**ENGINE_ENV, "HF_TOKEN": "hf_other"}), FLOORS)
+    assert verdict["pass"] is False and "engine_env.HF_TOKEN" in verdict["causes"][0]
+    assert "hf_secret" not in json.dumps(verdict) and "hf_other" not in json.dumps(verdict)
+
+
+def test_a_probe_clock_not_read_yet_is_named_and_does_not_refuse():
+    verdict = pair.judge("pair", _nodes(probe_mhz=(2400.0, None)), FLOORS)
+    assert verdict["pass"] is True, verdict["causes"]
+    (probe,) = [c for c in verdict["checks"] if c["check"] == "probe_clocks"]
+    assert "unread on spark2" in probe["reason"] and probe["floor"] == "probe_clock_ratio_min=0.9"
+
+
+def test_an_image_not_built_yet_is_named_unread_and_does_not_refuse():
+    # bench.yml builds or pulls the image after the preflight: a first campaign's nodes have none yet
+    verdict = pair.judge("pair", _nodes(image2=None), FLOORS)
+    assert verdict["pass"] is True, verdict["causes"]
+    (parity,) = [c for c in verdict["checks"] if c["check"] == "parity"]
+    assert "not read (not judged): image_digest on spark2 (spark1='sha256:1a2b')" in parity["reason"]
+
+
+def test_each_check_records_its_floor():
+    checks = pair.judge("pair", _nodes(), {**FLOORS, "probe_clock_ratio_min": 0.9})["checks"]
+    floors = {c["check"]: c["floor"] for c in checks}
+    assert floors["nccl_busbw"] == "nccl_busbw_gbs_min=20.0" and floors["mtu"] == "mtu_min=9000"
+    assert floors["parity"] == "equal on every node" and floors["probe_clocks"] == "probe_clock_ratio_min=0.9"
+
+
+def test_no_nccl_output_leaves_each_node_s_version_unread():
+    nodes = _nodes()
+    nodes[0]["pair_nccl"] = {"cmd": "all_reduce_perf", "rc": 127, "stdout": "", "stderr": "not found"}
+    causes = pair.judge("pair", nodes, FLOORS)["causes"]
+    assert any(c.startswith("parity on spark1:") and "unread: nccl_version on spark1, spark2" in c for c in causes)
+
+
+def test_a_rank_the_nccl_test_does_not_place_on_a_host_leaves_its_version_unread():
+    run = _standin("all_reduce_perf", ["-b", "1G", "-e", "1G"], NCCL_DEBUG="INFO",
+                   SPARKFLEET_FAKE_NCCL_VERSION="2.27.7+cuda13.0,2.26.2+cuda12.9")
+    assert pair.nccl_versions(run, ["spark1", "spark2"]) == {"spark1": "2.27.7+cuda13.0", "spark2": "2.26.2+cuda12.9"}
+    run["stdout"] = "\n".join(line for line in run["stdout"].splitlines() if "Rank  1" not in line)
+    assert pair.nccl_versions(run, ["spark1", "spark2"]) == {"spark1": "2.27.7+cuda13.0", "spark2": None}
 
 
 def test_a_tool_that_never_answered_is_a_cause_not_a_pass():
@@ -136,3 +199,28 @@ def test_a_node_is_read_from_sysfs_and_a_given_rail_is_checked_against_it(tmp_pa
     assert rail["state"] == "DOWN" and rail["active"] is False and rail["ipv4"] == "192.168.201.12", rail
     assert given["env"] == {}  # no ACTIVE rail: nothing for NCCL
     assert json.dumps(given)  # what the module returns is plain data
+
+
+def test_a_node_records_its_engine_env_digest_clock_cap_and_latest_probe(tmp_path):
+    results_root, results_dir = tmp_path / "results", tmp_path / "results" / "study" / "spark1"
+    for run_id, mhz, age in (("old", 2000.0, 100), ("new", 2405.0, 10), ("unprobed", None, 1)):
+        record = results_dir / "runs" / run_id / "record.json"
+        record.parent.mkdir(parents=True)
+        record.write_text(json.dumps({"readiness": {"sm_clock_mhz": mhz}}))
+        os.utime(record, (os.path.getmtime(record) - age,) * 2)
+    lock_record = tmp_path / "gpu-state.json"
+    lock_record.write_text(json.dumps({"locked_clocks": {"0": {"min": 2100, "max": 2100}}}))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "gpu_state_saved.json").write_text(json.dumps(
+        {"host": "spark1", "saved": {"gpus": []}, "state_file": str(lock_record)}))
+    found = node.readings([], _runner({}), lambda _tool: None, sysfs=str(tmp_path / "nosys"),
+                          workload_env={"HF_TOKEN": "hf_secret"}, results_root=str(results_root),
+                          results_dir=str(results_dir))
+    assert found["facts"]["clock_cap"] == "GPU0 locked 2100-2100 MHz"
+    assert found["facts"]["engine_env"] == {"HF_TOKEN": node.value_digest("hf_secret")}
+    assert "hf_secret" not in json.dumps(found)
+    assert found["probe"] == {"sm_clock_mhz": 2405.0, "run_id": "new"}
+    # no gpu_state record: nothing applied; an unreadable one: unread (None), never "none"
+    assert node.clock_cap({"applied": False, "error": None}) == "none applied"
+    assert node.clock_cap({"applied": False, "error": "gpu_state_saved.json: not JSON"}) is None
+    assert node.latest_probe(str(tmp_path / "empty")) == {"sm_clock_mhz": None, "run_id": None}
