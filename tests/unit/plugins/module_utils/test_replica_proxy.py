@@ -226,11 +226,12 @@ def test_request_bodies_and_headers_are_forwarded(replicas):
 
 def test_llama_benchys_client_library_aiohttp_through_the_proxy(replicas):
     aiohttp = pytest.importorskip("aiohttp")
+    TOKENS = 30  # noqa: N806 - the stream's length, 1.2 s at the stand-ins' rate
 
     async def one(session, url):
         started = time.monotonic()
         arrivals = []
-        async with session.post(url + "/v1/chat/completions", data=payload(6),
+        async with session.post(url + "/v1/chat/completions", data=payload(TOKENS),
                                 headers={"Content-Type": "application/json"}) as response:
             assert response.status == 200
             data = b""
@@ -254,6 +255,9 @@ def test_llama_benchys_client_library_aiohttp_through_the_proxy(replicas):
     with ReplicaProxy([r.url for r in replicas]) as proxy:
         results = asyncio.run(asyncio.wait_for(main(proxy.url), 60))
         assert proxy.counts == {replicas[0].url: 3, replicas[1].url: 3}
+    # streamed, not buffered: a buffering proxy hands the client one piece, however idle the machine. A reader
+    # starved on a loaded machine merges pieces: with 6 tokens (240 ms) it once read them all at once under two
+    # test suites on 2 cores; 30 tokens span 1.2 s, which no starvation seen here covers
     for arrivals in results:
-        assert len(arrivals) >= 4 and arrivals[-1] - arrivals[0] >= 4 * STEP_S * 0.8  # streamed, not buffered
+        assert len(arrivals) >= 2 and arrivals[-1] - arrivals[0] >= STEP_S * 0.8, arrivals
     assert not proxy_threads()
