@@ -272,7 +272,9 @@ class Launcher:
                                     "(playbooks/cluster_runs.yml starts the workers and gives their addresses)" % (
                                         self.run.plan["cluster"]["name"], len(workers),
                                         ", ".join(self.run.plan["cluster"]["nodes"][1:])))
-            argv = serving.head_argv(workload, model, workers, (self.p.get("serving") or {}).get("head_address"))
+            # the run's variables by name: a launcher that starts the other ranks itself (mpirun) passes them on
+            argv = serving.head_argv(workload, model, workers, (self.p.get("serving") or {}).get("head_address"),
+                                     sorted(self.env()))
         else:
             argv = serving.server_argv(workload, model)
         command = self.command("server", argv)
