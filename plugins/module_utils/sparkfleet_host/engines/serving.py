@@ -1124,8 +1124,13 @@ class ServerProcess:
                 self._signal_group(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=30)
-        # Whatever the leader did, its group's other members (engine workers) go too, and are waited for.
+        # Whatever the leader did, its group's other members (engine workers) go too, and are waited for; so do the
+        # processes of its session in groups of their own (mpirun puts each rank it starts in one: a killed mpirun
+        # would leave rank 0's server running).
         self._signal_group(signal.SIGKILL)
+        for pid in group_members(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         wait_group_gone(self.proc.pid, GROUP_GONE_S)
         if self.container:
             self._docker("rm", "-f")
@@ -1158,11 +1163,12 @@ def _proxy_of(docker: str, name: str, holder: dict) -> bool:
 
 
 def group_members(pgid: int, proc_root: str = "/proc") -> list:
-    """The pids of process group ``pgid`` that have not exited (zombies left out: they hold no memory)."""
+    """The pids of process group ``pgid``, and of the session it leads (a server starts in a session of its own:
+    its processes in other groups are its too), that have not exited (zombies left out: they hold no memory)."""
     members = []
     for pid in procstat.pids(proc_root):
         stat = procstat.read(pid, proc_root)
-        if procstat.live(stat) and stat.pgrp == pgid:
+        if procstat.live(stat) and pgid in (stat.pgrp, stat.session):
             members.append(pid)
     return members
 
