@@ -708,6 +708,12 @@ def launcher(workload: dict) -> dict:
     return found
 
 
+def starts_workers_from_rank_0(workload: dict) -> bool:
+    """Whether the workload's multi-node launch starts the workers' ranks from rank 0 (mpirun, over SSH) instead of
+    a worker process sparkfleet starts on each node."""
+    return topology(workload) != REPLICAS and launcher(workload)["worker"] is None
+
+
 def cluster_problem(workload: dict) -> Optional[str]:
     """Why the workload cannot run on its cluster as its topology asks, or None."""
     try:

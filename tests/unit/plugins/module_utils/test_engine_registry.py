@@ -237,9 +237,12 @@ def test_trtllm_serve_across_nodes_is_one_mpirun_on_rank_0(topology, size_flag):
     assert serving.head_argv(workload, HF_MODEL, ["10.0.0.2"], "10.0.0.1", ["NCCL_IB_HCA", "HF_TOKEN"]) == (
         TRTLLM_MPIRUN + ["-x", "NCCL_IB_HCA", "-x", "HF_TOKEN", "trtllm-llmapi-launch"] + TRTLLM_SERVER
         + [size_flag, "2"])
-    # a worker starts nothing of its own: mpirun reaches it over SSH
+    # a worker starts nothing of its own: mpirun reaches it over SSH (checked on rank 0 first: cluster/rsh.py)
     assert serving.worker_spec(workload, HF_MODEL, "10.0.0.2", 1, 2, "10.0.0.1") == {
         "argv": None, "port": None, "ready_url": None}
+    assert serving.starts_workers_from_rank_0(workload)
+    assert not serving.starts_workers_from_rank_0({**workload, "engine": "vllm"})
+    assert not serving.starts_workers_from_rank_0({**workload, "topology": "replicas"})
     # three nodes, rank 0 first (its slot holds rank 0, the server); the server_args before the size flag
     three = serving.head_argv({**workload, "server_args": ["--backend", "pytorch"]}, HF_MODEL,
                               ["10.0.0.2", "10.0.0.3"], "10.0.0.1")
