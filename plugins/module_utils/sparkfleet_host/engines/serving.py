@@ -316,8 +316,9 @@ def sglang_nodes(size_flag: str) -> dict:
 # node. --allow-run-as-root: mpirun refuses root without it (the playbooks' containers and TensorRT-LLM's own
 # tests, tests/integration/defs/perf, run it as root). -x: the run's environment for every rank (mpirun forwards
 # none by itself). SSH to the workers is the owner's set-up, as in the playbook (non-interactive, known host keys;
-# OMPI_MCA_plm_rsh_agent or ~/.ssh/config for a key or port of its own). Stopping rank 0's process group stops
-# mpirun, which tears its ranks down on every node (orted exits when mpirun's connection goes).
+# OMPI_MCA_plm_rsh_agent or ~/.ssh/config for a key or port of its own); rank 0 checks it first (cluster/rsh.py).
+# Stopping rank 0's server stops mpirun, which tears its ranks down on every node (a remote orted exits with its
+# ranks when mpirun's connection goes); ServerProcess.stop also kills its session, where mpirun's local ranks are.
 TRTLLM_NODES_OWN = ((("--tensor_parallel_size", "--tp_size", "--pipeline_parallel_size", "--pp_size"),
                      "the workload's topology on its cluster (one GPU per node: the degree is the number of nodes)"),)
 TRTLLM_MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "{nnodes}", "-H", "{hosts}", FORWARDED_ENV,
