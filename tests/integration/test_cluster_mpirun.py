@@ -52,13 +52,21 @@ def _launch_processes(marks: tuple) -> list[str]:
     return out
 
 
-def test_trtllm_serve_on_two_hosts_by_mpirun_from_rank_0(fleet_factory, ansible_env, repo, tmp_path):
+def _fleet(fleet_factory, host_env=None):
+    """Two hosts of cluster pair, TensorRT-LLM's entry points (the stand-ins) on each one's PATH."""
     fleet = fleet_factory(2, host_env={h: {"SPARKFLEET_FAKE_RDMA_HCAS": "rocep1s0f0=eth0",
-                                           "SPARKFLEET_FAKE_RDMA_STATE": "ACTIVE"} for h in ("spark1", "spark2")})
+                                           "SPARKFLEET_FAKE_RDMA_STATE": "ACTIVE", **(host_env or {})}
+                                       for h in ("spark1", "spark2")})
     fleet.set_mtu(9000)
-    for host in fleet.hosts:  # TensorRT-LLM's entry points on each host's PATH, as its install puts them
+    for host in fleet.hosts:  # as TensorRT-LLM's install puts them
         for name in ("trtllm-serve", "trtllm-llmapi-launch"):
             Path(host.dir, "bin", name).symlink_to(STANDINS / name)
+    return fleet
+
+
+def _bench(fleet, tmp_path, ansible_env, repo) -> tuple:
+    """bench.yml with one trtllm-serve workload on the pair, topology tensor: (its result, its records' paths on rank
+    0, the model's directory)."""
     work = tmp_path / "models"
     model = make_hf_model(work / "tiny-hf")
     campaign = {"sparkfleet_campaign": {
@@ -83,11 +91,16 @@ def test_trtllm_serve_on_two_hosts_by_mpirun_from_rank_0(fleet_factory, ansible_
            "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1",
            "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"]
     run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
-    out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-8000:]
+    paths = sorted((results / "mpi2" / fleet.hosts[0].name / "runs").glob("*/record.json"))
+    return run, paths, model["path"]
 
+
+def test_trtllm_serve_on_two_hosts_by_mpirun_from_rank_0(fleet_factory, ansible_env, repo, tmp_path):
+    fleet = _fleet(fleet_factory)
+    run, paths, model = _bench(fleet, tmp_path, ansible_env, repo)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
+    work = model.parent
     head, worker = fleet.hosts
-    paths = sorted((results / "mpi2" / head.name / "runs").glob("*/record.json"))
     records = [json.loads(p.read_text()) for p in paths]
     assert len(records) == 1 and records[0]["status"] == "ok", [(r["run_id"], r["status"], r.get("error"))
                                                                 for r in records]
@@ -101,7 +114,7 @@ def test_trtllm_serve_on_two_hosts_by_mpirun_from_rank_0(fleet_factory, ansible_
                         "-x"], argv
     assert "SPARKFLEET_FAKE_NCCL_HCAS" in argv and "SPARKFLEET_FAKE_PREFILL_TOK_S" in argv, argv
     server = argv.index("trtllm-llmapi-launch") + 1
-    assert argv[server:server + 2] == ["trtllm-serve", str(model["path"])] and argv[-2:] == ["--tp_size", "2"], argv
+    assert argv[server:server + 2] == ["trtllm-serve", str(model)] and argv[-2:] == ["--tp_size", "2"], argv
     # each rank ran on its own node (the log in that node's home): rank 0 on the head, rank 1 on the worker; the
     # worker's rank spoke through mpirun into rank 0's server.log
     head_ranks = Path(head.dir, "home", RANK_LOG).read_text().splitlines()
@@ -115,3 +128,28 @@ def test_trtllm_serve_on_two_hosts_by_mpirun_from_rank_0(fleet_factory, ansible_
     ranks = [int(line.rsplit(" pid ", 1)[1]) for line in head_ranks + worker_ranks]
     assert not [pid for pid in ranks if _alive(pid)], ranks
     assert _launch_processes((str(work), head.address)) == []
+
+
+#: An SSH agent as on a Spark where passwordless SSH to the worker was never set up: the worker's host key unknown.
+UNSET_SSH = """#!/bin/sh
+exec ssh -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o BatchMode=yes "$@"
+"""
+
+
+def test_a_worker_rank_0_cannot_reach_by_ssh_fails_the_run_naming_it_before_mpirun_starts(fleet_factory, ansible_env,
+                                                                                           repo, tmp_path):
+    agent = tmp_path / "unset-ssh"
+    agent.write_text(UNSET_SSH)
+    agent.chmod(0o755)
+    fleet = _fleet(fleet_factory, {"OMPI_MCA_plm_rsh_agent": str(agent)})
+    run, paths, model = _bench(fleet, tmp_path, ansible_env, repo)
+    head, worker = fleet.hosts
+    records = [json.loads(p.read_text()) for p in paths]
+    assert [r["status"] for r in records] == ["failed"], (run.stdout + run.stderr)[-6000:]
+    reason = json.dumps(records[0])
+    assert f"rank 0 cannot run a command on {worker.address}: `{agent} {worker.address} true` exited with 255" in (
+        reason), reason[-3000:]
+    assert "Host key verification failed" in reason and "passwordless SSH" in reason
+    # mpirun never started: no rank ran anywhere, nothing is left
+    assert not any(Path(h.dir, "home", RANK_LOG).exists() for h in fleet.hosts)
+    assert _launch_processes((str(model.parent), head.address)) == []
