@@ -147,8 +147,8 @@ fi
 
 # ---- test ----------------------------------------------------------------------------------------
 docker_pkg=$(docker_to_install)
-apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} openssh-server openssh-client debootstrap iproute2 iputils-ping iptables \
-  chromium fonts-dejavu-core cmake g++
+apt_install "${base_pkgs[@]}" ${docker_pkg:+"$docker_pkg"} openssh-server openssh-client openmpi-bin debootstrap iproute2 iputils-ping \
+  iptables chromium fonts-dejavu-core cmake g++
 start_docker
 make_venv .venv python3
 

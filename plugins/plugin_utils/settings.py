@@ -411,10 +411,10 @@ WORKLOAD_FIELDS = (
           nullable=True, check=lambda v: None if v.strip() and v == v.strip() else "must be a non-empty name"),
     Field("topology", "str", None, "Serving on a cluster: layers (llama.cpp RPC splits the model's layers over the "
           "hosts), tensor or pipeline (the engine's own runtime splits the model tensor- or pipeline-parallel across "
-          "the hosts, one GPU each: vLLM without Ray, SGLang; not yet trtllm-serve, whose ranks mpirun starts from "
-          "rank 0 over SSH), or replicas (each host serves the whole model; the client's requests go to them in "
+          "the hosts, one GPU each: vLLM without Ray, SGLang, and trtllm-serve, whose ranks mpirun starts from rank 0 "
+          "over passwordless SSH), or replicas (each host serves the whole model; the client's requests go to them in "
           "turn through a proxy on rank 0). Null with a cluster: the engine's first (llama.cpp: layers; vLLM, "
-          "SGLang: tensor).",
+          "SGLang, trtllm-serve: tensor).",
           nullable=True, choices=serving.TOPOLOGIES),
     Field("endpoint", "dict", None, "Serving, engine %s only: the server to measure, {url, model}: url an http(s) "
           "URL with host and port (and no path beyond an optional /v1), model the name it serves. sparkfleet starts, "

@@ -122,6 +122,7 @@ class FakeFleet:
             fleet._make_bridge()
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkfleet-test", "-f", fleet.key])
             Path(base / "authorized_keys").write_text(Path(fleet.key + ".pub").read_text())
+            fleet._write_host_ssh()
             Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation dir
             for i in range(1, n + 1):
                 name = f"spark{i}"
@@ -153,6 +154,21 @@ class FakeFleet:
 
     def _save(self) -> None:
         Path(self.dir, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @property
+    def host_ssh(self) -> str:
+        """The SSH command a host reaches the others with: the fleet's key and known hosts, never a prompt."""
+        return f"{self.dir}/host-ssh"
+
+    def _write_host_ssh(self) -> None:
+        # Host to host SSH, set up as an owner sets up passwordless SSH between two Sparks for mpirun (the key is
+        # the one every host accepts). ssh reads ~/.ssh of the passwd entry's home, this machine's /root: so a
+        # command of its own, named to OpenMPI by OMPI_MCA_plm_rsh_agent in every session (_sshd_config).
+        Path(self.host_ssh).write_text(
+            "#!/bin/sh\n"
+            f'exec ssh -i {self.key} -o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes '
+            '-o BatchMode=yes "$@"\n')
+        os.chmod(self.host_ssh, 0o755)
 
     def _make_bridge(self) -> None:
         _run(["ip", "addr", "add", f"{SUBNET_PREFIX}.{self.subnet}.1/24", "dev", self.bridge])
@@ -201,6 +217,7 @@ class FakeFleet:
             "HOME": f"{host.dir}/home",
             "SPARKFLEET_FAKE_GPU_STATE": f"{host.dir}/gpu-state.json",
             "SPARKFLEET_FAKE_GPU_LOAD": f"{host.dir}/gpu-load",
+            "OMPI_MCA_plm_rsh_agent": self.host_ssh,  # mpirun's remote launch (trtllm-serve across nodes)
             **host.env,
         }
         setenv = " ".join(f'{k}="{v}"' for k, v in env.items())

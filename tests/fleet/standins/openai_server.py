@@ -114,7 +114,8 @@ def trtllm_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_batch_size", type=int, default=2048)
     p.add_argument("--max_num_tokens", type=int, default=8192)
     p.add_argument("--max_seq_len", type=int, default=None)
-    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--tensor_parallel_size", "--tp_size", type=int, default=1)
+    p.add_argument("--pipeline_parallel_size", "--pp_size", type=int, default=1)
     p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float, default=0.9)
     p.add_argument("--extra_llm_api_options", default=None)
     return p

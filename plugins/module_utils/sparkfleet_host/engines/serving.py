@@ -217,27 +217,33 @@ def unmanaged_engine() -> dict:
 
 
 #: A launcher argv element that stands for the engine's own server argv (the workload's server_args included),
-#: spliced in where it stands: a worker of vLLM or SGLang runs the engine's server with the multi-node flags added.
+#: spliced in where it stands: a worker of vLLM or SGLang runs the engine's server with the multi-node flags added;
+#: a head argv holding it wraps the server (mpirun ... trtllm-llmapi-launch {server}) instead of adding flags to it.
 SERVER_ARGV = "{server}"
+#: A head argv element that stands for ``-x NAME`` for each variable of the run's environment (OpenMPI's mpirun
+#: gives its remote ranks none of its own environment unless told, and the run's variables must reach every rank).
+FORWARDED_ENV = "{forwarded_env}"
 #: The placeholders a launcher's worker and head argv may hold (str.format fields): the node's ``rank`` (0 on the
 #: head), ``nnodes`` (the cluster's nodes), ``head_address`` (rank 0's address on the cluster's network),
 #: ``address`` (this node's), ``port`` (the launcher's: the workers' port, or rank 0's rendezvous port), the
 #: ``model`` (its path, else its Hugging Face id, else its name), the ``served`` model name and, on the head only,
-#: ``endpoints`` (address:port of every worker, comma-joined).
-LAUNCHER_PLACEHOLDERS = ("rank", "nnodes", "head_address", "address", "port", "model", "served", "endpoints")
+#: ``endpoints`` (address:port of every worker, comma-joined) and ``hosts`` (every node's address:1, rank 0's first:
+#: an MPI host list of one slot per node, a Spark having one GPU).
+LAUNCHER_PLACEHOLDERS = ("rank", "nnodes", "head_address", "address", "port", "model", "served", "endpoints", "hosts")
 
 
-def nodes_launcher(worker: list, worker_port: Optional[int], head: list, owns: tuple,
+def nodes_launcher(worker: Optional[list], worker_port: Optional[int], head: list, owns: tuple,
                    port: Optional[int] = None) -> dict:
     """How an engine spans several nodes by its own runtime, for one topology: each worker runs ``worker`` (argv,
-    :data:`LAUNCHER_PLACEHOLDERS`; :data:`SERVER_ARGV` for the engine's own server argv) and rank 0 runs the
-    engine's server with ``head`` added. ``worker_port``: the port a worker is ready on once it accepts; None, a
-    worker that answers nothing before rank 0 has joined it (a torch.distributed rank waits for its peers): then it
-    is only checked to be running after a settle time, and rank 0's readiness is the whole cluster's. ``port``
-    fills {port} (default: ``worker_port``). ``owns``: the flags sparkfleet sets on these argv, refused in
-    server_args."""
-    return {"worker": list(worker), "worker_port": worker_port, "head": list(head), "owns": owns,
-            "port": worker_port if port is None else port, "refused": None}
+    :data:`LAUNCHER_PLACEHOLDERS`; :data:`SERVER_ARGV` for the engine's own server argv), or nothing of its own when
+    None (rank 0's launcher starts its ranks: mpirun over SSH); rank 0 runs the engine's server with ``head`` added,
+    or ``head`` itself when it holds :data:`SERVER_ARGV` (a wrapper around the server). ``worker_port``: the port a
+    worker is ready on once it accepts; None, a worker that answers nothing before rank 0 has joined it (a
+    torch.distributed rank waits for its peers): then it is only checked to be running after a settle time, and rank
+    0's readiness is the whole cluster's. ``port`` fills {port} (default: ``worker_port``). ``owns``: the flags
+    sparkfleet sets on these argv, refused in server_args."""
+    return {"worker": None if worker is None else list(worker), "worker_port": worker_port, "head": list(head),
+            "owns": owns, "port": worker_port if port is None else port, "refused": None}
 
 
 def unbuilt_launcher(why: str) -> dict:
@@ -295,15 +301,34 @@ def sglang_nodes(size_flag: str) -> dict:
                           [size_flag, "{nnodes}"] + SGLANG_NODE_FLAGS, SGLANG_NODES_OWN, port=SGLANG_DIST_PORT)
 
 
-# TensorRT-LLM (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md, commit 0db7c14, step 10: `mpirun -x HF_TOKEN
-# trtllm-llmapi-launch trtllm-serve $MODEL --tp_size 2 ...` on the primary node, an OpenMPI hostfile naming both
-# nodes, passwordless SSH between them (step 1); sparkrun src/sparkrun/runtimes/trtllm.py, commit 0041b8f, wraps
-# trtllm-serve the same way, mpirun reaching the workers through an SSH rsh agent): every rank is started by
-# mpirun from rank 0; a worker runs nothing of its own. sparkfleet's workers are processes it starts on each node
-# (cluster_worker), so this launch is not built.
-TRTLLM_NODES_REFUSED = ("its ranks are started by mpirun from rank 0 (`mpirun ... trtllm-llmapi-launch trtllm-serve "
-                        "--tp_size N`, an OpenMPI hostfile and passwordless SSH between the nodes), and sparkfleet "
-                        "starts a process of its own on each worker instead: an MPI launch is not built yet")
+# TensorRT-LLM by its own MPI runtime. NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md (commit 0db7c14, "Serve
+# the model"): on the primary node `mpirun -x HF_TOKEN trtllm-llmapi-launch trtllm-serve $MODEL --tp_size 2 ...
+# --port 8000`, an OpenMPI hostfile naming both Sparks and passwordless SSH between them set up first (mpirun's
+# rsh launcher starts its orted on the other node over SSH; sparkrun src/sparkrun/runtimes/trtllm.py, commit
+# 0041b8f, wraps trtllm-serve the same way). NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/trtllm-llmapi-launch (commit
+# 020c89e): each rank reads its rank from SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or PMI_ID; rank 0 runs the
+# command it wraps (trtllm-serve, its MPI variables unset) beside the MGMN leader, every other rank runs
+# `python3 -m tensorrt_llm.llmapi.mgmn_worker_node` until the leader stops it. tensorrt_llm/commands/serve.py (commit
+# 00209af): "--tensor_parallel_size"/"--tp_size", "--pipeline_parallel_size"/"--pp_size". So rank 0 runs the whole
+# launch and a worker runs nothing sparkfleet starts (worker None): `mpirun --allow-run-as-root -np N -H
+# <rank0>:1,<worker>:1 -x VAR... trtllm-llmapi-launch <trtllm-serve argv> --tp_size N`. -H with one slot per node
+# (a Spark has one GPU) instead of a hostfile: ranks fill the slots in order, so rank 0 (the server) is on rank 0's
+# node. --allow-run-as-root: mpirun refuses root without it (the playbooks' containers and TensorRT-LLM's own
+# tests, tests/integration/defs/perf, run it as root). -x: the run's environment for every rank (mpirun forwards
+# none by itself). SSH to the workers is the owner's set-up, as in the playbook (non-interactive, known host keys;
+# OMPI_MCA_plm_rsh_agent or ~/.ssh/config for a key or port of its own); rank 0 checks it first (cluster/rsh.py).
+# Stopping rank 0's server stops mpirun, which tears its ranks down on every node (a remote orted exits with its
+# ranks when mpirun's connection goes); ServerProcess.stop also kills its session, where mpirun's local ranks are.
+TRTLLM_NODES_OWN = ((("--tensor_parallel_size", "--tp_size", "--pipeline_parallel_size", "--pp_size"),
+                     "the workload's topology on its cluster (one GPU per node: the degree is the number of nodes)"),)
+TRTLLM_MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "{nnodes}", "-H", "{hosts}", FORWARDED_ENV,
+                 "trtllm-llmapi-launch"]
+
+
+def trtllm_nodes(size_flag: str) -> dict:
+    """trtllm-serve across the nodes by mpirun from rank 0, ``size_flag`` (tensor or pipeline parallel) the number of
+    nodes: nothing started on the workers."""
+    return nodes_launcher(None, None, TRTLLM_MPIRUN + [SERVER_ARGV, size_flag, "{nnodes}"], TRTLLM_NODES_OWN)
 
 
 #: The built-in engines, every layer's one table (settings, campaign checks, planning, estimates and the host read
@@ -349,8 +374,8 @@ ENGINES = {
                                    abbrev=False, version=(["python3", "-c", serving_provenance.PY_VERSION,
                                                            "tensorrt_llm", "tensorrt_llm"],
                                                           "the tensorrt_llm package's version (python3)"),
-                                   start_s=600.0, launcher={"tensor": unbuilt_launcher(TRTLLM_NODES_REFUSED),
-                                                            "pipeline": unbuilt_launcher(TRTLLM_NODES_REFUSED)}),
+                                   start_s=600.0, launcher={"tensor": trtllm_nodes("--tp_size"),
+                                                            "pipeline": trtllm_nodes("--pp_size")}),
     # Any OpenAI-compatible endpoint (issue 37): a server already running, here or elsewhere, named by the
     # workload's endpoint {url, model}; sparkfleet measures it, never starts, checks or stops it.
     "external": unmanaged_engine(),
@@ -684,6 +709,12 @@ def launcher(workload: dict) -> dict:
     return found
 
 
+def starts_workers_from_rank_0(workload: dict) -> bool:
+    """Whether the workload's multi-node launch starts the workers' ranks from rank 0 (mpirun, over SSH) instead of
+    a worker process sparkfleet starts on each node."""
+    return topology(workload) != REPLICAS and launcher(workload)["worker"] is None
+
+
 def cluster_problem(workload: dict) -> Optional[str]:
     """Why the workload cannot run on its cluster as its topology asks, or None."""
     try:
@@ -708,46 +739,60 @@ def replica_argv(workload: dict, model: dict, address: str) -> list:
     return argv
 
 
-def launcher_argv(template: list, workload: dict, model: dict, values: dict) -> list:
-    """A launcher's argv ``template`` filled: :data:`SERVER_ARGV` spliced as the engine's server argv, each other
-    element's :data:`LAUNCHER_PLACEHOLDERS` from ``values`` (with the model and the served name)."""
+def launcher_argv(template: list, workload: dict, model: dict, values: dict, env_names=()) -> list:
+    """A launcher's argv ``template`` filled: :data:`SERVER_ARGV` spliced as the engine's server argv,
+    :data:`FORWARDED_ENV` as ``-x NAME`` for each of ``env_names``, each other element's
+    :data:`LAUNCHER_PLACEHOLDERS` from ``values`` (with the model and the served name)."""
     values = dict(values, model=_model_source(model), served=served_name(workload, model))
-    if values.get("head_address") is None and any("{head_address}" in a for a in template):
+    if values.get("head_address") is None and any("{head_address}" in a or "{hosts}" in a for a in template):
         raise ServingError("engine %s, topology %s: rank 0's address on the cluster's network is not known (the "
                            "workers and rank 0 are told it by cluster_run.yml)" % (workload.get("engine"),
                                                                                   topology(workload)))
     argv = []
     for arg in template:
-        argv += server_argv(workload, model) if arg == SERVER_ARGV else [arg.format(**values)]
+        if arg == SERVER_ARGV:
+            argv += server_argv(workload, model)
+        elif arg == FORWARDED_ENV:
+            argv += [part for name in env_names for part in ("-x", str(name))]
+        else:
+            argv.append(arg.format(**values))
     return argv
 
 
 def worker_spec(workload: dict, model: dict, address: str, rank: int = 1, nnodes: int = 2,
                 head_address: Optional[str] = None) -> dict:
     """What worker ``rank`` (1..nnodes-1) of the workload's cluster runs on ``address``: {argv, port, ready_url}.
-    A launcher's topology: its worker argv; ``port`` the port it is ready on once it accepts, or None (not probed:
-    it must still run after a settle time; rank 0's readiness is the cluster's); ready_url None. ``replicas``: the
-    engine's server on ``address``, ready once its readiness path answers 200."""
+    A launcher's topology: its worker argv (None: nothing to start there, rank 0's launcher starts the rank);
+    ``port`` the port it is ready on once it accepts, or None (not probed: it must still run after a settle time;
+    rank 0's readiness is the cluster's); ready_url None. ``replicas``: the engine's server on ``address``, ready
+    once its readiness path answers 200."""
     if topology(workload) != REPLICAS:
         spec = launcher(workload)
+        if spec["worker"] is None:
+            return {"argv": None, "port": None, "ready_url": None}
         values = {"rank": rank, "nnodes": nnodes, "head_address": head_address, "address": address,
-                  "port": spec["port"], "endpoints": ""}
+                  "port": spec["port"], "endpoints": "", "hosts": ""}
         return {"argv": launcher_argv(spec["worker"], workload, model, values), "port": spec["worker_port"],
                 "ready_url": None}
     return {"argv": replica_argv(workload, model, address), "port": port(workload),
             "ready_url": "http://%s:%d%s" % (address, port(workload), engine_spec(workload)["ready_path"])}
 
 
-def head_argv(workload: dict, model: dict, workers: list, head_address: Optional[str] = None) -> list:
-    """Rank 0's server argv: the engine's; with a launcher's topology its head flags added, naming the ``workers``
-    (their addresses, rank order) and rank 0's own address on the cluster's network, ``head_address``."""
+def head_argv(workload: dict, model: dict, workers: list, head_address: Optional[str] = None,
+              env_names=()) -> list:
+    """Rank 0's server argv: the engine's; with a launcher's topology its head flags added, or the server wrapped in
+    its head argv (mpirun), naming the ``workers`` (their addresses, rank order) and rank 0's own address on the
+    cluster's network, ``head_address``. ``env_names``: the run's variables, forwarded to every rank by a head argv
+    that says where (:data:`FORWARDED_ENV`)."""
     if topology(workload) == REPLICAS:
         return server_argv(workload, model)
     spec = launcher(workload)
-    endpoints = ",".join("%s:%d" % (address, spec["port"]) for address in workers)
+    endpoints = ",".join("%s:%d" % (address, spec["port"]) for address in workers) if spec["port"] else ""
     values = {"rank": 0, "nnodes": len(workers) + 1, "head_address": head_address, "address": head_address,
-              "port": spec["port"], "endpoints": endpoints}
-    return server_argv(workload, model) + launcher_argv(spec["head"], workload, model, values)
+              "port": spec["port"], "endpoints": endpoints,
+              "hosts": ",".join("%s:1" % address for address in [head_address] + list(workers))}
+    head = launcher_argv(spec["head"], workload, model, values, env_names)
+    return head if SERVER_ARGV in spec["head"] else server_argv(workload, model) + head
 
 
 def replica_urls(workload: dict, workers: list) -> list:
@@ -1086,8 +1131,13 @@ class ServerProcess:
                 self._signal_group(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=30)
-        # Whatever the leader did, its group's other members (engine workers) go too, and are waited for.
+        # Whatever the leader did, its group's other members (engine workers) go too, and are waited for; so do the
+        # processes of its session in groups of their own (mpirun puts each rank it starts in one: a killed mpirun
+        # would leave rank 0's server running).
         self._signal_group(signal.SIGKILL)
+        for pid in group_members(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         wait_group_gone(self.proc.pid, GROUP_GONE_S)
         if self.container:
             self._docker("rm", "-f")
@@ -1120,11 +1170,12 @@ def _proxy_of(docker: str, name: str, holder: dict) -> bool:
 
 
 def group_members(pgid: int, proc_root: str = "/proc") -> list:
-    """The pids of process group ``pgid`` that have not exited (zombies left out: they hold no memory)."""
+    """The pids of process group ``pgid``, and of the session it leads (a server starts in a session of its own:
+    its processes in other groups are its too), that have not exited (zombies left out: they hold no memory)."""
     members = []
     for pid in procstat.pids(proc_root):
         stat = procstat.read(pid, proc_root)
-        if procstat.live(stat) and stat.pgrp == pgid:
+        if procstat.live(stat) and pgid in (stat.pgrp, stat.session):
             members.append(pid)
     return members
 

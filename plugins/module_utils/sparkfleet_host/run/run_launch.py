@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 
+from ..cluster import rsh
 from ..contract.ledger import append_point, utc
 from ..engines import modelcard, serving, serving_client, serving_provenance, trtllm_cli
 from ..health.thermal import Cooldown, wait_for_cooldown
@@ -272,7 +273,13 @@ class Launcher:
                                     "(playbooks/cluster_runs.yml starts the workers and gives their addresses)" % (
                                         self.run.plan["cluster"]["name"], len(workers),
                                         ", ".join(self.run.plan["cluster"]["nodes"][1:])))
-            argv = serving.head_argv(workload, model, workers, (self.p.get("serving") or {}).get("head_address"))
+            # the run's variables by name: a launcher that starts the other ranks itself (mpirun) passes them on
+            argv = serving.head_argv(workload, model, workers, (self.p.get("serving") or {}).get("head_address"),
+                                     sorted(self.env()))
+            if serving.starts_workers_from_rank_0(workload):  # mpirun: over SSH, checked before it starts
+                problem = rsh.unreachable(workers, dict(os.environ, **self.env()))
+                if problem:
+                    raise RunSetupError(problem)
         else:
             argv = serving.server_argv(workload, model)
         command = self.command("server", argv)

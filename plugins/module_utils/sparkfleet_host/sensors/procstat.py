@@ -1,7 +1,7 @@
 """/proc/PID/stat read in one place, its fields by name (proc(5)).
 
 The process table of the fingerprint, a job's start time (a reused pid told from the job's), a server's process
-group and a child's CPU time all come from this one line. comm, the second field, may hold spaces and
+group and session, and a child's CPU time all come from this one line. comm, the second field, may hold spaces and
 parentheses: the last ")" ends it.
 """
 
@@ -16,6 +16,7 @@ class ProcStat(NamedTuple):
     state: str  # R, S, D, Z (exited, not yet reaped), X (dead), ...
     ppid: int
     pgrp: int
+    session: Optional[int]  # the session id (None where the line is cut short)
     utime_ticks: Optional[int]  # None where the line is cut short (a test's, an old kernel's)
     stime_ticks: Optional[int]
     start_ticks: Optional[int]  # clock ticks since boot
@@ -23,7 +24,7 @@ class ProcStat(NamedTuple):
 
 
 # The fields after comm, counted from 0 (proc(5)'s field n is n - 3 here).
-_STATE, _PPID, _PGRP, _UTIME, _STIME, _START, _RSS = 0, 1, 2, 11, 12, 19, 21
+_STATE, _PPID, _PGRP, _SESSION, _UTIME, _STIME, _START, _RSS = 0, 1, 2, 3, 11, 12, 19, 21
 
 
 def parse(text: str) -> ProcStat:
@@ -37,7 +38,7 @@ def parse(text: str) -> ProcStat:
         return int(fields[index]) if len(fields) > index else None
 
     return ProcStat(comm=head.partition("(")[2], state=fields[_STATE], ppid=int(fields[_PPID]),
-                    pgrp=int(fields[_PGRP]), utime_ticks=at(_UTIME), stime_ticks=at(_STIME),
+                    pgrp=int(fields[_PGRP]), session=at(_SESSION), utime_ticks=at(_UTIME), stime_ticks=at(_STIME),
                     start_ticks=at(_START), rss_pages=at(_RSS) or 0)
 
 

@@ -81,13 +81,19 @@ def test_every_built_in_server_has_what_the_layers_read():
             if spec["refused"]:  # the registry says why sparkfleet cannot launch it
                 assert spec["worker"] is None and spec["head"] is None
                 continue
-            assert spec["worker"] and spec["head"] and 0 < spec["port"] < 65536
-            assert spec["worker_port"] is None or 0 < spec["worker_port"] < 65536
-            fields = {f for arg in spec["worker"] + spec["head"] for _, f, _, _ in string.Formatter().parse(arg) if f}
-            assert fields <= set(serving.LAUNCHER_PLACEHOLDERS) | {"server"}
-    assert serving.launcher_engines() == ("llama.cpp", "vllm", "sglang")
+            assert spec["head"]
+            if spec["worker"] is None:  # nothing started on a worker: rank 0's head argv launches every rank
+                assert serving.SERVER_ARGV in spec["head"] and spec["worker_port"] is spec["port"] is None
+            else:
+                assert spec["worker"] and 0 < spec["port"] < 65536
+                assert spec["worker_port"] is None or 0 < spec["worker_port"] < 65536
+            fields = {f for arg in (spec["worker"] or []) + spec["head"]
+                      for _, f, _, _ in string.Formatter().parse(arg) if f}
+            assert fields <= set(serving.LAUNCHER_PLACEHOLDERS) | {"server", "forwarded_env"}
+    assert serving.launcher_engines() == ("llama.cpp", "vllm", "sglang", "trtllm-serve")
     assert serving.launcher_engines("layers") == ("llama.cpp",)
-    assert serving.launcher_engines("tensor") == serving.launcher_engines("pipeline") == ("vllm", "sglang")
+    assert serving.launcher_engines("tensor") == serving.launcher_engines("pipeline") == (
+        "vllm", "sglang", "trtllm-serve")
     assert all(serving.ENGINES[name]["run_s"] > 0 for name in settings.JOB_ENGINES)
 
 
@@ -214,27 +220,55 @@ def test_sglang_server_args_cannot_set_the_multi_node_flags(args):
     assert [f for f, _ in serving.overriding_args(workload)] == ["server_args"]
 
 
-@pytest.mark.parametrize("topology", ["tensor", "pipeline"])
-def test_trtllm_serve_across_nodes_is_refused_naming_its_mpi_launch(topology):
-    """NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md @0db7c141: `mpirun -x HF_TOKEN trtllm-llmapi-launch
-    trtllm-serve $MODEL --tp_size 2 ...` on the primary node, an OpenMPI hostfile, passwordless SSH: the workers run
-    nothing of their own, which sparkfleet's worker lifecycle (a process it starts per worker) cannot express."""
+# - TensorRT-LLM by mpirun (NVIDIA/dgx-spark-playbooks nvidia/trt-llm/README.md @0db7c141: `mpirun -x HF_TOKEN
+#   trtllm-llmapi-launch trtllm-serve $MODEL --tp_size 2 ... --port 8000` on the primary node); NVIDIA/TensorRT-LLM
+#   tensorrt_llm/commands/serve.py @00209af1: "--tensor_parallel_size", "--tp_size"; "--pipeline_parallel_size",
+#   "--pp_size"; "--host"; "--port"; tensorrt_llm/llmapi/trtllm-llmapi-launch @020c89e6: the wrapped command runs on
+#   rank 0 (OMPI_COMM_WORLD_RANK), the other ranks run the MGMN worker node.
+TRTLLM_SERVER = ["trtllm-serve", "/models/Qwen3-8B", "--host", "127.0.0.1", "--port", "8000"]
+TRTLLM_MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "-H", "10.0.0.1:1,10.0.0.2:1"]
+
+
+@pytest.mark.parametrize(("topology", "size_flag"), [("tensor", "--tp_size"), ("pipeline", "--pp_size")])
+def test_trtllm_serve_across_nodes_is_one_mpirun_on_rank_0(topology, size_flag):
     workload = {"name": "w", "engine": "trtllm-serve", "profile": PROFILE_1, "cluster": "pair", "topology": topology}
-    problem = serving.cluster_problem(workload)
-    assert problem.startswith(f"engine trtllm-serve cannot run topology {topology} in sparkfleet: ")
-    assert "mpirun" in problem and "passwordless SSH" in problem and "not built" in problem
-    with pytest.raises(serving.ServingError, match="mpirun"):
-        serving.worker_spec(workload, HF_MODEL, "10.0.0.2", 1, 2, "10.0.0.1")
-    assert serving.cluster_problem({**workload, "topology": "replicas"}) is None
-    with pytest.raises(CampaignError) as err:
-        campaign({"name": "w", **{k: v for k, v in workload.items() if k != "name"}})
-    assert any("passwordless SSH" in p for p in err.value.problems)
+    assert serving.cluster_problem(workload) is None
+    # rank 0 wraps the server in mpirun; the run's variables reach every rank (-x NAME, their values mpirun's)
+    assert serving.head_argv(workload, HF_MODEL, ["10.0.0.2"], "10.0.0.1", ["NCCL_IB_HCA", "HF_TOKEN"]) == (
+        TRTLLM_MPIRUN + ["-x", "NCCL_IB_HCA", "-x", "HF_TOKEN", "trtllm-llmapi-launch"] + TRTLLM_SERVER
+        + [size_flag, "2"])
+    # a worker starts nothing of its own: mpirun reaches it over SSH (checked on rank 0 first: cluster/rsh.py)
+    assert serving.worker_spec(workload, HF_MODEL, "10.0.0.2", 1, 2, "10.0.0.1") == {
+        "argv": None, "port": None, "ready_url": None}
+    assert serving.starts_workers_from_rank_0(workload)
+    assert not serving.starts_workers_from_rank_0({**workload, "engine": "vllm"})
+    assert not serving.starts_workers_from_rank_0({**workload, "topology": "replicas"})
+    # three nodes, rank 0 first (its slot holds rank 0, the server); the server_args before the size flag
+    three = serving.head_argv({**workload, "server_args": ["--backend", "pytorch"]}, HF_MODEL,
+                              ["10.0.0.2", "10.0.0.3"], "10.0.0.1")
+    assert three == ["mpirun", "--allow-run-as-root", "-np", "3", "-H", "10.0.0.1:1,10.0.0.2:1,10.0.0.3:1",
+                     "trtllm-llmapi-launch"] + TRTLLM_SERVER + ["--backend", "pytorch", size_flag, "3"]
+    with pytest.raises(serving.ServingError, match="rank 0's address on the cluster's network is not known"):
+        serving.head_argv(workload, HF_MODEL, ["10.0.0.2"])
+    assert "trtllm-serve" in serving.launcher_engines(topology)
+
+
+@pytest.mark.parametrize("args", [["--tp_size", "4"], ["--tensor_parallel_size=2"], ["--pp_size", "2"],
+                                  ["--pipeline_parallel_size", "2"]])
+def test_trtllm_serve_server_args_cannot_set_the_parallel_size_on_a_cluster(args):
+    workload = {"name": "w", "engine": "trtllm-serve", "profile": PROFILE_1, "cluster": "pair", "topology": "tensor",
+                "server_args": args}
+    found = serving.overriding_args(workload)
+    assert [f for f, _ in found] == ["server_args"] and "the workload's topology on its cluster" in found[0][1]
+    assert serving.overriding_args({**workload, "cluster": None}) == []  # on one host they are the owner's
+    # click takes exact names only: no abbreviation is refused as one
+    assert serving.overriding_args({**workload, "server_args": ["--tp", "2"]}) == []
 
 
 def test_an_engine_refuses_a_topology_it_has_no_launcher_for():
     assert serving.cluster_problem({"engine": "llama.cpp", "cluster": "pair", "topology": "tensor"}) == (
         "engine llama.cpp cannot spread one model over several nodes as topology tensor in sparkfleet (tensor: "
-        "vllm, sglang; topology replicas takes any serving engine)")
+        "vllm, sglang, trtllm-serve; topology replicas takes any serving engine)")
     assert serving.cluster_problem({"engine": "sglang", "cluster": "pair", "topology": "layers"}).startswith(
         "engine sglang cannot spread one model over several nodes as topology layers")
     assert "topology 'ring' is not one of layers, tensor, pipeline, replicas" in serving.cluster_problem(

@@ -307,17 +307,45 @@ def test_the_server_is_waited_for_then_stopped_with_its_whole_group(tmp_path):
     assert "listening on 127.0.0.1" in (tmp_path / "server.log").read_text()
 
 
+#: A launcher as mpirun is: it ignores SIGTERM (stuck), and starts its rank in a process group of its own, in its
+#: session; it writes the rank's pid.
+LAUNCHER = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=0)
+open(sys.argv[1], "w").write(str(rank.pid))
+time.sleep(600)
+"""
+
+
+def test_a_killed_launcher_takes_the_ranks_of_its_session_with_it(tmp_path):
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    pidfile = str(tmp_path / "rank")
+    server = serving.ServerProcess([sys.executable, str(script), pidfile], str(tmp_path / "server.log"),
+                                   "http://127.0.0.1:9/health", grace_s=0.5)
+    server.start()
+    try:
+        rank = _pids(pidfile)[0]
+        assert os.getpgid(rank) == rank != server.proc.pid and os.getsid(rank) == server.proc.pid
+    finally:
+        server.stop()
+    assert server.stopped == "killed" and not _alive(rank)
+
+
 def test_a_groups_live_members_are_read_from_proc_zombies_left_out(tmp_path):
-    def stat(pid, comm, state, pgrp):
+    def stat(pid, comm, state, pgrp, session=None):
         (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) {state} 1 {pgrp} {pgrp} 0 -1 4194560 0 0\n")
+        (tmp_path / str(pid) / "stat").write_text(
+            f"{pid} ({comm}) {state} 1 {pgrp} {session or pgrp} 0 -1 4194560 0 0\n")
 
     stat(10, "llama-server", "S", 10)
     stat(11, "worker ) R 1 10", "D", 10)  # a comm that looks like fields: the last ")" ends it
     stat(12, "exited", "Z", 10)
     stat(13, "other", "R", 99)
+    stat(14, "rank0", "S", 14, session=10)  # mpirun's rank: a group of its own in the server's session
     (tmp_path / "self").mkdir()
-    assert sorted(serving.group_members(10, proc_root=str(tmp_path))) == [10, 11]
+    assert sorted(serving.group_members(10, proc_root=str(tmp_path))) == [10, 11, 14]
     assert serving.group_members(98, proc_root=str(tmp_path)) == []
 
 
