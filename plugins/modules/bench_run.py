@@ -202,6 +202,13 @@ options:
           - This host's address on the cluster's network in a multi-node run (rank 0's), which its server gives the
             engine's runtime (vLLM C(--master-addr), SGLang C(--dist-init-addr)); C(cluster_run.yml) gives it.
         type: str
+      fabric_env:
+        description:
+          - The NCCL, UCX, GLOO, TP and MPI variables this host's rails call for (the C(env) that
+            M(sparkfleet.bench.cluster_fabric) returns), under a multi-node run's own environment (O(env) and the workload's C(env) override them); the
+            record's C(serving.cluster.fabric_env) keeps them. Each worker gets its own node's the same way.
+        type: dict
+        default: {}
   readiness:
     description:
       - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
@@ -391,7 +398,8 @@ def main():
             serving=dict(type="dict", default={}, options=dict(client=dict(type="path"), clients=dict(type="dict", default={}),
                                                                  corpus=dict(type="path"),
                                                                  workers=dict(type="list", elements="str", default=[]),
-                                                                 head_address=dict(type="str"))),
+                                                                 head_address=dict(type="str"),
+                                                                 fabric_env=dict(type="dict", default={}))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
             nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),

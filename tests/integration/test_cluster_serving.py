@@ -97,6 +97,9 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     for record in two:
         cluster = record["serving"]["cluster"]
         assert cluster["nodes"] == [head.name, worker.name] and cluster["workers"] == [worker.address], cluster
+        # rank 0's own rails' NCCL/UCX variables reached its server's environment (each worker gets its own)
+        fabric = cluster["fabric_env"]
+        assert fabric["NCCL_IB_HCA"] == "rocep1s0f0" and "eth0" in fabric["NCCL_SOCKET_IFNAME"], fabric
         argv = record["serving"]["server"]["argv"]
         assert argv[argv.index("--rpc") + 1] == f"{worker.address}:50052", argv
         assert all(p["status"] == "ok" for p in record["serving"]["points"]), record["serving"]["points"]
@@ -130,6 +133,11 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
         compared = {(r["a"], r["b"]) for r in csv.DictReader(fh)}
     assert compared == {("llama.cpp", "llama.cpp on 2 nodes (layers)"),
                         ("llama.cpp", "llama.cpp on 2 nodes (replicas)")}, compared
+    summary = json.loads(subprocess.run([str(Path(sys.executable).parent / "sparkfleet"), "report",
+                                         str(results / "rpc2"), "--json"], env=ansible_env, cwd=repo,
+                                        capture_output=True, text=True, timeout=600, check=True).stdout)
+    worth = {v["subject"].rsplit(" / ", 1)[1] for v in summary["verdicts"] if v["question"] == "two-sparks"}
+    assert worth == {"llama.cpp on 2 nodes (layers)", "llama.cpp on 2 nodes (replicas)"}, summary["verdicts"]
     with (results / "rpc2" / "report" / "pareto.csv").open() as fh:
         assert {r["engine"] for r in csv.DictReader(fh)} >= {"llama.cpp", "llama.cpp on 2 nodes (layers)",
                                                               "llama.cpp on 2 nodes (replicas)"}

@@ -148,8 +148,13 @@ class Launcher:
         """The image's TensorRT-LLM detection (engine_probe) with the run's unknown_version and hf_cache_dir."""
         return self.p["trtllm"] or {}
 
+    def fabric_env(self) -> dict:
+        """A multi-node run's fabric variables (this node's rails'); {} for any other run."""
+        return dict((self.p.get("serving") or {}).get("fabric_env") or {}) if self.run.plan.get("cluster") else {}
+
     def env(self) -> dict:
-        return run_env(self.p["env"], self.run.workload, self.run.environment, self.trtllm(),
+        base = dict(self.fabric_env(), **(self.p["env"] or {}))  # the inventory's and the workload's win
+        return run_env(base, self.run.workload, self.run.environment, self.trtllm(),
                        results_root=self.p["results_root"])
 
     def command(self, step: str, argv: list) -> list:
@@ -327,7 +332,8 @@ class Launcher:
                        "coherence_check": serving_client.driver(workload.get("client")).coherence(
                            bool(run.model.get("random_weights")), workload.get("client_args"))},
             "tokenizer": self.tokenizer, "corpus": (self.p.get("serving") or {}).get("corpus"),
-            "cluster": dict(run.plan["cluster"], workers=list((self.p.get("serving") or {}).get("workers") or []))
+            "cluster": dict(run.plan["cluster"], workers=list((self.p.get("serving") or {}).get("workers") or []),
+                            fabric_env=self.fabric_env())
             if run.plan.get("cluster") else None,
             "random_weights": bool(run.model.get("random_weights")),
             "kv": None, "point_order_seed": seed, "points": []}
