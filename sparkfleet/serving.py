@@ -229,7 +229,12 @@ CHECKS = {
     "sample_count": "samples do not match the point's requests",
     "request_above_aggregate": "per-request rate above concurrency x its run's aggregate",
     "per_user_above_aggregate": "per-user figure above concurrency x the aggregate figure",
+    "no_gap_between_tokens": "inter-token latency 0 over several tokens: the client read them in one piece",
 }
+#: The per-token latencies that cannot be 0 over more than one output token: a client starved on a loaded machine
+#: (or a buffer in between) reads every token at once and times no gap (AIPerf's inter-token latency read 0.0 ms,
+#: and it gave no per-user rate, in 2 of 24 points of test_aiperf_sla.py beside two other test suites on 2 cores).
+PER_TOKEN_LATENCIES = ("itl_ms",)
 IMPOSSIBLE_COLUMNS = ("host", "model", "environment", "workload", "engine", "run_id", "iteration", "point", "metric",
                       "left_out", "check", "why")
 #: Relative slack of the rate comparisons: floating point only (at concurrency 1 llama-benchy's per-request and
@@ -259,6 +264,11 @@ def _checks_of(row: Any) -> list[tuple[str, str, str, str]]:
     """(metric, left_out, check, why) of one measured run x point row."""
     out: list[tuple[str, str, str, str]] = []
     bad = json.loads(row.bad_figures) if isinstance(row.bad_figures, str) else {}
+    tokens = row.tg if isinstance(row.tg, (int, np.integer)) else None
+    for metric in PER_TOKEN_LATENCIES:
+        value = getattr(row, metric)
+        if tokens and tokens > 1 and _finite(value) and value == 0:
+            out.append((metric, metric, "no_gap_between_tokens", f"{metric} 0 ms over {tokens} output tokens"))
     for metric, text in bad.items():
         try:
             value = float(text)

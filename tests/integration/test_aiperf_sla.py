@@ -35,10 +35,11 @@ PROFILE = {"depth": [0], "concurrency": [1], "pp": [64], "tg": [32]}
 #: A random model slow enough on the CPU (about 100 tok/s a user) that a request's decode spans many stream chunks:
 #: the default tiny model decodes 8 tokens in about a millisecond, where AIPerf's inter-token latency reads 0.
 SHAPE = dict(SHAPE, n_embd=512)
-#: Targets a CPU llama-server of a tiny model meets at any level: the capacity is the cap (the search's logic is
-#: the unit tests'; here it runs against a real server and client, whatever the machine's speed).
-SLA = {"ttft_ms": {"percentile": 99, "max": 60000}, "tpot_ms": {"percentile": 99, "max": 60000},
-       "max_concurrency": 2}
+#: A target a CPU llama-server of a tiny model meets at any level: the capacity is the cap (the search's logic is
+#: the unit tests'; here it runs against a real server and client, whatever the machine's speed). TTFT only: on a
+#: loaded machine AIPerf's client may read a request's tokens in one piece and time no inter-token latency (a
+#: TPOT target then stops the search as unread, which the unit tests cover).
+SLA = {"ttft_ms": {"percentile": 99, "max": 60000}, "max_concurrency": 2}
 ITERATIONS = 6
 
 
@@ -106,8 +107,10 @@ def test_aiperf_sla_campaign_with_an_external_endpoint(llama_server, unmanaged, 
         assert levels[0] == 1 and set(levels) <= {1, 2}, group  # the profile's level read, the probe run once
         probes = [p for p in serving["points"] if p.get("sla_probe")]
         assert all(p["concurrency"] == 2 and p["status"] == "ok" for p in probes), probes
-        for point in serving["points"]:  # AIPerf's figures of every point, per user and aggregate
-            assert point["metrics"]["out_req_tok_s"] > 0 and point["metrics"]["out_tok_s"] > 0, point
+        for point in serving["points"]:  # AIPerf's figures of every point; per user where it timed the tokens
+            metrics = point["metrics"]
+            assert metrics["out_tok_s"] > 0 and metrics["e2e_ttft_ms"] > 0, point
+            assert metrics.get("out_req_tok_s", 1) > 0, point
         managed = serving["server"].get("managed", True)
         assert managed == (rec["workload"] == "managed"), serving["server"]
     exports = list((results / "sla-e2e" / "localhost" / "runs").glob("*/points/*.aiperf/profile_export_aiperf.json"))

@@ -171,7 +171,7 @@ class LlamaBenchy:
         """The point's latencies at the sla targets' percentiles (run/sla_search.py), from its per-request samples:
         ``ttft_ms`` from ``e2e_ttft_ms`` (time to the first token); ``tpot_ms`` (time per output token) derived
         from each request's decode rate ``tg_req_tok_s`` as 1000 / rate ms per token (llama-benchy gives no
-        per-token times). A target whose samples are missing is None (the level fails)."""
+        per-token times). A target whose samples are missing is None (unread: the search stops there)."""
         samples = entry.get("samples") or {}
         out = {}
         if "ttft_ms" in goals:
@@ -370,7 +370,8 @@ class AIPerf:
     def sla_latencies(entry: dict, run_dir: str, goals: dict) -> dict:
         """The point's latencies at the sla targets' percentiles from AIPerf's own export (the point's ``raw``,
         profile_export_aiperf.json): ``time_to_first_token`` and ``inter_token_latency`` ``pNN`` in ms. A value
-        the export lacks is None (the level fails)."""
+        the export lacks is None (unread: the search stops there); so is an inter-token latency of 0, no latency but
+        the client reading every token in one piece (a starved client): it would pass any target."""
         try:
             with open(os.path.join(run_dir, entry.get("raw") or ""), "rb") as fh:
                 doc = json.loads(fh.read().decode("utf-8"))
@@ -380,7 +381,7 @@ class AIPerf:
         for name, goal in goals.items():
             metric = doc.get(AIPerf.SLA_METRICS[name]) if isinstance(doc, dict) else None
             value = metric.get("p%g" % goal["percentile"]) if isinstance(metric, dict) else None
-            ok = _number(value) and (metric.get("unit") in (None, "ms"))
+            ok = _number(value) and (metric.get("unit") in (None, "ms")) and not (name == "tpot_ms" and value == 0)
             out[name] = float(value) if ok else None
         return out
 

@@ -527,8 +527,9 @@ class Launcher:
         """The SLA search (run/sla_search.py) per (depth, pp, tg) of the profile, after its points: each level it
         needs that the profile did not measure is run as a point marked ``sla_probe``; section["sla"] keeps the
         targets and per (depth, pp, tg) the capacity and every level measured. A level whose point failed (the
-        client or the server erred) stops that search with the reason: an error is not a latency miss, and a point
-        is never measured twice under one name. Whether the deadline stopped it."""
+        client or the server erred) or whose latency at a target's percentile cannot be read stops that search
+        with the reason: neither is a latency miss, and a point is never measured twice under one name. Whether
+        the deadline stopped it."""
         workload = self.run.workload
         drv = serving_client.driver(workload.get("client"))
         goals = sla_search.targets(workload["sla"])
@@ -561,6 +562,10 @@ class Launcher:
                     stopped = "level %d: point %s %s: %s" % (level, name, entry["status"], entry.get("reason"))
                     break
                 latencies = drv.sla_latencies(entry, self.run.run_dir, goals)
+                unread = sorted(k for k in goals if latencies.get(k) is None)
+                if unread:  # unknown is not a miss either: the level tells nothing of the targets
+                    stopped = "level %d: %s unread from point %s" % (level, ", ".join(unread), name)
+                    break
                 ok = sla_search.passes(latencies, goals)
                 search.record(level, ok)
                 measured.append(sla_search.measured_entry(entry, latencies, ok))

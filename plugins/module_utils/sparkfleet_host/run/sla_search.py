@@ -7,9 +7,10 @@ A serving workload's ``sla`` names the targets: ``ttft_ms`` and/or ``tpot_ms``, 
 (:class:`Bracket`): doubling from the profile's lowest concurrency until a level fails or the cap (``max_concurrency``,
 else the profile's highest) is reached, then bisection between the last level that passed and the first that
 failed. A level the profile already measured is read, never run again; every level the search ran is an ordinary
-point of the record, marked ``sla_probe: true``; a level whose point failed (an error, not a latency miss) stops
-the search, its reason kept as ``stopped``. The latencies at the targets' percentiles come from the client's
-own data, one function per client (serving_client's drivers' ``sla_latencies``). :func:`group_section` is what the
+point of the record, marked ``sla_probe: true``; a level whose point failed or whose latency cannot be read (an
+error or an unknown, not a latency miss) stops the search, its reason kept as ``stopped``. The latencies at the
+targets' percentiles come from the client's own data, one function per client (serving_client's drivers'
+``sla_latencies``). :func:`group_section` is what the
 record keeps per (depth, pp, tg): ``capacity`` (the largest passing concurrency, 0 when none passed) and
 ``measured``.
 """

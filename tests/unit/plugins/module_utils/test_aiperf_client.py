@@ -165,3 +165,25 @@ def test_a_real_c1_export_whose_per_user_rate_beats_the_aggregate_is_kept():
     kept = points.screened_points(frame)
     assert kept["out_req_tok_s"].iloc[0] == pytest.approx(parsed["metrics"]["out_req_tok_s"])
     assert isinstance(kept, pd.DataFrame)
+
+
+def test_a_zero_inter_token_latency_is_no_latency(tmp_path):
+    """A starved client reads every token in one piece: AIPerf exports ITL 0 and no per-user rate. The SLA search
+    gets no TPOT from it (it would pass any target), and the report leaves the 0 out, naming why."""
+    from sparkfleet import serving as points
+
+    export = {"time_to_first_token": {"unit": "ms", "p99": 180.0},
+              "inter_token_latency": {"unit": "ms", "avg": 0.0, "p99": 0.0}}
+    (tmp_path / "x.json").write_text(json.dumps(export))
+    goals = {"ttft_ms": {"percentile": 99, "max": 2000}, "tpot_ms": {"percentile": 99, "max": 50}}
+    assert AIPerf.sla_latencies({"raw": "x.json"}, str(tmp_path), goals) == {"ttft_ms": 180.0, "tpot_ms": None}
+    point = {"point": "d0.c1.pp64.tg32", "depth": 0, "concurrency": 1, "pp": 64, "tg": 32}
+    row = {c: None for c in points.POINT_COLUMNS} | point | {
+        "itl_ms": 0.0, "out_tok_s": 700.0, "e2e_ttft_ms": 40.0, "run_id": "r1", "status": "ok", "warmup": False,
+        "point_status": "ok", "engine": "llama.cpp", "environment": "bare", "model": "tiny", "client": "aiperf"}
+    frame = points.points_frame([row])
+    (flag,) = points.impossible_samples(frame).itertuples()
+    assert (flag.left_out, flag.check) == ("itl_ms", "no_gap_between_tokens")
+    assert points.screened_points(frame)["itl_ms"].isna().all()
+    one_token = points.points_frame([row | {"tg": 1, "point": "d0.c1.pp64.tg1"}])
+    assert points.impossible_samples(one_token).empty  # one token has no gap to time
