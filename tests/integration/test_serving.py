@@ -182,9 +182,17 @@ def test_llama_cpp_served_native_and_in_docker_driven_by_llama_benchy(default_se
     out = s["results"] / "serve-e2e" / "report"
     with (out / "serving_cells.csv").open() as fh:
         cells = list(csv.DictReader(fh))
-    # every (environment, depth, concurrency) point has its statistics over the 2 iterations
+    # every (environment, depth, concurrency) point has its statistics over the 2 iterations, or is named where
+    # its figures were left out: on a loaded machine a starved llama-benchy reads a tiny model's tokens in one
+    # piece and gives a run no decode figure (seen in CI beside three other suites on 2 cores), which the report
+    # screens out and names (issue 32), never averages in
     seen = {(c["environment"], int(c["depth"]), int(c["concurrency"])) for c in cells}
-    assert seen == {(e, d, c) for e in ("native", "container") for d, c in points_wanted}
+    with (out / "serving_left_out.csv").open() as fh:
+        named = {(r["environment"], r["point"]) for r in csv.DictReader(fh)}
+    wanted = {(e, d, c) for e in ("native", "container") for d, c in points_wanted}
+    unseen = {(e, d, c) for e, d, c in wanted - seen if (e, f"d{d}.c{c}.pp64.tg48") not in named}
+    assert seen <= wanted and not unseen, (seen, named)
+    assert {e for e, _, _ in seen} == {"native", "container"}
     with (out / "serving_comparisons.csv").open() as fh:
         comparisons = list(csv.DictReader(fh))
     assert comparisons and {c["outcome"] for c in comparisons} <= {"same", "different", "undetermined"}
