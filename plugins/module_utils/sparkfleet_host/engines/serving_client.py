@@ -322,8 +322,8 @@ class AIPerf:
                 "--dataset-sampling-strategy", "sequential", "--random-seed", str(point_seed),
                 "--no-server-metrics", "--artifact-dir", os.path.dirname(out_json), "--ui", "none",
                 # a fresh connection per request: pooled, a request sent on a connection llama-server had just
-                # closed after a streamed reply failed "Server disconnected" (9 of 24 points in
-                # tests/integration/test_aiperf_sla.py's first runs)
+                # closed after a streamed reply failed "Server disconnected" (on 9 of 24 points, 4 of which failed,
+                # in tests/integration/test_aiperf_sla.py's first runs)
                 "--connection-reuse-strategy", "never"]
         if not prefix_caching:
             argv += ["--extra-inputs", "cache_prompt:false"]
