@@ -76,6 +76,24 @@ class FakeHost:
             return None
 
 
+#: A healthy pair on the fake fleet's one rail (the stand-ins' HCA on each host's eth0), as the cluster tests give it:
+#: one rail, so the summed RDMA floor is one rail's; NCCL's test over 8 MiB..2 GiB on one GPU a rank.
+PAIR_RAIL = {"hca": "rocep1s0f0", "netdev": "eth0"}
+
+
+def pair_vars(workload_env: dict[str, str] | None = None) -> dict:
+    """The cluster settings of a pair named ``pair`` on the fake fleet (``-e @file``)."""
+    return {"sparkfleet_cluster": "pair", "sparkfleet_fabric": [PAIR_RAIL], "sparkfleet_pair_rdma_sum_gbps_min": 85.0,
+            "sparkfleet_pair_nccl_command": ["all_reduce_perf", "-b", "8M", "-e", "2G", "-f", "2", "-g", "1"],
+            "sparkfleet_workload_env": {"SPARKFLEET_FAKE_NCCL_HCAS": "rocep1s0f0"} if workload_env is None
+            else workload_env}
+
+
+#: What bench.yml on the fake fleet relaxes: its hosts share this machine's load, memory and disk, and build no image.
+BENCH_VARS = ("sparkfleet_image_offline=true", "sparkfleet_preflight_max_load_per_cpu=100",
+              "sparkfleet_preflight_min_free_memory_gib=0.5", "sparkfleet_preflight_min_free_disk_gib=1")
+
+
 @dataclass
 class FakeFleet:
     """Create with ``FakeFleet.up(...)``; tear down with ``down()`` (idempotent, also after failures)."""
@@ -297,6 +315,15 @@ class FakeFleet:
                  f"ansible_ssh_common_args='{ssh_args}'", "ansible_python_interpreter=/usr/bin/python3"]
         rows += [f"{k}={v}" for k, v in extra_vars.items()]
         Path(self.inventory).write_text("\n".join(rows) + "\n")
+
+    def bench_argv(self, *var_files: Path, models: Path, results: Path, client: Path) -> list[str]:
+        """``ansible-playbook bench.yml`` on this fleet's inventory with ``var_files`` (``-e @file``), the models
+        and results directories, the serving client, and BENCH_VARS."""
+        argv = ["ansible-playbook", "-i", self.inventory, "bench.yml"]
+        for value in (*(f"@{f}" for f in var_files), f"sparkfleet_models_dir={models}",
+                      f"sparkfleet_results_dir={results}", *BENCH_VARS, f"sparkfleet_serving_client={client}"):
+            argv += ["-e", value]
+        return argv
 
     # ---- teardown -----------------------------------------------------------------------------
     def down(self) -> None:

@@ -164,15 +164,15 @@ def start_server(binary: Path, model: Path, port: int, log: Path, args: list[str
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 120.0) -> float:
-    """Seconds until GET /health answers 200; raises RuntimeError with the log's tail if the server exits or
-    the timeout passes first."""
+def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 120.0, host: str = "127.0.0.1") -> float:
+    """Seconds until GET http://host:port/health answers 200; raises RuntimeError with the log's tail if the server
+    exits or the timeout passes first."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if proc.poll() is not None:
             raise RuntimeError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2) as resp:
                 if resp.status == 200:
                     return time.monotonic() - started
         except (urllib.error.URLError, ConnectionError, TimeoutError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakefleet import STANDINS
+from fakefleet import STANDINS, pair_vars
 from test_serving_engines import make_hf_model
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.slow,
@@ -80,16 +80,9 @@ def _bench(fleet, tmp_path, ansible_env, repo) -> tuple:
     path.write_text(yaml.safe_dump(campaign))
     results = tmp_path / "results"
     pair = tmp_path / "pair.json"
-    pair.write_text(json.dumps({
-        "sparkfleet_cluster": "pair", "sparkfleet_fabric": [{"hca": "rocep1s0f0", "netdev": "eth0"}],
-        "sparkfleet_pair_rdma_sum_gbps_min": 85.0,
-        "sparkfleet_pair_nccl_command": ["all_reduce_perf", "-b", "8M", "-e", "2G", "-f", "2", "-g", "1"],
-        "sparkfleet_workload_env": {"SPARKFLEET_FAKE_NCCL_HCAS": "rocep1s0f0"}}))
-    cmd = ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{path}", "-e", f"@{pair}",
-           "-e", f"sparkfleet_models_dir={work}", "-e", f"sparkfleet_results_dir={results}",
-           "-e", "sparkfleet_image_offline=true", "-e", "sparkfleet_preflight_max_load_per_cpu=100",
-           "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1",
-           "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"]
+    pair.write_text(json.dumps(pair_vars()))
+    cmd = fleet.bench_argv(path, pair, models=work, results=results,
+                           client=Path(sys.executable).parent / "llama-benchy")
     run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
     paths = sorted((results / "mpi2" / fleet.hosts[0].name / "runs").glob("*/record.json"))
     return run, paths, model["path"]

@@ -10,33 +10,17 @@ import json
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from llamacpp import wait_ready
 from tinymodel import make_tiny_model
 
 pytestmark = [pytest.mark.root, pytest.mark.fleet, pytest.mark.slow]
 
 PROFILE = {"depth": [0], "concurrency": [1], "pp": [32], "tg": [8]}
 PORT = 18080
-
-
-def _ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"llama-server not ready in {timeout} s: {log.read_text()[-2000:]}")
 
 
 def test_an_endpoint_on_an_inventory_host_is_measured_from_that_host_alone(fleet_factory, llama_server, ansible_env,
@@ -55,7 +39,7 @@ def test_an_endpoint_on_an_inventory_host_is_measured_from_that_host_alone(fleet
                                    "--host", spark2.address, "--port", str(PORT), "--alias", "tiny", "-t", "1"],
                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _ready(f"http://{spark2.address}:{PORT}", server, log)
+        wait_ready(server, PORT, log, host=spark2.address)
         common = {"profile": PROFILE, "runs": 1, "prefix_caching": False}
         campaign = {"sparkfleet_campaign": {
             "name": "ext2", "models": [{"name": "tiny", "path": str(model["gguf"]), "random_weights": True}],
@@ -70,11 +54,7 @@ def test_an_endpoint_on_an_inventory_host_is_measured_from_that_host_alone(fleet
         path.write_text(yaml.safe_dump(campaign))
         results = tmp_path / "results"
         run = subprocess.run(
-            ["ansible-playbook", "-i", fleet.inventory, "bench.yml", "-e", f"@{path}",
-             "-e", f"sparkfleet_models_dir={models}", "-e", f"sparkfleet_results_dir={results}",
-             "-e", "sparkfleet_image_offline=true", "-e", "sparkfleet_preflight_max_load_per_cpu=100",
-             "-e", "sparkfleet_preflight_min_free_memory_gib=0.5", "-e", "sparkfleet_preflight_min_free_disk_gib=1",
-             "-e", f"sparkfleet_serving_client={Path(sys.executable).parent / 'llama-benchy'}"],
+            fleet.bench_argv(path, models=models, results=results, client=Path(sys.executable).parent / "llama-benchy"),
             env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
         assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
         assert server.poll() is None  # sparkfleet never stopped the server it did not start
