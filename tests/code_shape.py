@@ -90,7 +90,8 @@ def private_imports() -> list[str]:
                 modules.update((a.asname or a.name).split(".")[0] for a in node.names)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
-                    and isinstance(node.value, ast.Name) and node.value.id in modules and node.attr not in own:
+                    and isinstance(node.value, ast.Name) and node.value.id in modules and node.attr not in own \
+                    and node.value.id not in sys.stdlib_module_names:  # os._exit is the standard library's
                 found.append(f"{path.relative_to(ROOT)}: {node.value.id}.{node.attr}")
     return sorted(set(found))
 

@@ -432,8 +432,10 @@ def _serving_models(models: list[dict], workloads: list[dict]) -> list[str]:
 
 
 def _cluster_problems(workloads: list[dict], environments: list[dict]) -> list[str]:
-    """A workload on a cluster: its engine spans nodes as its topology asks (serving.cluster_problem), its runs are bare
-    (the workers' processes run on the hosts; native and container workers: not yet), a topology needs a cluster.
+    """A workload on a cluster: its engine spans nodes as its topology asks (serving.cluster_problem), a topology
+    needs a cluster. A launcher that starts every rank from rank 0 (trtllm-serve's mpirun, over SSH) runs bare only:
+    its remote ranks start on the worker's host, outside the chroot or container the run would place them in; every
+    other multi-node run runs in any environment (each worker in the run's environment on its node).
     Whether the cluster exists with two hosts or more is the inventory's: planning.place_cluster_runs."""
     problems = []
     not_bare = [e["name"] for e in environments if e.get("kind") != "bare"]
@@ -447,10 +449,11 @@ def _cluster_problems(workloads: list[dict], environments: list[dict]) -> list[s
         problem = serving.cluster_problem(workload)
         if problem:
             problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: {problem}")
-        if not_bare:
-            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: multi-node runs "
-                            f"run in bare environments only (not yet native or container), and the campaign has "
-                            f"{', '.join(not_bare)}")
+        elif not_bare and serving.starts_workers_from_rank_0(workload):
+            problems.append(f"campaign.workloads: workload {name}: cluster {workload['cluster']!r}: engine "
+                            f"{workload.get('engine')} starts every rank from rank 0 over SSH (mpirun), so its "
+                            f"workers' ranks would run on their hosts, outside the environment; it runs in bare "
+                            f"environments only, and the campaign has {', '.join(not_bare)}")
     return problems
 
 

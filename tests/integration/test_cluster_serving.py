@@ -8,6 +8,7 @@ shared the load evenly, and nothing is left running."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -138,3 +139,70 @@ def test_a_two_host_llama_cpp_rpc_run_beside_single_host_runs(fleet_factory, lla
     with (results / "rpc2" / "report" / "pareto.csv").open() as fh:
         assert {r["engine"] for r in csv.DictReader(fh)} >= {"llama.cpp", "llama.cpp on 2 nodes (layers)",
                                                               "llama.cpp on 2 nodes (replicas)"}
+
+
+@pytest.fixture(scope="module")
+def rpc_image(test_image, llama_server, tmp_path_factory) -> str:
+    """The test image with llama.cpp's llama-server and ggml-rpc-server on its PATH (an engine image with RPC), built
+    offline, tagged by the binaries' content."""
+    context = tmp_path_factory.mktemp("rpc-image")
+    names = ("llama-server", "ggml-rpc-server")
+    for name in names:
+        shutil.copy2(llama_server.parent / name, context / name)
+    (context / "Dockerfile").write_text(f"FROM {test_image}\n" + "".join(f"COPY {n} /usr/local/bin/{n}\n"
+                                                                         for n in names))
+    digest = subprocess.run(["sha256sum", *(str(llama_server.parent / n) for n in names)], capture_output=True,
+                            text=True, check=True).stdout
+    tag = hashlib.sha256(digest.encode()).hexdigest()[:12]
+    ref = f"sparkfleet-test/llamacpp-rpc:{test_image.rsplit(':', 1)[-1][:12]}-{tag}"
+    if subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode != 0:
+        subprocess.run(["docker", "build", "-q", "-t", ref, str(context)], check=True, capture_output=True,
+                       timeout=600)
+    return ref
+
+
+def test_a_two_host_rpc_run_in_the_native_environment_runs_the_worker_in_its_nodes_rootfs(
+        fleet_factory, rpc_image, ansible_env, repo, tmp_path):
+    # the engine is in the image only (no llama.cpp on the hosts' PATH): the worker can only have run chrooted into
+    # its node's rootfs, as rank 0's server does. RPC goes over TCP: the pair preflight is left out.
+    fleet = fleet_factory(2)
+    work = tmp_path / "models"
+    model = make_tiny_model(work / "tiny")
+    workload = {"engine": "llama.cpp", "profile": PROFILE, "runs": 1, "server_args": ["-t", "1"],
+                "ready_timeout_s": 120}
+    campaign = {"sparkfleet_campaign": {
+        "name": "rpc2", "image": rpc_image, "models": [{"name": "tiny", "path": str(model["gguf"]),
+                                                        "random_weights": True}],
+        "environments": ["native"], "workloads": [{"name": "two", "cluster": "pair", **workload}],
+        "iterations": 1, "warmup_runs": 0, "cooldown": {"threshold_c": 45, "max_wait_s": 30, "on_timeout": "continue"},
+        "timeout_s": 600}}
+    path = tmp_path / "campaign.yml"
+    path.write_text(yaml.safe_dump(campaign))
+    results = tmp_path / "results"
+    pair = tmp_path / "pair.json"
+    pair.write_text(json.dumps({**pair_vars(), "sparkfleet_pair_preflight": False}))
+    cmd = fleet.bench_argv(path, pair, models=work, results=results,
+                           client=Path(sys.executable).parent / "llama-benchy")
+    run = subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=1500)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-8000:]
+
+    head, worker = fleet.hosts
+    (record,) = _records(results, head.name)
+    assert record["status"] == "ok" and record["environment"] == "native", (record["status"], record.get("error"))
+    argv = record["serving"]["server"]["argv"]
+    assert argv[argv.index("--rpc") + 1] == f"{worker.address}:50052", argv
+    assert any(p["status"] == "ok" for p in record["serving"]["points"]), record["serving"]["points"]
+    (log,) = Path(worker.work_dir, "results", ".sparkfleet", "cluster").glob("*.log")
+    assert log.read_text().count("Accepted client connection") >= 2, log.read_text()[-2000:]
+    # the worker node watched itself into its own results tree: no GPU here, the probe says so; telemetry sampled
+    (node_file,) = (results / "rpc2" / worker.name / "cluster_nodes").glob("*/node.json")
+    node = json.loads(node_file.read_text())
+    assert node["run_id"] == record["run_id"] and node["head"] == head.name and node["rank"] == 1, node
+    assert node["environment"] == {"name": "native", "kind": "native"} and node["worker"]["stopped"] == "signalled"
+    assert node["readiness"]["state"] == "unknown" and node["telemetry"]["samples"] >= 1, node
+    # nothing left running or mounted on either host
+    assert _worker_processes(work, worker.address) == []
+    with open("/proc/mounts") as fh:
+        left = [line.split()[1] for line in fh if any(str(h.dir) in line for h in fleet.hosts)]
+    assert not [m for m in left if "rootfs" in m], left

@@ -1,14 +1,19 @@
 # Copyright: sparkfleet contributors
 # Apache-2.0
 """A cluster worker: the process a multi-node engine runs on a node other than rank 0 (llama.cpp's
-ggml-rpc-server), started for one run and stopped after it, on success, failure or timeout (cluster_runs.yml's
+ggml-rpc-server), started for one run and stopped after it, on success, failure or timeout (cluster_run.yml's
 ``always``), or by restore.yml.
 
-The process runs bare, in its own session (it outlives the module that started it), found on the host's PATH as a
-bare run's command is (runexec.bare_command). Its pid file ``<dir>/<name>.json`` says what runs; a stop signals its
-process group only while /proc still shows that pid running that executable (a reused pid is never signalled).
-Ready once its TCP port accepts on the address it listens on; a worker with no port to probe (a vLLM --headless or
-SGLang rank >= 1, which answers nothing until rank 0 has joined it) once it still runs after a settle time.
+The process runs in the run's environment, as rank 0's server does (run_launch.Launcher.command): bare, found on
+the host's PATH as a bare run's command is (runexec.bare_command); native, chrooted into the image's rootfs
+(runexec.native_command); container, ``docker run`` of the image with the run's docker flags and the host's
+network, so that it listens on the node's own address (runexec.container_command). It runs in its own session (it
+outlives the module that started it). Its pid file ``<dir>/<name>.json`` says what runs; a stop signals its process
+group only while /proc still shows that pid running that executable (a reused pid is never signalled), and removes
+its container. Ready once its TCP port accepts on the address it listens on; a worker with no port to probe (a vLLM
+--headless or SGLang rank >= 1, which answers nothing until rank 0 has joined it) once it still runs after a settle
+time. Beside it, the node's watch (node_watch: its readiness probe before, its telemetry throughout), also for a
+node where rank 0's launcher starts the rank (mpirun), with no process of its own here.
 
 Stdlib only, Python 3.8+.
 """
@@ -25,8 +30,11 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional
 
+from ..engines import serving
 from ..engines.serving import log_tail
 from ..run import runexec
+from ..run.jobs import ROOT_LABEL, RUN_LABEL
+from . import node_watch
 
 POLL_S = 0.2
 STOP_GRACE_S = 10.0
@@ -70,23 +78,70 @@ def _answers(url: str) -> bool:
         return False
 
 
+def container_name(name: str) -> str:
+    """The worker's container (``sf-w-<run>``: rank 0's run's is ``sf-<run>``, on another host)."""
+    return ("sf-w-" + name)[:120]
+
+
+def environment_command(name: str, argv: List[str], env: Dict[str, str], cwd: str,
+                        environment: Optional[Dict[str, Any]]) -> tuple:
+    """(the command that runs ``argv`` in the run's ``environment``, the executable /proc shows once it runs, the
+    container or None). ``environment``: {kind, and for native rootfs and image_env, for container image, docker,
+    docker_flags, gpu_present, results_root, models_dir}; None or bare: on the host."""
+    environment = environment or {}
+    kind = environment.get("kind") or "bare"
+    if kind == "bare":
+        return runexec.bare_command(argv, env, cwd), runexec.bare_env(argv, env)[1], None
+    if kind == "native":
+        cmd = runexec.native_command(environment.get("rootfs"), environment.get("image_env") or {}, argv, env, cwd)
+        return cmd, _exec_name(cmd), None
+    if kind != "container":
+        raise runexec.RunSetupError("worker: unknown environment kind %r" % kind)
+    flags = environment.get("docker_flags")
+    if flags is None:
+        raise runexec.RunSetupError("worker: no docker flags resolved for environment %r" % environment.get("name"))
+    if not environment.get("gpu_present", True):
+        flags = runexec.strip_gpu_flags(flags)
+    flags, _ = serving.with_host_network(flags)  # it listens on the node's own address, as a bare worker does
+    root = environment.get("results_root") or cwd
+    binds = [(root, root, False)]
+    models = environment.get("models_dir")
+    if models and os.path.isdir(models):
+        binds.append((models, models, True))
+    docker = environment.get("docker") or "docker"
+    labels = {RUN_LABEL: name, "sparkfleet.step": "worker", ROOT_LABEL: root}  # restore.yml's clean-up finds it
+    cmd = runexec.container_command(docker, container_name(name), environment.get("image"), flags, argv, env, cwd,
+                                    binds, labels)
+    return cmd, docker, {"name": container_name(name), "docker": docker}
+
+
+def _exec_name(cmd: List[str]) -> str:
+    """The program a chroot command ends in (chroot ROOTFS env -i [-C DIR] -- K=V... PROGRAM ...)."""
+    rest = cmd[cmd.index("--") + 1:] if "--" in cmd else cmd
+    return next((a for a in rest if "=" not in a), cmd[0])
+
+
 def start(name: str, argv: List[str], directory: str, address: str, port: Optional[int], timeout_s: float,
           env: Optional[Dict[str, str]] = None, ready_url: Optional[str] = None,
-          settle_s: float = SETTLE_S) -> Dict[str, Any]:
-    """Start the worker and wait until ``address:port`` accepts (and ``ready_url`` answers 200, when given); with
-    ``port`` None, until it has run for ``settle_s``. {pid, argv, executable, log, ready_s}. A worker of that name
-    still running (a run that was killed) is stopped first. WorkerError when it exits or times out."""
+          settle_s: float = SETTLE_S, environment: Optional[Dict[str, Any]] = None,
+          replace: bool = True) -> Dict[str, Any]:
+    """Start the worker in the run's ``environment`` (:func:`environment_command`) and wait until ``address:port``
+    accepts (and ``ready_url`` answers 200, when given); with ``port`` None, until it has run for ``settle_s``.
+    {pid, argv, executable, container, log, ready_s}. A worker of that name still running (a run that was killed)
+    is stopped first (``replace``: the caller has already). WorkerError when it exits or times out."""
     os.makedirs(directory, exist_ok=True)
-    stop(name, directory)
+    if replace:
+        stop(name, directory)
     log = os.path.join(directory, "%s.log" % name)
-    cmd = runexec.bare_command(argv, dict(env or {}), directory)
-    executable = runexec.bare_env(argv, dict(env or {}))[1]
+    cmd, executable, container = environment_command(name, argv, dict(env or {}), directory, environment)
+    if container:  # a container of that name left by a killed run
+        subprocess.run([container["docker"], "rm", "-f", container["name"]], capture_output=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    info = {"pid": proc.pid, "argv": list(argv), "executable": executable, "log": log, "started": time.time()}
-    with open(_pid_file(directory, name), "w", encoding="utf-8") as fh:
-        json.dump(info, fh)
+    info = {"pid": proc.pid, "argv": list(argv), "executable": executable, "container": container, "log": log,
+            "started": time.time()}
+    _write_info(directory, name, info)
     began = time.monotonic()
     awaited = "%s:%d" % (address, port) if port else "its %.0f s settle time" % settle_s
     while not _ready(address, port, ready_url, time.monotonic() - began >= settle_s):
@@ -109,15 +164,37 @@ def _ready(address: str, port: Optional[int], ready_url: Optional[str], settled:
     return _accepts(address, port) and (not ready_url or _answers(ready_url))
 
 
+def _write_info(directory: str, name: str, info: Dict[str, Any]) -> None:
+    """The pid file, merged with what it already says (the node's watch, started first)."""
+    path = _pid_file(directory, name)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            info = dict(json.load(fh), **info)
+    except (OSError, ValueError):
+        pass
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(info, fh)
+
+
 def stop(name: str, directory: str, grace_s: float = STOP_GRACE_S) -> Dict[str, Any]:
-    """Stop the named worker (SIGTERM to its group, SIGKILL after ``grace_s``) and drop its pid file:
-    {name, stopped: "signalled" | "gone" | "none"}."""
+    """Stop the named worker (SIGTERM to its group, SIGKILL after ``grace_s``; its container removed) and its
+    node's watch (the node file then says how the worker ended), and drop its pid file:
+    {name, stopped: "signalled" | "gone" | "none", node: the node file or None}."""
     path = _pid_file(directory, name)
     try:
         with open(path, encoding="utf-8") as fh:
             info = json.load(fh)
     except (OSError, ValueError):
-        return {"name": name, "stopped": "none"}
+        return {"name": name, "stopped": "none", "node": None}
+    outcome = _stop_process(info, grace_s) if info.get("pid") else "none"
+    node = node_watch.finish(info.get("watch"), {"argv": info.get("argv"), "stopped": outcome}
+                             if info.get("pid") else None)
+    os.unlink(path)
+    return {"name": name, "stopped": outcome, "node": node}
+
+
+def _stop_process(info: Dict[str, Any], grace_s: float) -> str:
+    """Signal the worker's group while it runs; remove its container. "signalled" or "gone"."""
     outcome = "gone"
     if _running(info):
         outcome = "signalled"
@@ -133,8 +210,10 @@ def stop(name: str, directory: str, grace_s: float = STOP_GRACE_S) -> Dict[str, 
                 time.sleep(POLL_S)
             if not _running(info):
                 break
-    os.unlink(path)
-    return {"name": name, "stopped": outcome}
+    container = info.get("container")
+    if container:  # the docker client is gone; its container may not be (a SIGKILLed client leaves it)
+        subprocess.run([container["docker"], "rm", "-f", container["name"]], capture_output=True)
+    return outcome
 
 
 def _reap(pid: int) -> None:
@@ -152,15 +231,51 @@ def stop_all(directory: str) -> List[Dict[str, Any]]:
 
 
 def work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
-    """The cluster_worker module's work: started (one worker) or stopped (one, or every one without a name)."""
+    """The cluster_worker module's work: started (the node's watch, then its worker when it has one) or stopped
+    (one, or every one without a name)."""
     from ..task import TaskFailed
 
-    if params["state"] == "started":
-        try:
-            info = start(params["name"], params["argv"], params["dir"], params["address"], params.get("port"),
-                         params["timeout_s"], params.get("env"), params.get("ready_url"))
-        except (WorkerError, runexec.RunSetupError, OSError) as exc:
-            raise TaskFailed(str(exc)) from None
-        return {"changed": True, "worker": info}
-    stopped = [stop(params["name"], params["dir"])] if params.get("name") else stop_all(params["dir"])
-    return {"changed": any(s["stopped"] != "none" for s in stopped), "stopped": stopped}
+    if params["state"] != "started":
+        stopped = [stop(params["name"], params["dir"])] if params.get("name") else stop_all(params["dir"])
+        return {"changed": any(s["stopped"] != "none" or s["node"] for s in stopped), "stopped": stopped}
+    name, directory = params["name"], params["dir"]
+    environment = params.get("environment") or {"kind": "bare"}
+    env = dict(params.get("env") or {})
+    try:
+        os.makedirs(directory, exist_ok=True)
+        stop(name, directory)  # a worker or watch of that name a killed run left
+        node = watch_node(name, directory, environment, env, params)
+        info = None
+        if params.get("argv"):
+            info = start(name, params["argv"], directory, params["address"], params.get("port"), params["timeout_s"],
+                         env, params.get("ready_url"), environment=environment, replace=False)
+    except (WorkerError, node_watch.NodeRefused, runexec.RunSetupError, OSError) as exc:
+        raise TaskFailed(str(exc)) from None
+    return {"changed": True, "worker": info, "node": node}
+
+
+def watch_node(name: str, directory: str, environment: Dict[str, Any], env: Dict[str, str],
+               params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The node's readiness probe in the run's environment, then its telemetry daemon (kept in the pid file, so
+    that :func:`stop` ends it with the worker): {file, readiness state}, or None without ``node``."""
+    node = params.get("node")
+    if not node or not params.get("results_dir"):
+        return None
+    probe_name = name + ".probe"
+
+    def remove_probe_container() -> None:
+        if (environment.get("kind") or "bare") == "container":
+            subprocess.run([environment.get("docker") or "docker", "rm", "-f", container_name(probe_name)],
+                           capture_output=True)
+
+    readiness = node_watch.probe(
+        params.get("readiness"), environment.get("results_root") or directory,
+        bool(environment.get("gpu_present", True)),
+        lambda argv: environment_command(probe_name, argv, env, directory, environment)[0], remove_probe_container)
+    watch = node_watch.begin(dict(node, environment={"name": environment.get("name"),
+                                                     "kind": environment.get("kind") or "bare"}),
+                             params["results_dir"], readiness, params.get("telemetry_interval_s") or 1.0,
+                             params.get("max_s") or 86400.0, params.get("nvml"))
+    _write_info(directory, name, {"watch": watch})
+    return {"file": os.path.join(watch["dir"], node_watch.NODE_FILE),
+            "readiness": (readiness or {}).get("state")}

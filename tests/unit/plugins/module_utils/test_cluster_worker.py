@@ -20,7 +20,7 @@ def test_a_worker_without_a_port_is_ready_once_it_still_runs_after_its_settle_ti
         assert os.path.exists(tmp_path / "run-1.json")
         os.kill(info["pid"], 0)  # still running: rank 0 would start now
     finally:
-        assert worker.stop("run-1", str(tmp_path), grace_s=5) == {"name": "run-1", "stopped": "signalled"}
+        assert worker.stop("run-1", str(tmp_path), grace_s=5) == {"name": "run-1", "stopped": "signalled", "node": None}
     assert not os.path.exists(tmp_path / "run-1.json")
 
 

@@ -34,12 +34,12 @@ def test_a_worker_is_started_ready_and_stopped_with_its_group(tmp_path):
         assert json.loads((tmp_path / "w1.json").read_text())["pid"] == info["pid"]
     finally:
         stopped = worker.stop("w1", str(tmp_path))
-    assert stopped == {"name": "w1", "stopped": "signalled"}
+    assert stopped == {"name": "w1", "stopped": "signalled", "node": None}
     deadline = time.monotonic() + 10
     while _alive(info["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(info["pid"]) and not (tmp_path / "w1.json").exists()
-    assert worker.stop("w1", str(tmp_path)) == {"name": "w1", "stopped": "none"}
+    assert worker.stop("w1", str(tmp_path)) == {"name": "w1", "stopped": "none", "node": None}
 
 
 def test_a_worker_that_exits_fails_its_start_naming_why(tmp_path):
@@ -52,5 +52,5 @@ def test_a_worker_that_exits_fails_its_start_naming_why(tmp_path):
 def test_a_reused_pid_is_never_signalled(tmp_path):
     # the pid file names this test's own process, which runs python, not the worker's executable
     (tmp_path / "w3.json").write_text(json.dumps({"pid": os.getpid(), "executable": "/usr/bin/ggml-rpc-server"}))
-    assert worker.stop_all(str(tmp_path)) == [{"name": "w3", "stopped": "gone"}]
+    assert worker.stop_all(str(tmp_path)) == [{"name": "w3", "stopped": "gone", "node": None}]
     assert _alive(os.getpid()) and not (tmp_path / "w3.json").exists()

@@ -418,3 +418,29 @@ def test_an_engine_nobody_defined_is_refused_naming_the_campaigns_engines():
     found = problems(QUICK, engines={"ollama": OLLAMA}, factors={"engine": ["lmdeploy"]})
     assert ("campaign.factors: engine: every level must be a serving engine (llama.cpp, vllm, sglang, trtllm-serve, "
             "ollama), got 'lmdeploy'") in found
+
+
+# ---------------------------------------------------------------------------------------- clusters (issue 36)
+
+GGUF_MODEL = {"name": "qwen", "path": "/m/qwen.gguf", "tokenizer": "/m/tok"}
+TRT_TENSOR = {"name": "tp", "engine": "trtllm-serve", "cluster": "pair", "topology": "tensor",
+              "profile": {"depth": [0], "concurrency": [1], "pp": [32], "tg": [16]}}
+
+
+@pytest.mark.parametrize("environments", [["native"], [{"name": "ctr", "kind": "container"}], ["bare", "native"]])
+def test_a_multi_node_run_runs_in_any_environment_but_mpirun_started_ranks_only_bare(environments):
+    # llama.cpp's RPC worker and vLLM's headless rank are started in the run's environment on their node
+    for engine, topology in (("llama.cpp", "layers"), ("vllm", "tensor"), ("llama.cpp", "replicas")):
+        workload = {"name": "two", "engine": engine, "cluster": "pair", "topology": topology,
+                    "profile": {"depth": [0], "concurrency": [1], "pp": [32], "tg": [16]}}
+        resolved = campaign(workload, models=[GGUF_MODEL], environments=environments)
+        assert [w["cluster"] for w in resolved["workloads"]] == ["pair"]
+    # trtllm-serve's mpirun starts the workers' ranks over SSH, on their hosts: outside any environment
+    found = problems(TRT_TENSOR, models=[GGUF_MODEL], environments=environments)
+    assert any("trtllm-serve starts every rank from rank 0 over SSH (mpirun)" in p and "bare environments only" in p
+               for p in found), found
+
+
+def test_mpirun_started_ranks_run_bare():
+    resolved = campaign(TRT_TENSOR, models=[GGUF_MODEL], environments=["bare"])
+    assert resolved["workloads"][0]["topology"] == "tensor"
