@@ -79,6 +79,12 @@ FIELDS = (
     Field("sparkfleet_pair_rdma_port", "int", 18515, "Pair preflight: the TCP port of the first rail's "
           "ib_write_bw server (one per rail, counting up; ib_write_lat's 100 above; perftest's default 18515).",
           "", 1024, 65000, option="rdma_port"),
+    Field("sparkfleet_pair_rdma_env_check", "bool", True, "Check RDMA inside each environment a multi-node run over "
+          "NCCL uses (tensor or pipeline), with the docker flags it runs with: a uverbs device in /dev/infiniband, "
+          "an ACTIVE port on each rail HCA, unlimited memlock (cluster/rdma_env.py). The pair preflight checks each "
+          "container environment whose image the node already has; each such run checks it again at its start and "
+          "fails with a reason starting 'rdma:' (false: leave it out, e.g. NCCL over sockets on purpose).",
+          option="rdma_env_check"),
     Field("sparkfleet_pair_rdma_duration_s", "int", 5, "Pair preflight: seconds each ib_write_bw runs (-D).", "s",
           1, 600, option="rdma_duration_s"),
 )
