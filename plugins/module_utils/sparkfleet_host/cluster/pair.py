@@ -143,7 +143,8 @@ def _arg(run: Mapping[str, Any], flag: str) -> str:
 
 def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any]) -> Dict[str, Any]:
     """The pair's verdict from what the playbook registered on each node (``nodes``: their variables, rank 0
-    first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``; on rank 0 ``pair_bw``,
+    first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``, ``pair_rdma_env`` from
+    cluster_rdma_env (RDMA inside each environment, as a bench.yml stage); on rank 0 ``pair_bw``,
     ``pair_lat`` and ``pair_nccl``). Every check is {check, node, pass, reason, floor}; ``causes`` are the failed
     checks as ``<check> on <node>: <reason>``; ``pass`` when none failed."""
     checks: List[dict] = []
@@ -164,6 +165,9 @@ def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str,
             _record(checks, "jumbo_ping", host, (crossed, "%d-byte ping with don't-fragment from %s to %s: %s" % (
                 size, _arg(ping, "-I"), _argv(ping)[-1], "crossed" if crossed else "did not cross (%s)" % _tail(
                     ping.get("stdout") or ping.get("stderr") or ""))))
+        for env in (node.get("pair_rdma_env") or {}).get("environments") or []:
+            _record(checks, "rdma_in_environment", host, (bool(env.get("pass")), "%s (%s): %s" % (
+                env.get("environment"), env.get("kind"), env.get("reason"))))
     if nodes:
         _judge_rank0(checks, names[0], nodes[0], floors)
     if len(nodes) > 1:

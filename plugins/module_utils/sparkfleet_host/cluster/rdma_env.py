@@ -217,3 +217,31 @@ def check(wrap: Callable[[List[str]], List[str]], hcas: Optional[Sequence[str]] 
     if not reading["complete"]:
         reason = "%s (exit %s: %s)" % (reason, done.returncode, _tail(text))
     return {"pass": ok, "reason": reason, "reading": reading, "command": command}
+
+
+#: Why an environment is not judged at the pair preflight (named in its check, which passes).
+NOT_JUDGED = "not judged here: %s; each multi-node run checks it at its start"
+
+
+def in_environments(environments: Sequence[Mapping[str, Any]], hcas: Sequence[str],
+                    has_image: Callable[[], bool], wrap_for: Callable[[Mapping[str, Any]], Callable],
+                    cleanup: Callable[[], None], timeout_s: float = TIMEOUT_S) -> List[Dict[str, Any]]:
+    """The pair preflight's check in each environment ({name, kind, docker_flags}): a container whose image the
+    node has is probed through ``wrap_for(environment)`` (its ``docker run`` with its flags), then ``cleanup``; a
+    container without its image yet (bench.yml builds or pulls it after this stage) and a native one (its rootfs
+    is made by the matrix stage) are not judged. Each: {environment, kind, judged, pass, reason, reading, command}."""
+    out = []
+    for env in environments:
+        entry = {"environment": env.get("name"), "kind": env.get("kind"), "judged": False, "pass": True,
+                 "reading": None, "command": None}
+        if env.get("kind") != "container":
+            entry["reason"] = NOT_JUDGED % "the native rootfs is made by the matrix stage"
+        elif not has_image():
+            entry["reason"] = NOT_JUDGED % "the image is not on the node yet"
+        else:
+            try:
+                entry.update(check(wrap_for(env), hcas, timeout_s), judged=True)
+            finally:
+                cleanup()
+        out.append(entry)
+    return out
