@@ -7,6 +7,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
+from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 
 def pair_verdict(nodes, cluster, floors):
@@ -39,7 +40,24 @@ def worker_spec(run, address, rank=1, head_address=None):
         raise AnsibleFilterError(f"worker_spec: {exc}") from None
 
 
+def rdma_environments(campaign, cluster, docker):
+    """The campaign's container and native environments whose RDMA the pair preflight checks on this node, each
+    {name, kind, docker_flags} with a container's flags resolved as its runs get them (settings.resolve_docker_flags
+    over the plan's docker group); [] when no workload of ``cluster`` goes over NCCL (serving.over_nccl)."""
+    workloads = [w for w in (campaign or {}).get("workloads") or [] if w.get("cluster") == cluster]
+    if not any(serving.over_nccl(dict(w)) for w in workloads):
+        return []
+    variables = {"sparkfleet_docker_" + k: v for k, v in dict(docker or {}).items() if v is not None}
+    try:
+        return [{"name": e["name"], "kind": e.get("kind"), "docker_flags": settings.resolve_docker_flags(e, variables)
+                 if e.get("kind") == "container" else None}
+                for e in campaign.get("environments") or [] if e.get("kind") in ("container", "native")]
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError(f"rdma_environments: {exc}") from None
+
+
 class FilterModule:
     def filters(self):
         return {"pair_verdict": pair_verdict, "perftest_args": pair.perftest_args, "nccl_argv": pair.nccl_argv,
-                "cluster_addresses": cluster_addresses, "worker_spec": worker_spec}
+                "cluster_addresses": cluster_addresses, "worker_spec": worker_spec,
+                "rdma_environments": rdma_environments}

@@ -209,6 +209,16 @@ options:
             record's C(serving.cluster.fabric_env) keeps them. Each worker gets its own node's the same way.
         type: dict
         default: {}
+      rdma_env_check:
+        description:
+          - "A multi-node run over NCCL (topology C(tensor) or C(pipeline)) whose O(serving.fabric_env) names HCAs
+            (C(NCCL_IB_HCA)) first checks RDMA inside its environment, with the command and flags the server gets:
+            a C(uverbs) device in C(/dev/infiniband), an ACTIVE port on each of those HCAs (C(ibv_devinfo) when the
+            image has it, else sysfs) and an unlimited memlock. Else the run fails with a reason starting
+            C(rdma:) that names what is missing and the fix; the check is kept in C(serving.cluster.rdma)."
+          - V(false) leaves the check out (the C(sparkfleet_pair_rdma_env_check) setting).
+        type: bool
+        default: true
   readiness:
     description:
       - "The readiness probe before each run, after its cooldown (issue 24): a short fixed GPU load (the
@@ -399,7 +409,8 @@ def main():
                                                                  corpus=dict(type="path"),
                                                                  workers=dict(type="list", elements="str", default=[]),
                                                                  head_address=dict(type="str"),
-                                                                 fabric_env=dict(type="dict", default={}))),
+                                                                 fabric_env=dict(type="dict", default={}),
+                                                                 rdma_env_check=dict(type="bool", default=True))),
             readiness=dict(type="dict", default={}),
             fresh=dict(type="bool", default=False),
             nvml=dict(type="dict", default={}, options=dict(path=dict(type="path"), note=dict(type="str"))),

@@ -79,6 +79,12 @@ FIELDS = (
     Field("sparkfleet_pair_rdma_port", "int", 18515, "Pair preflight: the TCP port of the first rail's "
           "ib_write_bw server (one per rail, counting up; ib_write_lat's 100 above; perftest's default 18515).",
           "", 1024, 65000, option="rdma_port"),
+    Field("sparkfleet_pair_rdma_env_check", "bool", True, "Check RDMA inside each environment a multi-node run over "
+          "NCCL uses (tensor or pipeline), with the docker flags it runs with: a uverbs device in /dev/infiniband, "
+          "an ACTIVE port on each rail HCA, unlimited memlock (cluster/rdma_env.py). The pair preflight checks each "
+          "container environment whose image the node already has; each such run checks it again at its start and "
+          "fails with a reason starting 'rdma:' (false: leave it out, e.g. NCCL over sockets on purpose).",
+          option="rdma_env_check"),
     Field("sparkfleet_pair_rdma_duration_s", "int", 5, "Pair preflight: seconds each ib_write_bw runs (-D).", "s",
           1, 600, option="rdma_duration_s"),
 )
@@ -137,7 +143,8 @@ def _arg(run: Mapping[str, Any], flag: str) -> str:
 
 def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any]) -> Dict[str, Any]:
     """The pair's verdict from what the playbook registered on each node (``nodes``: their variables, rank 0
-    first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``; on rank 0 ``pair_bw``,
+    first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``, ``pair_rdma_env`` from
+    cluster_rdma_env (RDMA inside each environment, as a bench.yml stage); on rank 0 ``pair_bw``,
     ``pair_lat`` and ``pair_nccl``). Every check is {check, node, pass, reason, floor}; ``causes`` are the failed
     checks as ``<check> on <node>: <reason>``; ``pass`` when none failed."""
     checks: List[dict] = []
@@ -158,6 +165,9 @@ def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str,
             _record(checks, "jumbo_ping", host, (crossed, "%d-byte ping with don't-fragment from %s to %s: %s" % (
                 size, _arg(ping, "-I"), _argv(ping)[-1], "crossed" if crossed else "did not cross (%s)" % _tail(
                     ping.get("stdout") or ping.get("stderr") or ""))))
+        for env in (node.get("pair_rdma_env") or {}).get("environments") or []:
+            _record(checks, "rdma_in_environment", host, (bool(env.get("pass")), "%s (%s): %s" % (
+                env.get("environment"), env.get("kind"), env.get("reason"))))
     if nodes:
         _judge_rank0(checks, names[0], nodes[0], floors)
     if len(nodes) > 1:

@@ -233,7 +233,7 @@ LAUNCHER_PLACEHOLDERS = ("rank", "nnodes", "head_address", "address", "port", "m
 
 
 def nodes_launcher(worker: Optional[list], worker_port: Optional[int], head: list, owns: tuple,
-                   port: Optional[int] = None) -> dict:
+                   port: Optional[int] = None, transport: str = "nccl") -> dict:
     """How an engine spans several nodes by its own runtime, for one topology: each worker runs ``worker`` (argv,
     :data:`LAUNCHER_PLACEHOLDERS`; :data:`SERVER_ARGV` for the engine's own server argv), or nothing of its own when
     None (rank 0's launcher starts its ranks: mpirun over SSH); rank 0 runs the engine's server with ``head`` added,
@@ -241,15 +241,18 @@ def nodes_launcher(worker: Optional[list], worker_port: Optional[int], head: lis
     worker is ready on once it accepts; None, a worker that answers nothing before rank 0 has joined it (a
     torch.distributed rank waits for its peers): then it is only checked to be running after a settle time, and rank
     0's readiness is the whole cluster's. ``port`` fills {port} (default: ``worker_port``). ``owns``: the flags
-    sparkfleet sets on these argv, refused in server_args."""
+    sparkfleet sets on these argv, refused in server_args. ``transport``: what the ranks' tensors cross the nodes
+    over, ``nccl`` (RDMA when the environment sees it, else NCCL's silent TCP fallback: the run checks RDMA in its
+    environment first, cluster/rdma_env.py) or ``tcp`` (plain sockets, nothing to check)."""
     return {"worker": None if worker is None else list(worker), "worker_port": worker_port, "head": list(head),
-            "owns": owns, "port": worker_port if port is None else port, "refused": None}
+            "owns": owns, "port": worker_port if port is None else port, "refused": None, "transport": transport}
 
 
 def unbuilt_launcher(why: str) -> dict:
     """A topology an engine's own runtime has but sparkfleet cannot launch yet: ``refused`` says why (campaign
     validation refuses it, naming that)."""
-    return {"worker": None, "worker_port": None, "head": None, "owns": (), "port": None, "refused": why}
+    return {"worker": None, "worker_port": None, "head": None, "owns": (), "port": None, "refused": why,
+            "transport": None}
 
 
 # Several nodes by the engines' own runtimes. A DGX Spark has one GPU: the tensor- or pipeline-parallel degree is the
@@ -361,7 +364,8 @@ ENGINES = {
                                 cpu=True, launcher={"layers": nodes_launcher(
                                     ["ggml-rpc-server", "--host", "{address}", "--port", "{port}"], 50052,
                                     ["--rpc", "{endpoints}"], ((("--rpc",), "the workers of the workload's cluster "
-                                                                            "(sparkfleet starts them)"),))}),
+                                                                            "(sparkfleet starts them)"),),
+                                    transport="tcp")}),
     "vllm": serving_engine(_vllm_argv, port=8000, kv_log="vllm", owns=VLLM_OWNS, abbrev=True,
                            version=(["vllm", "--version"], "vllm --version"), start_s=300.0,
                            launcher={"tensor": vllm_nodes("--tensor-parallel-size"),
@@ -713,6 +717,18 @@ def starts_workers_from_rank_0(workload: dict) -> bool:
     """Whether the workload's multi-node launch starts the workers' ranks from rank 0 (mpirun, over SSH) instead of
     a worker process sparkfleet starts on each node."""
     return topology(workload) != REPLICAS and launcher(workload)["worker"] is None
+
+
+def over_nccl(workload: dict) -> bool:
+    """Whether the workload's multi-node run sends its tensors over NCCL (vLLM, SGLang, TensorRT-LLM tensor or
+    pipeline parallel), whose RDMA must then be visible in the run's environment; llama.cpp's layers go over its
+    RPC's TCP and replicas share nothing between the nodes."""
+    if topology(workload) == REPLICAS:
+        return False
+    try:
+        return launcher(workload)["transport"] == "nccl"
+    except ServingError:
+        return False
 
 
 def cluster_problem(workload: dict) -> Optional[str]:

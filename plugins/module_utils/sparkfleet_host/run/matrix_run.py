@@ -220,6 +220,11 @@ def execute(run, params: dict, job, cards) -> dict:
         launches = launcher.prepare_serving(record) if run.serving else launcher.prepare(record)
     except SETUP_ERRORS as exc:
         return finish(record, "failed", "setup: %s" % exc, {})
+    # A multi-node run over NCCL: RDMA as its engine will see it (issue 36), or NCCL falls back to TCP unsaid.
+    problem = launcher.check_rdma() if run.serving else None
+    if problem:
+        record.serving = launcher.serving_section(launches[0])  # the check, in serving.cluster.rdma
+        return finish(record, "failed", "rdma: %s" % problem, {})
     # Is the GPU what it should be right now (issue 24)? A short fixed load after the cooldown: a run on a
     # degraded host is refused or marked suspect under the policy, never silently averaged in.
     controls = gpu_control.applied_controls(params["results_root"])

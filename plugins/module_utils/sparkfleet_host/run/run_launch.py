@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from ..cluster import rsh
+from ..cluster import rdma_env, rsh
 from ..contract.ledger import append_point, utc
 from ..engines import modelcard, serving, serving_client, serving_provenance, trtllm_cli
 from ..health.thermal import Cooldown, wait_for_cooldown
@@ -118,6 +118,7 @@ class Launcher:
         self.executables = {}  # a bare run's step -> the executable its command resolved to on the host's PATH
         self.tokenizer = None  # a serving run's tokenizer (serving.tokenizer_choice), chosen at setup
         self.served = None  # a serving run's weights as served: {"card", "problem"} (modelcard.weights_card)
+        self.rdma = None  # a multi-node NCCL run's RDMA check in its environment (rdma_env.check), or None
 
     # ------------------------------------------------------------------------- commands
     def prepare(self, record) -> list:
@@ -151,6 +152,30 @@ class Launcher:
     def fabric_env(self) -> dict:
         """A multi-node run's fabric variables (this node's rails'); {} for any other run."""
         return dict((self.p.get("serving") or {}).get("fabric_env") or {}) if self.run.plan.get("cluster") else {}
+
+    def rdma_hcas(self) -> list:
+        """The rail HCAs whose RDMA a run must see in its environment: those its fabric gives NCCL (NCCL_IB_HCA) when
+        it is a multi-node run over NCCL (serving.over_nccl); [] for any other run (nothing to check)."""
+        hcas = self.fabric_env().get("NCCL_IB_HCA") or ""
+        wanted = (self.p.get("serving") or {}).get("rdma_env_check", True)  # sparkfleet_pair_rdma_env_check
+        if not hcas or not wanted or not serving.over_nccl(self.run.workload):
+            return []
+        return [h.split(":")[0] for h in hcas.split(",") if h.strip()]  # NCCL's "hca:port" form too
+
+    def check_rdma(self):
+        """RDMA as the engine will see it, in the run's environment with its flags, before the server starts
+        (cluster/rdma_env.py: NCCL would fall back to TCP sockets without a word); kept as ``self.rdma``. Why the
+        run cannot go on, or None (passed, or no RDMA to check)."""
+        hcas = self.rdma_hcas()
+        if not hcas:
+            return None
+        try:
+            self.rdma = rdma_env.check(lambda argv: self.command("rdma", argv), hcas, rdma_env.TIMEOUT_S)
+        finally:
+            self.remove_container()  # a probe killed at its timeout leaves its container
+        if self.rdma["command"]:
+            self.rdma["command"] = redact(self.rdma["command"])
+        return None if self.rdma["pass"] else self.rdma["reason"]
 
     def env(self) -> dict:
         base = dict(self.fabric_env(), **(self.p["env"] or {}))  # the inventory's and the workload's win
@@ -312,6 +337,31 @@ class Launcher:
                                 "%s), or set sparkfleet_serving_client" % (drv.name, path, drv.PACKAGE, drv.PIN))
         return path
 
+    def serving_section(self, argv) -> dict:
+        """The record's serving section as a run starts (``argv``: its server's, None for an endpoint): the server,
+        the client, the tokenizer, the cluster (its workers, this node's fabric variables and RDMA check) and no
+        points yet. A run refused before its server starts records it as it is."""
+        run, workload = self.run, self.run.workload
+        seed = serving.shuffled_points(workload, run.rid)[1]
+        given = self.p.get("serving") or {}
+        return {
+            "engine": workload["engine"],
+            "server": dict({"managed": True, "argv": redact(argv or []), "port": serving.port(workload),
+                            "ready_s": None, "log": "server.log", "stopped": None, "exit_code": None,
+                            "listener": None},
+                           **self.network, **({"executable": self.executables["server"]}
+                                              if self.executables.get("server") else {}))
+            if serving.managed(workload) else serving.unmanaged_server(workload),
+            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
+                       "coherence_check": serving_client.driver(workload.get("client")).coherence(
+                           bool(run.model.get("random_weights")), workload.get("client_args"))},
+            "tokenizer": self.tokenizer, "corpus": given.get("corpus"),
+            "cluster": dict(run.plan["cluster"], workers=list(given.get("workers") or []),
+                            fabric_env=self.fabric_env(), rdma=self.rdma)
+            if run.plan.get("cluster") else None,
+            "random_weights": bool(run.model.get("random_weights")),
+            "kv": None, "point_order_seed": seed, "points": []}
+
     def serve(self, record, server: tuple, drop, timeout_s) -> dict:
         """A serving run within ``timeout_s``: the server started in its environment and waited for, the client
         run on the host once per profile point (seeded shuffled order, each point a share of the time left),
@@ -320,23 +370,8 @@ class Launcher:
         server.log). Returns the outcome: {"error": None or why the points never ran, "deadline_hit": bool}."""
         run, workload = self.run, self.run.workload
         argv, command = server
-        points, seed = serving.shuffled_points(workload, run.rid)
-        section = {
-            "engine": workload["engine"],
-            "server": dict({"managed": True, "argv": redact(argv), "port": serving.port(workload), "ready_s": None,
-                            "log": "server.log", "stopped": None, "exit_code": None, "listener": None},
-                           **self.network, **({"executable": self.executables["server"]}
-                                              if self.executables.get("server") else {}))
-            if serving.managed(workload) else serving.unmanaged_server(workload),
-            "client": {"name": serving_client.driver(workload.get("client")).name, "version": None, "argv": None,
-                       "coherence_check": serving_client.driver(workload.get("client")).coherence(
-                           bool(run.model.get("random_weights")), workload.get("client_args"))},
-            "tokenizer": self.tokenizer, "corpus": (self.p.get("serving") or {}).get("corpus"),
-            "cluster": dict(run.plan["cluster"], workers=list((self.p.get("serving") or {}).get("workers") or []),
-                            fabric_env=self.fabric_env())
-            if run.plan.get("cluster") else None,
-            "random_weights": bool(run.model.get("random_weights")),
-            "kv": None, "point_order_seed": seed, "points": []}
+        points = serving.shuffled_points(workload, run.rid)[0]
+        section = self.serving_section(argv)
         record.serving = section
         outcome = {"error": None, "deadline_hit": False}
         start = memstate.start_state()

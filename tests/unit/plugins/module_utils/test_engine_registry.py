@@ -132,6 +132,17 @@ def test_a_multi_node_run_by_topology():
     assert serving.cluster_problem({**replicas, "engine": "vllm"}) is None
 
 
+def test_which_multi_node_runs_go_over_nccl():
+    """NCCL's tensor and pipeline parallel runs need RDMA in their environment (checked at their start); llama.cpp's
+    layers go over its RPC's TCP, replicas share nothing, a single-node workload spans nothing."""
+    over = {(e, t): serving.over_nccl({"engine": e, "cluster": "pair", "topology": t})
+            for e in ("vllm", "sglang", "trtllm-serve", "llama.cpp") for t in serving.TOPOLOGIES}
+    assert {k for k, v in over.items() if v} == {(e, t) for e in ("vllm", "sglang", "trtllm-serve")
+                                                 for t in ("tensor", "pipeline")}
+    assert serving.over_nccl({"engine": "llama.cpp", "cluster": "pair"}) is False  # its default topology: layers
+    assert serving.over_nccl({"engine": "vllm", "cluster": "pair"}) is True  # its default topology: tensor
+
+
 PROFILE_1 = {"depth": [0], "concurrency": [1], "pp": [16], "tg": [8]}
 HF_MODEL = {"name": "qwen", "path": "/models/Qwen3-8B"}
 # The multi-node command lines, rank 0's (head) and rank 1's (worker) of a pair, rank 0 at 10.0.0.1, each flag

@@ -224,3 +224,25 @@ def test_a_node_records_its_engine_env_digest_clock_cap_and_latest_probe(tmp_pat
     assert node.clock_cap({"applied": False, "error": None}) == "none applied"
     assert node.clock_cap({"applied": False, "error": "gpu_state_saved.json: not JSON"}) is None
     assert node.latest_probe(str(tmp_path / "empty")) == {"sm_clock_mhz": None, "run_id": None}
+
+
+def test_rdma_inside_each_environment_is_a_check_per_node_and_environment():
+    """cluster_rdma_env's entries (rdma_env.in_environments): a refused one refuses the pair naming its cause, one
+    not judged yet (no image on the node) passes naming why; none registered (the playbook run alone) adds none."""
+    rdma_env = host_util("cluster.rdma_env")
+    refused = rdma_env.verdict(rdma_env.parse("==sparkfleet-rdma:dev==\n==sparkfleet-rdma:memlock==\n64\n"
+                                              "==sparkfleet-rdma:end==\n"), ["rocep1s0f0"])[1]
+    nodes = _nodes()
+    nodes[0]["pair_rdma_env"] = {"environments": [
+        {"environment": "ngc", "kind": "container", "judged": True, "pass": False, "reason": refused}]}
+    nodes[1]["pair_rdma_env"] = {"environments": rdma_env.in_environments(
+        [{"name": "ngc", "kind": "container", "docker_flags": []}, {"name": "chroot", "kind": "native"}],
+        ["rocep1s0f0"], lambda: False, lambda env: None, lambda: None)}
+    verdict = pair.judge("pair", nodes, FLOORS)
+    checks = [c for c in verdict["checks"] if c["check"] == "rdma_in_environment"]
+    assert [(c["node"], c["pass"]) for c in checks] == [("spark1", False), ("spark2", True), ("spark2", True)]
+    (cause,) = verdict["causes"]
+    assert cause.startswith("rdma_in_environment on spark1: ngc (container): no uverbs device") and "64 KiB" in cause
+    assert "the image is not on the node yet; each multi-node run checks it at its start" in checks[1]["reason"]
+    assert "native rootfs" in checks[2]["reason"]
+    assert not any(c["check"] == "rdma_in_environment" for c in pair.judge("pair", _nodes(), FLOORS)["checks"])
