@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair, rdma_env
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
@@ -29,13 +29,16 @@ def cluster_addresses(fabric_results, nodes):
     return out
 
 
-def worker_spec(run, address, rank=1, head_address=None):
+def worker_spec(run, address, rank=1, head_address=None, fabric_env=None, rdma_check=True):
     """serving.worker_spec: what worker ``rank`` of the planned multi-node ``run`` runs on ``address``, rank 0 being
     on ``head_address`` (argv; the port it is ready on once it accepts, or None: it must only keep running; the URL
-    that answers once it is ready, or None)."""
+    that answers once it is ready, or None), and ``rdma_hcas``: the HCAs of its ``fabric_env`` whose RDMA it must see
+    in its environment before it starts (rdma_env.hcas_to_check; ``rdma_check``: sparkfleet_pair_rdma_env_check)."""
     try:
-        return serving.worker_spec(dict(run["workload"]), dict(run["model"]), str(address), int(rank),
-                                   len(run["cluster"]["nodes"]), None if head_address is None else str(head_address))
+        workload = dict(run["workload"])
+        spec = serving.worker_spec(workload, dict(run["model"]), str(address), int(rank), len(run["cluster"]["nodes"]),
+                                   None if head_address is None else str(head_address))
+        return dict(spec, rdma_hcas=rdma_env.hcas_to_check(fabric_env, serving.over_nccl(workload), bool(rdma_check)))
     except (serving.ServingError, KeyError) as exc:
         raise AnsibleFilterError(f"worker_spec: {exc}") from None
 

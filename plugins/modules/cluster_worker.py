@@ -57,6 +57,15 @@ options:
   results_dir:
     description: This host's results directory of the campaign, where the node file is written.
     type: path
+  rdma_hcas:
+    description:
+      - The rail HCAs whose RDMA the worker's engine must see in its environment (a multi-node run over NCCL; the
+        C(worker_spec) filter's C(rdma_hcas)). Before the worker starts, C(/dev/infiniband), an ACTIVE port of each
+        and unlimited memlock are checked there with the run's docker flags; a failure fails the task naming the
+        node, the cause and the fix, and the node file keeps the check (C(rdma)). Empty, nothing is checked.
+    type: list
+    elements: str
+    default: []
   readiness:
     description: The readiness probe's settings (the plan's C(readiness)); C(probe_s) 0 leaves the probe out.
     type: dict
@@ -158,6 +167,7 @@ def main():
                            timeout_s=dict(type="float", default=120.0),
                            env=dict(type="dict", default={}), environment=dict(type="dict"),
                            node=dict(type="dict"), results_dir=dict(type="path"), readiness=dict(type="dict"),
+                           rdma_hcas=dict(type="list", elements="str", default=[]),
                            telemetry_interval_s=dict(type="float", default=1.0),
                            max_s=dict(type="float", default=86400.0), nvml=dict(type="dict")),
         required_if=[("state", "started", ("name", "address"))],

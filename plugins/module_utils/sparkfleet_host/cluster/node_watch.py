@@ -105,19 +105,23 @@ def _starttime(pid: int) -> Optional[str]:
 
 
 def _spawn_sampler(directory: str, interval_s: float, max_s: float) -> int:
-    """Fork the telemetry daemon (double fork, its own session); its pid."""
+    """Fork the telemetry daemon (double fork, its own session); its pid, said once its SIGTERM handler is set (a
+    stop right after the start must still end in a summary)."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the forked processes
         try:
             os.close(read_end)
             os.setsid()
-            grandchild = os.fork()
-            if grandchild:
-                os.write(write_end, str(grandchild).encode())
+            if os.fork():
                 os._exit(0)
+            stopped: list = []
+            signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.write(write_end, str(os.getpid()).encode())
             os.close(write_end)
-            _sample_until_stopped(directory, interval_s, max_s)
+            _sample_until_stopped(directory, interval_s, max_s, stopped)
         finally:
             os._exit(0)
     os.close(write_end)
@@ -129,18 +133,15 @@ def _spawn_sampler(directory: str, interval_s: float, max_s: float) -> int:
     return pid
 
 
-def _sample_until_stopped(directory: str, interval_s: float, max_s: float) -> None:  # pragma: no cover - forked
-    """The daemon: detached from the module's streams, it samples until SIGTERM or ``max_s``, then writes its
-    summary."""
+def _sample_until_stopped(directory: str, interval_s: float, max_s: float,
+                          stopped: list) -> None:  # pragma: no cover - forked
+    """The daemon: detached from the module's streams, it samples until SIGTERM (``stopped`` filled) or ``max_s``,
+    then writes its summary."""
     os.chdir("/")
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(3, 1024)
-    stopped = []
-    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sampler = TelemetrySampler(os.path.join(directory, TELEMETRY_FILE), interval_s=interval_s)
     sampler.start()
     deadline = time.monotonic() + max_s
@@ -154,6 +155,12 @@ def _sample_until_stopped(directory: str, interval_s: float, max_s: float) -> No
 
 def _alive(watch: Dict[str, Any]) -> bool:
     return bool(watch.get("pid")) and _starttime(int(watch["pid"])) == watch.get("starttime")
+
+
+def note(watch: Dict[str, Any], **fields: Any) -> None:
+    """Add ``fields`` to the node file of a running watch (the RDMA check in the node's environment)."""
+    path = os.path.join(watch["dir"], NODE_FILE)
+    _write_json(path, dict(read_json_object(path) or {"schema": SCHEMA}, **fields))
 
 
 def finish(watch: Optional[Dict[str, Any]], worker: Optional[Dict[str, Any]]) -> Optional[str]:

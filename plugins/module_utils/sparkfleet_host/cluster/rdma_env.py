@@ -191,6 +191,16 @@ def _tail(text: str, n: int = 300) -> str:
     return " ".join(text.split())[-n:]
 
 
+def hcas_to_check(fabric_env: Optional[Mapping[str, str]], over_nccl: bool, wanted: bool = True) -> List[str]:
+    """The rail HCAs whose RDMA a node of a multi-node run must see in its environment: those its fabric gives NCCL
+    (NCCL_IB_HCA, its ``hca:port`` and exact-match ``=`` forms too) when the run goes over NCCL (``over_nccl``:
+    serving.over_nccl) and the check is ``wanted`` (sparkfleet_pair_rdma_env_check); [] nothing to check."""
+    hcas = str((fabric_env or {}).get("NCCL_IB_HCA") or "").lstrip("=")
+    if not hcas or not wanted or not over_nccl:
+        return []
+    return [h.split(":")[0].strip() for h in hcas.split(",") if h.strip()]
+
+
 def check(wrap: Callable[[List[str]], List[str]], hcas: Optional[Sequence[str]] = None,
           timeout_s: float = TIMEOUT_S) -> Dict[str, Any]:
     """Run the probe through ``wrap`` (argv -> the environment's command) within ``timeout_s`` and judge it:

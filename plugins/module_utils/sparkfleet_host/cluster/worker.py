@@ -34,7 +34,7 @@ from ..engines import serving
 from ..engines.serving import log_tail
 from ..run import runexec
 from ..run.jobs import ROOT_LABEL, RUN_LABEL
-from . import node_watch
+from . import node_watch, rdma_env
 
 POLL_S = 0.2
 STOP_GRACE_S = 10.0
@@ -245,6 +245,10 @@ def work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
         os.makedirs(directory, exist_ok=True)
         stop(name, directory)  # a worker or watch of that name a killed run left
         node = watch_node(name, directory, environment, env, params)
+        problem = check_rdma(name, directory, environment, env, params)
+        if problem:
+            stop(name, directory)  # the watch ends; its node file keeps the check
+            raise WorkerError(problem)
         info = None
         if params.get("argv"):
             info = start(name, params["argv"], directory, params["address"], params.get("port"), params["timeout_s"],
@@ -252,6 +256,42 @@ def work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     except (WorkerError, node_watch.NodeRefused, runexec.RunSetupError, OSError) as exc:
         raise TaskFailed(str(exc)) from None
     return {"changed": True, "worker": info, "node": node}
+
+
+def _remove_container(name: str, environment: Dict[str, Any]) -> None:
+    """The container a probe run as ``name`` left (killed at its timeout), in a container environment."""
+    if (environment.get("kind") or "bare") == "container":
+        subprocess.run([environment.get("docker") or "docker", "rm", "-f", container_name(name)], capture_output=True)
+
+
+def check_rdma(name: str, directory: str, environment: Dict[str, Any], env: Dict[str, str],
+               params: Dict[str, Any]) -> Optional[str]:
+    """RDMA as the worker's engine will see it, in the run's environment with its flags (rdma_env.check over
+    ``rdma_hcas``; none given: nothing to check), kept in the node file. Why the run cannot go on, or None."""
+    hcas = params.get("rdma_hcas") or []
+    if not hcas:
+        return None
+    probe_name = name + ".rdma"
+    try:
+        found = rdma_env.check(lambda argv: environment_command(probe_name, argv, env, directory, environment)[0],
+                               hcas, rdma_env.TIMEOUT_S)
+    finally:
+        _remove_container(probe_name, environment)
+    found["command"] = runexec.redact(found["command"]) if found.get("command") else found.get("command")
+    watch = _read_info(directory, name).get("watch")
+    if watch:
+        node_watch.note(watch, rdma=found)
+    node = params.get("node") or {}
+    return None if found["pass"] else "rdma on %s (rank %s): %s" % (node.get("host", "this node"),
+                                                                    node.get("rank", "?"), found["reason"])
+
+
+def _read_info(directory: str, name: str) -> Dict[str, Any]:
+    try:
+        with open(_pid_file(directory, name), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
 
 
 def watch_node(name: str, directory: str, environment: Dict[str, Any], env: Dict[str, str],
@@ -262,16 +302,11 @@ def watch_node(name: str, directory: str, environment: Dict[str, Any], env: Dict
     if not node or not params.get("results_dir"):
         return None
     probe_name = name + ".probe"
-
-    def remove_probe_container() -> None:
-        if (environment.get("kind") or "bare") == "container":
-            subprocess.run([environment.get("docker") or "docker", "rm", "-f", container_name(probe_name)],
-                           capture_output=True)
-
     readiness = node_watch.probe(
         params.get("readiness"), environment.get("results_root") or directory,
         bool(environment.get("gpu_present", True)),
-        lambda argv: environment_command(probe_name, argv, env, directory, environment)[0], remove_probe_container)
+        lambda argv: environment_command(probe_name, argv, env, directory, environment)[0],
+        lambda: _remove_container(probe_name, environment))
     watch = node_watch.begin(dict(node, environment={"name": environment.get("name"),
                                                      "kind": environment.get("kind") or "bare"}),
                              params["results_dir"], readiness, params.get("telemetry_interval_s") or 1.0,

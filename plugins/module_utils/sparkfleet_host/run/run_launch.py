@@ -154,13 +154,10 @@ class Launcher:
         return dict((self.p.get("serving") or {}).get("fabric_env") or {}) if self.run.plan.get("cluster") else {}
 
     def rdma_hcas(self) -> list:
-        """The rail HCAs whose RDMA a run must see in its environment: those its fabric gives NCCL (NCCL_IB_HCA) when
-        it is a multi-node run over NCCL (serving.over_nccl); [] for any other run (nothing to check)."""
-        hcas = self.fabric_env().get("NCCL_IB_HCA") or ""
+        """The rail HCAs whose RDMA this run must see in its environment (rdma_env.hcas_to_check); [] for a run that
+        is not a multi-node run over NCCL."""
         wanted = (self.p.get("serving") or {}).get("rdma_env_check", True)  # sparkfleet_pair_rdma_env_check
-        if not hcas or not wanted or not serving.over_nccl(self.run.workload):
-            return []
-        return [h.split(":")[0] for h in hcas.split(",") if h.strip()]  # NCCL's "hca:port" form too
+        return rdma_env.hcas_to_check(self.fabric_env(), serving.over_nccl(self.run.workload), wanted)
 
     def check_rdma(self):
         """RDMA as the engine will see it, in the run's environment with its flags, before the server starts

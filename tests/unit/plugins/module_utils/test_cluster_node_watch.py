@@ -136,3 +136,30 @@ def test_a_chroot_command_runs_the_program_after_its_variables():
            "--host", "10.0.0.2"]
     assert worker._exec_name(cmd) == "ggml-rpc-server"
     assert os.path.basename(worker._exec_name(["chroot", "/r", "env", "-i", "--", "/opt/x/rpc", "-p"])) == "rpc"
+
+
+def test_a_worker_over_nccl_that_cannot_see_rdma_in_its_environment_fails_naming_the_node_and_never_starts(tmp_path):
+    # this machine has no /dev/infiniband: the bare environment's probe finds no verbs device
+    argv = [sys.executable, "-c", "open('started', 'w').close()"]
+    with pytest.raises(task.TaskFailed, match=r"rdma on spark2 \(rank 1\): .*/dev/infiniband"):
+        worker.work(_params(tmp_path, argv=argv, rdma_hcas=["rocep1s0f0"]), None)
+    node = _node(tmp_path)
+    assert node["rdma"]["pass"] is False and node["stopped_utc"] and node["worker"] is None
+    assert not (tmp_path / "cluster" / "started").exists() and not (tmp_path / "cluster" / "r1.json").exists()
+
+
+@pytest.mark.parametrize(("engine", "topology", "fabric", "check", "expected"), [
+    ("vllm", "tensor", {"NCCL_IB_HCA": "rocep1s0f0,roceP2p1s0f0"}, True, ["rocep1s0f0", "roceP2p1s0f0"]),
+    ("vllm", "tensor", {"NCCL_IB_HCA": "=rocep1s0f0:1"}, True, ["rocep1s0f0"]),
+    ("vllm", "tensor", {"NCCL_IB_HCA": "rocep1s0f0"}, False, []),  # sparkfleet_pair_rdma_env_check: false
+    ("vllm", "tensor", {}, True, []),  # no rails: the pair preflight names the sockets NCCL would use
+    ("llama.cpp", "layers", {"NCCL_IB_HCA": "rocep1s0f0"}, True, []),  # RPC over TCP
+])
+def test_each_worker_is_given_the_hcas_it_must_see_when_its_run_goes_over_nccl(engine, topology, fabric, check,
+                                                                             expected):
+    from ansible_collections.sparkfleet.bench.plugins.filter.cluster import worker_spec
+
+    model = {"name": "m", "path": "/m/m.gguf", "gguf": "/m/m.gguf", "tokenizer": "/m"}
+    run = {"workload": {"name": "w", "engine": engine, "cluster": "pair", "topology": topology},
+           "model": model, "cluster": {"nodes": ["spark1", "spark2"]}}
+    assert worker_spec(run, "10.0.0.2", 1, "10.0.0.1", fabric, check)["rdma_hcas"] == expected
