@@ -39,7 +39,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.h
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import roofline, serving
-from sparkfleet.load import record_from_bytes
+from sparkfleet.load import WORKERS_REASONS, WORKERS_STATE, readiness_reasons, record_from_bytes
 
 ATTESTATION_FILE = "attestation.json"
 BANDWIDTH_FILE = "bandwidth.json"
@@ -55,7 +55,7 @@ STATE_COLUMNS = ["run_id", "host", "readiness_state", "readiness_reasons", "read
                  "expected_clock_mhz", "power_w", "throttle_grew", "free_huge_blocks", "energy_j",
                  "j_per_output_token", "energy_scope", "serving_c1_tok_s", "j_per_output_token_steady",
                  "steady_power_w", "startup_energy_j", "steady_source", "steady_error", "serving_c1_points",
-                 "power_limited", "tflops", "power_limit_w"]
+                 "power_limited", "tflops", "power_limit_w", "own_readiness_state"]
 
 #: Energy scope labels: what the sampled power covers (GB10's NVML reads the GPU rail, about half the system).
 SCOPE_WORDS = {"gpu_rail": "GPU rail only", "gpu": "GPU only", "system": "whole system"}
@@ -234,7 +234,7 @@ def state_of(record: dict[str, Any], run_dir: Path | None = None) -> dict[str, A
     return {
         "run_id": record.get("run_id"), "host": record.get("host"),
         "readiness_state": ready.get("state") if isinstance(ready.get("state"), str) else None,
-        "readiness_reasons": "; ".join(str(r.get("message") or r.get("cause")) for r in reasons) or None,
+        "readiness_reasons": readiness_reasons(ready),
         "readiness_causes": ",".join(sorted({str(r.get("cause")) for r in reasons})) or None,
         "clock_mhz": _number(ready.get("sm_clock_mhz")),
         "expected_clock_mhz": _number(ready.get("expected_clock_mhz")),
@@ -252,6 +252,8 @@ def state_of(record: dict[str, Any], run_dir: Path | None = None) -> dict[str, A
         "power_limited": ready.get("power_limited") if isinstance(ready.get("power_limited"), bool) else None,
         "tflops": _number(ready.get("tflops")),
         "power_limit_w": _number(ready.get("power_limit_w")),
+        # the run's own probe, apart from its nodes' (with_node_readiness): what a host's readiness line counts
+        "own_readiness_state": ready.get("state") if isinstance(ready.get("state"), str) else None,
     }
 
 
@@ -270,14 +272,32 @@ def _record(root: Path, record_dir: str, only_with_sections: bool) -> dict[str, 
 
 
 def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run that carries a readiness, attestation or serving section: its :data:`STATE_COLUMNS` row."""
+    """Per run that carries a readiness, attestation or serving section: its :data:`STATE_COLUMNS` row, a multi-node
+    run's readiness with its nodes' (:func:`with_node_readiness`)."""
     rows = []
     if "record_dir" in runs:
         for run_id, record_dir in runs[["run_id", "record_dir"]].itertuples(index=False):
             record = _record(root, str(record_dir), only_with_sections=True)
             if record is not None and record.get("run_id") == run_id:
                 rows.append(state_of(record, root / str(record_dir)))
-    return pd.DataFrame(rows, columns=STATE_COLUMNS)
+    return with_node_readiness(pd.DataFrame(rows, columns=STATE_COLUMNS), runs)
+
+
+def with_node_readiness(states: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """A multi-node run one of whose worker nodes the readiness probe found suspect (the loader's WORKERS_STATE) is
+    suspect, as if its own probe had said so: never averaged in. Its reasons name the node after rank 0's own."""
+    if WORKERS_STATE not in runs or states.empty:
+        return states
+    marked = runs.loc[runs[WORKERS_STATE] == "suspect"].set_index("run_id")[WORKERS_REASONS]
+    hit = states["run_id"].isin(marked.index)
+    if not hit.any():
+        return states
+    states = states.copy()
+    states.loc[hit, "readiness_reasons"] = ["; ".join(filter(None, (own, marked[run]))) for own, run in
+                                           zip(states.loc[hit, "readiness_reasons"], states.loc[hit, "run_id"],
+                                               strict=True)]
+    states.loc[hit, "readiness_state"] = "suspect"
+    return states
 
 
 # --- the roofline of each decode figure ---------------------------------------------------------------------

@@ -8,6 +8,10 @@ older format version is read through its migrations (``sparkfleet_host.contract.
 one newer than this code, not JSON, or breaking the run-record contract is reported by path and skipped: one
 bad file never stops a report, and never disappears without a word. A serving run's points (its ``serving``
 section) also become rows of a second table, one per run x point (sparkfleet.serving, ``LoadResult.serving``).
+The nodes of a multi-node run (issue 36) become a third, one row per run x node (``LoadResult.nodes``): rank 0 from
+its record, each worker from the node file it wrote in its own tree (contract/node_file.py), joined by run id; a
+worker whose readiness probe found it suspect makes the run's ``workers_readiness_state`` suspect (hostcheck.run_states
+folds it into the run's own), and a node file that cannot be read is named in ``LoadResult.node_problems``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import node_file
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract import record as contract
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import RECORD_NAME
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
@@ -168,14 +173,20 @@ class LoadResult:
     accounting: Accounting = field(default_factory=Accounting)
     #: One row per serving run x point (sparkfleet.serving.POINT_COLUMNS); empty without serving runs.
     serving: pd.DataFrame = field(default_factory=lambda: serving_points.points_frame([]))
+    #: One row per multi-node run x node (NODE_COLUMNS); empty without multi-node runs or node files.
+    nodes: pd.DataFrame = field(default_factory=lambda: nodes_frame([]))
+    #: Node files (cluster_nodes/<run_id>/node.json) that could not be read or joined, and why.
+    node_problems: list[LoadProblem] = field(default_factory=list)
 
 
-def find_record_files(root: Path, plans: list[str] | None = None, staging: list[str] | None = None) -> list[str]:
+def find_record_files(root: Path, plans: list[str] | None = None, staging: list[str] | None = None,
+                      nodes: list[str] | None = None) -> list[str]:
     """Candidate record.json paths under ``root`` in a stable (sorted) order.
 
     ``plans`` (when given) receives the campaign.json paths seen on the way, ``staging`` the unpack staging
     directories (``plugin_utils.unpack.STAGING_PREFIXES``), which are never read: what lies there is a copy
-    being moved into place, or left by an interrupted unpack, never a result.
+    being moved into place, or left by an interrupted unpack, never a result. ``nodes`` receives the candidate
+    node files of multi-node runs (``<host>/cluster_nodes/<run_id>/node.json``, named like records in ``runs``).
 
     The results tree puts records at ``<host>/runs/<run_id>/record.json``: inside a ``runs`` directory we
     name ``<entry>/record.json`` without listing or stat-ing each run directory (100k fewer system calls);
@@ -199,6 +210,10 @@ def find_record_files(root: Path, plans: list[str] | None = None, staging: list[
         if os.path.basename(directory) == "runs":
             found += [os.path.join(d, RECORD_NAME) for d in subdirs]
             continue  # deeper layouts inside a run directory are not part of the contract
+        if os.path.basename(directory) == node_file.NODES_DIR:
+            if nodes is not None:
+                nodes += [os.path.join(d, node_file.NODE_NAME) for d in subdirs]
+            continue  # a node directory holds no record
         if plans is not None:
             plans += [e.path for e in entries if e.name == "campaign.json" and e.is_file()]
         stack.extend(reversed(subdirs))
@@ -306,6 +321,7 @@ class _Columns:
         self.metrics: list[Any] = []
         self.dirs: list[str] = []
         self.points: list[dict[str, Any]] = []  # serving runs' points, one row each (sparkfleet.serving)
+        self.nodes: list[dict[str, Any]] = []  # multi-node runs' nodes as the record names them (NODE_COLUMNS)
         #: (nested field, its keys) -> (row positions, the rows' values one after another)
         self.nested: dict[tuple[str, tuple[str, ...]], tuple[list[int], list[Any]]] = {}
 
@@ -333,6 +349,7 @@ class _Columns:
         self.dirs.append(record_dir)
         if "serving" in data:
             self.points += serving_points.point_rows(data, record_dir)
+            self.nodes += record_node_rows(data, record_dir)
 
     def _file(self, shape: tuple[str, tuple[str, ...]], row: int, values: Any) -> None:
         bucket = self.nested.get(shape)
@@ -376,8 +393,10 @@ def _object_array(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem], list[str], pd.DataFrame]:
-    """(the runs, the records skipped, the candidate record paths that do not exist, the serving points)."""
+def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadProblem], list[str], pd.DataFrame,
+                                                    list[dict[str, Any]]]:
+    """(the runs, the records skipped, the candidate record paths that do not exist, the serving points, the nodes
+    the multi-node runs' records name)."""
     columns = _Columns()
     problems: list[LoadProblem] = []
     absent: list[str] = []
@@ -395,7 +414,7 @@ def _load_chunk(paths: list[str], root: str) -> tuple[pd.DataFrame, list[LoadPro
             data = serving_points.screen_status(data)
         # Paths come from find_record_files(root), so slicing is relpath without its cost.
         columns.add(data, path[prefix:-suffix])
-    return columns.frame(), problems, absent, serving_points.points_frame(columns.points)
+    return columns.frame(), problems, absent, serving_points.points_frame(columns.points), columns.nodes
 
 
 def _workers(count: int) -> int:
@@ -420,9 +439,11 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
         raise FileNotFoundError(2, "results directory not found", str(root))
     plans: list[str] = []
     staging: list[str] = []
-    paths = find_record_files(root, plans, staging)
+    node_paths: list[str] = []
+    paths = find_record_files(root, plans, staging, node_paths)
     if exclude:
-        paths, plans, staging = (_outside(items, root, exclude) for items in (paths, plans, staging))
+        paths, plans, staging, node_paths = (_outside(items, root, exclude)
+                                             for items in (paths, plans, staging, node_paths))
     workers = workers or _workers(len(paths))
     if workers > 1:
         size = -(-len(paths) // workers)
@@ -436,14 +457,18 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
         if while_loading:
             while_loading()
         parts = [_load_chunk(paths, str(root))]
-    frames = [frame for frame, _, _, _ in parts if len(frame)]
+    frames = [frame for frame, _, _, _, _ in parts if len(frame)]
     runs = runs_frame([]) if not frames else frames[0] if len(frames) == 1 else _concat(frames)
-    problems = [problem for _, chunk_problems, _, _ in parts for problem in chunk_problems]
+    problems = [problem for _, chunk_problems, _, _, _ in parts for problem in chunk_problems]
     runs, duplicates = _drop_duplicate_runs(runs, root)
-    serving = _serving_points([points for _, _, _, points in parts], runs)
-    accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for _, _, c, _ in parts for a in c],
+    serving = _serving_points([points for _, _, _, points, _ in parts], runs)
+    accounting = account(root, runs, [(p.path, p.reason) for p in problems], [a for part in parts for a in part[2]],
                          plans, staging, serving=serving)  # its serving runs, and their missing points named
-    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting, serving=serving)
+    kept = set(runs["record_dir"])  # a duplicate record's nodes are left out with it
+    named = [row for part in parts for row in part[4] if row["record_dir"] in kept]
+    nodes, node_problems = join_nodes(root, named, node_paths)
+    return LoadResult(runs=with_workers_readiness(runs, nodes), problems=problems + duplicates, root=root,
+                      accounting=accounting, serving=serving, nodes=nodes, node_problems=node_problems)
 
 
 def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str], ...]) -> list[str]:
@@ -466,6 +491,170 @@ def _serving_points(parts: list[pd.DataFrame], runs: pd.DataFrame) -> pd.DataFra
         return serving_points.points_frame([])
     points = found[0] if len(found) == 1 else pd.concat(found, ignore_index=True)
     return points[points["record_dir"].isin(runs["record_dir"])].reset_index(drop=True)
+
+
+# --- the nodes of multi-node runs (issue 36) ------------------------------------------------------------------
+
+#: One row per run x node: rank 0 from its record (source "record"), a worker from its node file ("node file"), or a
+#: worker its run's record names whose node file was not found ("no node file"). ``record_dir``: rank 0's record
+#: (the run's row in the runs table); ``node_dir``: where the node's own files lie, both relative to the root.
+NODE_COLUMNS = ["run_id", "campaign", "cluster", "host", "rank", "address", "source", "readiness_state",
+                "readiness_clock_mhz", "readiness_reasons", "power_w_mean", "gpu_temp_c_max", "sm_clock_mhz_mean",
+                "clock_events", "samples", "telemetry_note", "record_dir", "node_dir"]
+FROM_RECORD, FROM_NODE_FILE, NO_NODE_FILE = "record", "node file", "no node file"
+#: The runs' columns a suspect worker sets (with_workers_readiness); hostcheck.run_states folds them into the run's
+#: own readiness state and reasons.
+WORKERS_STATE, WORKERS_REASONS = "workers_readiness_state", "workers_readiness_reasons"
+
+
+def nodes_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=NODE_COLUMNS)
+    return frame.sort_values(["campaign", "run_id", "rank"], kind="stable").reset_index(drop=True) if rows else frame
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        return None
+    return float(value)
+
+
+def readiness_reasons(section: Any) -> str | None:
+    """A readiness section's reasons in words, "; "-joined (each its message, else its cause); None for none."""
+    reasons = section.get("reasons") if isinstance(section, dict) else None
+    words = [str(r.get("message") or r.get("cause")) for r in reasons or [] if isinstance(r, dict)]
+    return "; ".join(words) or None
+
+
+def readiness_columns(section: Any) -> dict[str, Any]:
+    """A node's readiness section (host_state.readiness_probe) as NODE_COLUMNS; all None where it was not probed."""
+    ready = section if isinstance(section, dict) else {}
+    state = ready.get("state")
+    return {"readiness_state": state if isinstance(state, str) else None,
+            "readiness_clock_mhz": _finite(ready.get("sm_clock_mhz")), "readiness_reasons": readiness_reasons(ready)}
+
+
+def telemetry_columns(summary: Any) -> dict[str, Any]:
+    """A node's telemetry summary (TelemetrySampler.stop) as NODE_COLUMNS; ``clock_events`` "" where none was seen,
+    None where the summary does not say; ``telemetry_note`` why there is no summary."""
+    data = summary if isinstance(summary, dict) else {}
+    seen = data.get("throttle_reasons_seen")
+    samples = _finite(data.get("samples"))
+    note = data.get("note") if isinstance(data.get("note"), str) else None if data else "no telemetry summary"
+    return {"power_w_mean": _finite(data.get("gpu_power_w_mean")),
+            "gpu_temp_c_max": _finite(data.get("gpu_temp_c_max")),
+            "sm_clock_mhz_mean": _finite(data.get("sm_clock_mhz_mean")),
+            "clock_events": ", ".join(map(str, seen)) if isinstance(seen, list) else None,
+            "samples": None if samples is None else int(samples), "telemetry_note": note}
+
+
+def record_node_rows(data: dict[str, Any], record_dir: str) -> list[dict[str, Any]]:
+    """The nodes a multi-node run's record names (serving.cluster): rank 0 itself, and each worker as without a
+    node file until join_nodes finds it; [] for a record of one node."""
+    section = data.get("serving")
+    cluster = section.get("cluster") if isinstance(section, dict) else None
+    nodes = cluster.get("nodes") if isinstance(cluster, dict) else None
+    if not isinstance(nodes, list) or len(nodes) < 2:
+        return []
+    workers = cluster.get("workers") if isinstance(cluster.get("workers"), list) else []
+    base = {"run_id": data.get("run_id"), "campaign": data.get("campaign"), "cluster": cluster.get("name"),
+            "record_dir": record_dir}
+    rows = [{**base, "host": data.get("host"), "rank": 0, "address": None, "source": FROM_RECORD,
+             **readiness_columns(data.get("readiness")), **telemetry_columns(data.get("telemetry")),
+             "node_dir": record_dir}]
+    for rank, host in enumerate(nodes[1:], start=1):
+        rows.append({**base, "host": str(host), "rank": rank, "source": NO_NODE_FILE, "node_dir": None,
+                     "address": workers[rank - 1] if rank - 1 < len(workers) else None, **readiness_columns(None),
+                     **telemetry_columns(None), "telemetry_note": "no node file: its telemetry was not collected"})
+    return rows
+
+
+def read_node_file(path: str) -> dict[str, Any] | LoadProblem | None:
+    """A worker's node.json (contract/node_file.py), the problem that makes it unusable, or None when there is none."""
+    try:
+        raw = _read_bytes(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return LoadProblem(Path(path), f"node file not readable: {exc}")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return LoadProblem(Path(path), f"node file not readable JSON: {exc}")
+    why = node_file.node_problem(data)
+    return LoadProblem(Path(path), f"not a node file: {why}") if why else data
+
+
+def csv_clock_events(path: Path) -> str | None:
+    """The clock-event reasons a telemetry.csv's ``throttle_reasons`` column shows ("" none); None without it."""
+    try:
+        reasons = pd.read_csv(path, usecols=["throttle_reasons"], dtype=str)["throttle_reasons"].dropna()
+    except (OSError, ValueError):
+        return None
+    return ", ".join(sorted({r for cell in reasons for r in cell.split("|") if r not in ("", "none")}))
+
+
+def _node_file_row(data: dict[str, Any], head: dict[str, Any], node_dir: str) -> dict[str, Any]:
+    """A worker's row from its node file, with its run's identity from rank 0's record."""
+    return {**head, "host": data["host"], "rank": data["rank"], "address": data.get("address"),
+            "source": FROM_NODE_FILE, **readiness_columns(data.get("readiness")),
+            **telemetry_columns(data.get("telemetry")), "node_dir": node_dir}
+
+
+def _join_problem(data: dict[str, Any], path: str, head: dict[str, Any] | None,
+                  worker: dict[str, Any] | None) -> str | None:
+    """Why a node file read well does not join its run: no such run loaded, another campaign, another directory, a
+    host the run's record does not name as a worker (``worker``: the record's row of that host, if any)."""
+    if os.path.basename(os.path.dirname(path)) != data["run_id"]:
+        return f"its run_id {data['run_id']} is not its directory's name"
+    if head is None:
+        return (f"no record of its run {data['run_id']} was loaded (rank 0's: the run did not start, or its record "
+                "was not collected)")
+    if data.get("campaign") not in (None, head["campaign"]):
+        return f"campaign {data['campaign']}, its run's record says {head['campaign']}"
+    if worker is None or worker["rank"] == 0:
+        return f"host {data['host']} is not a worker node of run {data['run_id']} as its record names them"
+    return None
+
+
+def join_nodes(root: Path, named: list[dict[str, Any]], paths: list[str]) -> tuple[pd.DataFrame, list[LoadProblem]]:
+    """The nodes the loaded multi-node runs' records name (record_node_rows), each worker's row replaced by its
+    node file's (joined by run id and host), and the node files that could not be read or joined."""
+    rows = {(row["run_id"], row["host"]): row for row in named}
+    heads = {row["run_id"]: row for row in named if row["rank"] == 0}
+    problems: list[LoadProblem] = []
+    for path in paths:
+        data = read_node_file(path)
+        if data is None or isinstance(data, LoadProblem):
+            problems += [data] if data else []  # a directory without a file: the run's row names it
+            continue
+        head = heads.get(data["run_id"])
+        why = _join_problem(data, path, head, rows.get((data["run_id"], data["host"])))
+        if why or head is None:
+            problems.append(LoadProblem(Path(path), why or "no run"))
+            continue
+        rows[(data["run_id"], data["host"])] = _node_file_row(data, head, os.path.relpath(os.path.dirname(path), root))
+    for row in rows.values():  # a summary written without the reasons seen: the csv has them
+        if row["clock_events"] is None and row["node_dir"] is not None:
+            row["clock_events"] = csv_clock_events(root / row["node_dir"] / "telemetry.csv")
+    return nodes_frame(list(rows.values())), problems
+
+
+def with_workers_readiness(runs: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with WORKERS_STATE "suspect" and WORKERS_REASONS naming each node ("spark2 (rank 1): <reason>") on
+    the runs where a worker's readiness probe found it suspect: such a run is suspect as if its own probe had said
+    so. Unchanged where no worker was."""
+    suspect = nodes[(nodes["rank"] > 0) & (nodes["readiness_state"] == "suspect")]
+    if suspect.empty:
+        return runs
+    named = suspect.assign(said=[f"{h} (rank {r}): {why or 'suspect'}" for h, r, why in
+                                 zip(suspect["host"], suspect["rank"], suspect["readiness_reasons"], strict=True)])
+    reasons = named.groupby("record_dir", sort=False)["said"].agg("; ".join)
+    hit = runs["record_dir"].map(reasons)
+    at = list(runs.columns).index("record_dir")
+    runs = runs.copy()
+    runs.insert(at, WORKERS_REASONS, hit)
+    runs.insert(at, WORKERS_STATE, hit.notna().map({True: "suspect", False: None}))
+    return runs
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import CONFIG_METRICS
 from sparkfleet import compare
-from sparkfleet.report import headline, host_normal, plots, sample_checks
+from sparkfleet.report import cluster_nodes, headline, host_normal, plots, sample_checks
 from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
@@ -616,6 +616,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("environments", lambda analysis, _figures: environment_section(analysis)),
     ("pair preflight", lambda analysis, _figures: report_pair.section(analysis.pair)),  # issue 36
     ("serving", report_serving.serving_sections),  # only for serving runs (issue 25)
+    ("nodes", lambda analysis, _figures: cluster_nodes.section(analysis.nodes)),  # multi-node runs only (issue 36)
     ("serving samples left out", lambda analysis, _figures: sample_checks.section(analysis)),  # issue 32
     ("memory", memory_sections),
     ("statistics", statistics_section),

@@ -381,15 +381,17 @@ def readiness_line(states: pd.DataFrame, host: str) -> str:
     healthy (power-limited at the 700 W limit)", the other states counted after it ("; 1 suspect"); "" when no run
     of the host carries a probe. A healthy probe whose clock the power cap held is power-limited, as a GPU at its
     cap runs (readiness.judge), never a cause."""
-    if states.empty or "readiness_state" not in states:
+    # the host's own probes: a run another node made suspect (hostcheck.with_node_readiness) was healthy here
+    state = "own_readiness_state" if "own_readiness_state" in states else "readiness_state"
+    if states.empty or state not in states:
         return ""
-    mine = states[(states["host"].astype(str) == host) & states["readiness_state"].notna()]
+    mine = states[(states["host"].astype(str) == host) & states[state].notna()]
     if mine.empty:
         return ""
-    counts = mine["readiness_state"].astype(str).value_counts()
+    counts = mine[state].astype(str).value_counts()
     healthy = int(counts.get("healthy", 0))
     text = f"{healthy} of {len(mine)} probe{'s' if len(mine) != 1 else ''} healthy"
-    limited = mine[(mine["readiness_state"] == "healthy") & mine["power_limited"].eq(True)]
+    limited = mine[(mine[state] == "healthy") & mine["power_limited"].eq(True)]
     if len(limited):
         limits = limited["power_limit_w"].dropna() if "power_limit_w" in limited else pd.Series(dtype="float64")
         at = f" at the {num(float(limits.median()))} W limit" if len(limits) else ""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparkfleet.report import headline, host_normal
+from sparkfleet.report import cluster_nodes, headline, host_normal
 from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
@@ -76,6 +76,8 @@ def to_json(analysis: Report) -> str:
         data["hosts"] = analysis.hosts.to_dict()
     if analysis.pair.present:  # the clusters' pair preflights: only where the tree holds pair_preflight.json
         data["pair_preflight"] = report_pair.payload(analysis.pair)
+    if analysis.nodes.present:  # each node of the multi-node runs: only where the tree holds some (issue 36)
+        data["cluster_nodes"] = cluster_nodes.payload(analysis.nodes)
     return json.dumps(data, sort_keys=True, indent=2, default=str)
 
 
@@ -112,7 +114,8 @@ def terminal_summary(analysis: Report, written: list[str]) -> str:
         lines.append("warnings: " + ", ".join(f"{n} {k}" for k, n in kinds.items()))
         for finding in analysis.findings:
             if finding.kind in ("sequential", "invalid", "not-ok", "skipped", "missing", "no-metrics", "leftover",
-                                "rejected-metric", "tree", report_pair.FINDING_KIND, *host_normal.TERMINAL_KINDS):
+                                "rejected-metric", "tree", report_pair.FINDING_KIND, cluster_nodes.FINDING_KIND,
+                                *host_normal.TERMINAL_KINDS):
                 lines.append(f"  ! {finding.message}")
     lines += [f"wrote {path}" for path in written]
     return "\n".join(lines)
