@@ -9,6 +9,7 @@ the worker and the daemon and completes the node file. Copies node.json, telemet
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,11 @@ RANK = ("import time, torch\n"
         "end = time.time() + float(__import__('sys').argv[1])\n"
         "while time.time() < end:\n"
         "    (a @ a).sum().item()\n")
+
+
+def stopped_daemon(params: dict) -> int:
+    """The telemetry daemon's pid (it must be gone after the stop)."""
+    return params["daemon"]
 
 
 def main() -> int:
@@ -39,16 +45,21 @@ def main() -> int:
               "telemetry_interval_s": 0.5, "max_s": 600.0, "nvml": None, "rdma_hcas": []}
     began = time.monotonic()
     started = worker.work(params, None)
+    with open(os.path.join(params["dir"], "demo-run.json")) as fh:
+        params["daemon"] = json.load(fh)["watch"]["pid"]
     print("started:", json.dumps(started))
     time.sleep(seconds)
     stopped = worker.work({"state": "stopped", "name": "demo-run", "dir": params["dir"]}, None)
-    print("stopped:", json.dumps(stopped), "after %.1f s" % (time.monotonic() - began))
+    print("stopped:", json.dumps(stopped), f"after {time.monotonic() - began:.1f} s")
     node_dir = os.path.join(params["results_dir"], "cluster_nodes", "demo-run")
-    node = json.load(open(os.path.join(node_dir, "node.json")))
+    with open(os.path.join(node_dir, "node.json")) as fh:
+        node = json.load(fh)
     readiness, telemetry = node["readiness"] or {}, node["telemetry"]
     summary = {"readiness_state": readiness.get("state"), "action": (readiness.get("action") or {}).get("action"),
                "reasons": [r.get("cause") for r in readiness.get("reasons") or []],
-               "probe": {k: v for k, v in (readiness.get("probe") or {}).items() if not isinstance(v, (dict, list))},
+               "probe": {k: readiness.get(k) for k in ("gpu_name", "sm_clock_mhz", "max_clock_mhz", "power_mean_w",
+                                                       "power_limit_w", "power_limited", "tflops", "tflops_floor",
+                                                       "utilization_pct", "window_s")},
                "telemetry": {k: telemetry.get(k) for k in ("sensor", "samples", "gpu_power_w_mean", "gpu_temp_c_max",
                                                            "sm_clock_mhz_mean", "gpu_util_pct_mean",
                                                            "throttle_reasons_seen", "errors")},
@@ -60,7 +71,10 @@ def main() -> int:
             shutil.copy(os.path.join(node_dir, name), os.path.join(out, name))
         with open(os.path.join(out, "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=1)
-    left = [p for p in os.listdir("/proc") if p.isdigit() and p in {str(started["worker"]["pid"])}]
+    # the rank was this process's child (in Ansible, the module's, reaped by init once the module exits)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(started["worker"]["pid"], os.WNOHANG)
+    left = [p for p in (started["worker"]["pid"], stopped_daemon(params)) if p and os.path.exists(f"/proc/{p}")]
     print("left running:", left)
     return 0 if node["telemetry"].get("samples") and not left else 1
 

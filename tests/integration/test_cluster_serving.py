@@ -201,6 +201,13 @@ def test_a_two_host_rpc_run_in_the_native_environment_runs_the_worker_in_its_nod
     assert node["run_id"] == record["run_id"] and node["head"] == head.name and node["rank"] == 1, node
     assert node["environment"] == {"name": "native", "kind": "native"} and node["worker"]["stopped"] == "signalled"
     assert node["readiness"]["state"] == "unknown" and node["telemetry"]["samples"] >= 1, node
+    # the report joins the worker's node file to rank 0's run: a row per node of the run
+    report = subprocess.run([str(Path(sys.executable).parent / "sparkfleet"), "report", str(results / "rpc2")],
+                            env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    with (results / "rpc2" / "report" / "cluster_nodes.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["host"], str(r["rank"])) for r in rows) == [(head.name, "0"), (worker.name, "1")], rows
     # nothing left running or mounted on either host
     assert _worker_processes(work, worker.address) == []
     with open("/proc/mounts") as fh:

@@ -26,16 +26,17 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from .. import gpu_control
+from ..contract import node_file
 from ..contract.ledger import utc
 from ..contract.textfile import read_json_object, write_atomic
 from ..health import host_state
 from ..sensors.gpu import use_bindings
 from ..sensors.telemetry import TelemetrySampler
 
-NODE_FILE = "node.json"
+NODE_FILE = node_file.NODE_NAME
 TELEMETRY_FILE = "telemetry.csv"
 SUMMARY_FILE = "telemetry.json"  # the sampler's summary, read into the node file when the watch ends
-SCHEMA = 1
+SCHEMA = node_file.NODE_SCHEMA
 #: How long a stop waits for the sampler to write its summary.
 SUMMARY_WAIT_S = 20.0
 POLL_S = 0.2
@@ -43,10 +44,6 @@ POLL_S = 0.2
 
 class NodeRefused(Exception):
     """The node's readiness probe refuses the run (policy refuse); the message names the node and why."""
-
-
-def node_dir(results_dir: str, run_id: str) -> str:
-    return os.path.join(results_dir, "cluster_nodes", run_id)
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
@@ -77,7 +74,7 @@ def begin(node: Dict[str, Any], results_dir: str, readiness: Optional[Dict[str, 
     """Write the node file with its ``readiness`` section and start the telemetry daemon: the watch {pid,
     starttime, dir} to keep in the worker's pid file. NodeRefused (the node file written) when the probe's action
     is refuse."""
-    directory = node_dir(results_dir, str(node["run_id"]))
+    directory = node_file.node_dir(results_dir, str(node["run_id"]))
     os.makedirs(directory, exist_ok=True)
     data = dict(node, schema=SCHEMA, readiness=readiness, started_utc=utc(time.time()), stopped_utc=None, worker=None,
                 telemetry={"file": TELEMETRY_FILE, "note": "sampling"})
