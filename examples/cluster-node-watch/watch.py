@@ -25,6 +25,15 @@ RANK = ("import time, torch\n"
         "    (a @ a).sum().item()\n")
 
 
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie a non-reaping init keeps is not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def stopped_daemon(params: dict) -> int:
     """The telemetry daemon's pid (it must be gone after the stop)."""
     return params["daemon"]
@@ -74,7 +83,7 @@ def main() -> int:
     # the rank was this process's child (in Ansible, the module's, reaped by init once the module exits)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(started["worker"]["pid"], os.WNOHANG)
-    left = [p for p in (started["worker"]["pid"], stopped_daemon(params)) if p and os.path.exists(f"/proc/{p}")]
+    left = [p for p in (started["worker"]["pid"], stopped_daemon(params)) if running(p)]
     print("left running:", left)
     return 0 if node["telemetry"].get("samples") and not left else 1
 

@@ -93,12 +93,14 @@ def begin(node: Dict[str, Any], results_dir: str, readiness: Optional[Dict[str, 
 
 
 def _starttime(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, its identity."""
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, its identity.
+    None when no such process runs (an exited one left as a zombie included)."""
     try:
         with open("/proc/%d/stat" % pid, encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
+            fields = fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def _spawn_sampler(directory: str, interval_s: float, max_s: float) -> int:
@@ -171,7 +173,7 @@ def finish(watch: Optional[Dict[str, Any]], worker: Optional[Dict[str, Any]]) ->
         with contextlib.suppress(OSError):
             os.kill(int(watch["pid"]), signal.SIGTERM)
         deadline = time.monotonic() + SUMMARY_WAIT_S
-        while _alive(watch) and not os.path.exists(summary_path) and time.monotonic() < deadline:
+        while _alive(watch) and time.monotonic() < deadline:  # it writes its summary, then exits
             time.sleep(POLL_S)
     path = os.path.join(directory, NODE_FILE)
     data = read_json_object(path) or {"schema": SCHEMA}
