@@ -73,38 +73,10 @@ changed:
   type: bool
 """
 
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host import task  # noqa: E402
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import rdma_env  # noqa: E402
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving  # noqa: E402
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import runexec  # noqa: E402
-
-NAME = "sparkfleet-rdma-probe"
-
-
-def work(params, run):
-    docker, image = params["docker"], params["image"]
-
-    def wrap_for(env):
-        flags = env.get("docker_flags") or []
-        if shutil.which("nvidia-smi") is None:  # a host without a GPU: the flags' --gpus would refuse the start
-            flags = runexec.strip_gpu_flags(flags)
-        flags = serving.with_host_network(flags)[0]  # as a serving run's server gets them
-        return lambda argv: runexec.container_command(docker, NAME, image, flags, argv, {}, "/", [],
-                                                      {"sparkfleet.step": "rdma"})
-
-    def has_image():
-        return bool(image) and subprocess.run([docker, "image", "inspect", image], capture_output=True).returncode == 0
-
-    def cleanup():
-        subprocess.run([docker, "rm", "-f", NAME], capture_output=True)
-
-    return dict(changed=False, environments=rdma_env.in_environments(
-        params["environments"], params["hcas"], has_image, wrap_for, cleanup))
 
 
 def main():
@@ -113,7 +85,7 @@ def main():
                                               docker=dict(type="str", default="docker"),
                                               hcas=dict(type="list", elements="str", default=[])),
                            supports_check_mode=True)
-    task.exit_with(module, work)
+    task.exit_with(module, rdma_env.preflight_work)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,15 @@ RAIL = {"hca": "rocep1s0f0", "netdev": "eth0"}
 RDMA_ENV = {"SPARKFLEET_FAKE_RDMA_HCAS": "rocep1s0f0=eth0", "SPARKFLEET_FAKE_RDMA_STATE": "ACTIVE"}
 
 
-def _run(fleet, ansible_env, repo, tmp_path, limit: str, nccl_env: dict, name: str) -> subprocess.CompletedProcess:
+def _run(fleet, ansible_env, repo, tmp_path, limit: str, nccl_env: dict, name: str,
+         **extra_vars) -> subprocess.CompletedProcess:
     extra = tmp_path / f"{name}.json"
     extra.write_text(json.dumps({
         "sparkfleet_cluster": "pair", "sparkfleet_fabric": [RAIL],
         # one rail here: the sum floor is the one rail's floor
         "sparkfleet_pair_rdma_sum_gbps_min": 85.0,
         "sparkfleet_pair_nccl_command": ["all_reduce_perf", "-b", "8M", "-e", "2G", "-f", "2", "-g", "1"],
-        "sparkfleet_workload_env": nccl_env}))
+        "sparkfleet_workload_env": nccl_env, **extra_vars}))
     cmd = ["ansible-playbook", "-i", fleet.inventory, "--limit", limit, "-e", f"@{extra}",
            "playbooks/pair_preflight.yml"]
     return subprocess.run(cmd, env=ansible_env, cwd=repo, capture_output=True, text=True, timeout=300)
@@ -90,3 +91,32 @@ def test_pair_preflight_passes_a_healthy_pair_and_refuses_sockets_low_busbw_and_
     assert run.returncode != 0, out[-4000:]
     assert "parity on spark1" in out and "driver" in out and "580.95.05" in out and "580.159.04" in out, out[-4000:]
     assert _verdict(fleet)["nodes"] == ["spark1", "spark3"]
+
+
+
+@pytest.mark.docker
+def test_as_a_stage_of_bench_the_preflight_refuses_a_container_environment_that_cannot_see_rdma(
+        fleet_factory, ansible_env, repo, tmp_path, test_image):
+    # bench.yml's stage has the resolved campaign: a vLLM tensor-parallel workload on the pair goes over NCCL, in a
+    # container environment whose docker flags pass neither the verbs devices nor an unlimited memlock. The image is on
+    # the nodes (this machine's Docker), so the probe runs in it, on each node, with those flags.
+    fleet = fleet_factory(2, host_env={"spark1": RDMA_ENV, "spark2": RDMA_ENV})
+    fleet.set_mtu(9000)
+    healthy = {"SPARKFLEET_FAKE_NCCL_NET": "IB", "SPARKFLEET_FAKE_NCCL_HCAS": "rocep1s0f0",
+               "SPARKFLEET_FAKE_NCCL_BUSBW_GBS": "23.7"}
+    campaign = {"name": "tp2", "image": test_image, "environments": [
+        {"name": "ctr", "kind": "container", "docker_flags": ["--network", "none"]}],
+        "workloads": [{"name": "tp", "engine": "vllm", "cluster": "pair", "topology": "tensor"}]}
+    run = _run(fleet, ansible_env, repo, tmp_path, "spark1,spark2", healthy, "in_image",
+               sparkfleet_resolved_campaign=campaign, sparkfleet_image=test_image)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-6000:]
+    written = sorted(Path(fleet.hosts[0].work_dir, "results").glob("*/spark1/pair_preflight.json"),
+                     key=lambda p: p.stat().st_mtime)
+    verdict = json.loads(written[-1].read_text())
+    checks = [c for c in verdict["checks"] if c["check"] == "rdma_in_environment"]
+    assert {c["node"] for c in checks} == {"spark1", "spark2"} and not any(c["pass"] for c in checks), checks
+    assert all("/dev/infiniband" in c["reason"] and "ctr" in c["reason"] for c in checks), [c["reason"] for c in checks]
+    assert "rdma_in_environment on spark2" in out, out[-4000:]
+    # the rest of the pair is healthy: only the environment refuses it
+    assert {c["check"] for c in verdict["checks"] if not c["pass"]} == {"rdma_in_environment"}, verdict["causes"]
