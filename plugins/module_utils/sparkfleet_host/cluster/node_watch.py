@@ -30,6 +30,7 @@ from ..contract import node_file
 from ..contract.ledger import utc
 from ..contract.textfile import read_json_object, write_atomic
 from ..health import host_state
+from ..sensors import procstat
 from ..sensors.gpu import use_bindings
 from ..sensors.telemetry import TelemetrySampler
 
@@ -92,15 +93,11 @@ def begin(node: Dict[str, Any], results_dir: str, readiness: Optional[Dict[str, 
     return {"pid": pid, "starttime": _starttime(pid), "dir": directory}
 
 
-def _starttime(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, its identity.
-    None when no such process runs (an exited one left as a zombie included)."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
+def _starttime(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks since boot: with the pid, its identity. None when no such process
+    runs (an exited one left as a zombie included)."""
+    stat = procstat.read(pid)
+    return stat.start_ticks if procstat.live(stat) else None
 
 
 def _spawn_sampler(directory: str, interval_s: float, max_s: float) -> int:
