@@ -14,9 +14,10 @@ The hosts write, besides the run records the loader reads:
 
 This module reads them (the loader makes columns of the readiness state and reasons only, which every statistic
 reads to leave suspect runs out: each record is read again here, and only records that carry a section are parsed;
-a multi-node run's state and reasons are the loader's, its workers folded in, with_node_readiness), works out each decode figure's share of the memory-bandwidth roofline
-(sparkfleet.roofline), and reads a reference of published figures (:func:`load_reference`). The judgement is
-sparkfleet.report.host_normal's. A tree without any of these files and sections gives empty results.
+a multi-node run's state and reasons are the loader's, its workers folded in, with_node_readiness), works out each
+decode figure's share of the memory-bandwidth roofline (sparkfleet.roofline), and reads a reference of published
+figures (:func:`load_reference`). The judgement is sparkfleet.report.host_normal's. A tree without any of these
+files and sections gives empty results.
 """
 
 from __future__ import annotations
