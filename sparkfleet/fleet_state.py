@@ -25,7 +25,7 @@ from sparkfleet.load import load_runs
 from sparkfleet.report.analysis import check_one_campaign
 from sparkfleet.report.host_facts import facts_of, unread_facts, unread_sentences
 from sparkfleet.report.host_normal import HostCheck, check_hosts, refusal_text
-from sparkfleet.stats import measured_runs
+from sparkfleet.stats import ok_runs
 
 #: Telemetry summary columns (record.telemetry.*) compared against the fleet median, and how.
 TELEMETRY = {
@@ -80,7 +80,7 @@ def analyse(campaign_dir: str | Path, tolerance: float = reproducibility.DEFAULT
     loaded = load_runs(campaign_dir)
     runs = loaded.runs
     check_one_campaign(runs, campaign_dir)  # hosts are compared within one campaign, never across two
-    ok = measured_runs(runs)
+    ok = ok_runs(runs)  # a host's telemetry with its suspect runs: evidence of its state, not a result
     hosts = sorted({p.name for p in campaign_dir.iterdir() if (p / "host.json").exists() or (p / "runs").is_dir()})
     facts = facts_of({host: campaign_dir / host for host in hosts})
     differing = {}  # a fact a host did not read (host_facts: missing) is never a difference: only readers listed

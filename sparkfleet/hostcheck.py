@@ -12,10 +12,12 @@ The hosts write, besides the run records the loader reads:
   sparkfleet_host/health/attestation.py) and ``<host>/bandwidth.json`` (``{bandwidth_bytes_s, method,
   ...}``, or ``{bandwidth_bytes_s: null, error}`` where it could not be measured).
 
-This module reads them (the loader does not make columns of the sections: each record is read again, and only
-records that carry a section are parsed), works out each decode figure's share of the memory-bandwidth roofline
-(sparkfleet.roofline), and reads a reference of published figures (:func:`load_reference`). The judgement is
-sparkfleet.report.host_normal's. A tree without any of these files and sections gives empty results.
+This module reads them (the loader makes columns of the readiness state and reasons only, which every statistic
+reads to leave suspect runs out: each record is read again here, and only records that carry a section are parsed;
+a multi-node run's state and reasons are the loader's, its workers folded in, with_node_readiness), works out each
+decode figure's share of the memory-bandwidth roofline (sparkfleet.roofline), and reads a reference of published
+figures (:func:`load_reference`). The judgement is sparkfleet.report.host_normal's. A tree without any of these
+files and sections gives empty results.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.h
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.parsers import parse_log
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.errors import UsageError
 from sparkfleet import roofline, serving
-from sparkfleet.load import WORKERS_REASONS, WORKERS_STATE, readiness_reasons, record_from_bytes
+from sparkfleet.load import WORKERS_STATE, readiness_reasons, record_from_bytes
+from sparkfleet.stats import READINESS_REASONS, READINESS_STATE, SUSPECT
 
 ATTESTATION_FILE = "attestation.json"
 BANDWIDTH_FILE = "bandwidth.json"
@@ -285,18 +288,18 @@ def run_states(root: Path, runs: pd.DataFrame) -> pd.DataFrame:
 
 def with_node_readiness(states: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """A multi-node run one of whose worker nodes the readiness probe found suspect (the loader's WORKERS_STATE) is
-    suspect, as if its own probe had said so: never averaged in. Its reasons name the node after rank 0's own."""
+    suspect, as if its own probe had said so: never averaged in. Its state and reasons are the loader's, which
+    folded the nodes' in (load.with_workers_readiness: the node named after rank 0's own reasons);
+    ``own_readiness_state`` stays rank 0's."""
     if WORKERS_STATE not in runs or states.empty:
         return states
-    marked = runs.loc[runs[WORKERS_STATE] == "suspect"].set_index("run_id")[WORKERS_REASONS]
+    marked = runs.loc[runs[WORKERS_STATE] == SUSPECT].set_index("run_id")
     hit = states["run_id"].isin(marked.index)
     if not hit.any():
         return states
     states = states.copy()
-    states.loc[hit, "readiness_reasons"] = ["; ".join(filter(None, (own, marked[run]))) for own, run in
-                                           zip(states.loc[hit, "readiness_reasons"], states.loc[hit, "run_id"],
-                                               strict=True)]
-    states.loc[hit, "readiness_state"] = "suspect"
+    for column in (READINESS_STATE, READINESS_REASONS):
+        states.loc[hit, column] = states.loc[hit, "run_id"].map(marked[column])
     return states
 
 

@@ -10,8 +10,13 @@ bad file never stops a report, and never disappears without a word. A serving ru
 section) also become rows of a second table, one per run x point (sparkfleet.serving, ``LoadResult.serving``).
 The nodes of a multi-node run (issue 36) become a third, one row per run x node (``LoadResult.nodes``): rank 0 from
 its record, each worker from the node file it wrote in its own tree (contract/node_file.py), joined by run id; a
-worker whose readiness probe found it suspect makes the run's ``workers_readiness_state`` suspect (hostcheck.run_states
-folds it into the run's own), and a node file that cannot be read is named in ``LoadResult.node_problems``.
+worker whose readiness probe found it suspect makes the run's ``workers_readiness_state`` suspect, and a node file
+that cannot be read is named in ``LoadResult.node_problems``.
+
+The run's readiness is read here once: ``readiness_state`` and ``readiness_reasons`` (stats.READINESS_STATE) from
+the record's ``readiness`` section, "suspect" where a worker's was too (its reasons after rank 0's), on the runs and
+on their serving points (a column present where some record carries the section). stats.kept_apart reads it: a
+suspect run enters no statistic.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.c
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils.unpack import STAGING_PREFIXES
 from sparkfleet import serving as serving_points
 from sparkfleet.accounting import Accounting, account
+from sparkfleet.stats import READINESS_REASONS, READINESS_STATE, SUSPECT
 
 #: Directories under a results tree that never hold run records (the report writes its own files there).
 _SKIP_DIRS = frozenset({"report", ".git", "__pycache__"})
@@ -294,6 +300,10 @@ ENGINE_FACT_COLUMNS = {"engine_decoder": "decoder", "engine_decode_path": "decod
                        "engine_launch_bound": "launch_bound", "engine_compile_tuning": "compile_tuning",
                        "engine_compile_tuned_now": "compile_tuned_now"}
 _ENGINE_FACTS_KEY = " engine facts"
+#: The run's own readiness probe (the record's readiness section) as columns; with_workers_readiness folds its
+#: workers' in.
+READINESS_COLUMNS = (READINESS_STATE, READINESS_REASONS)
+_READINESS_KEY = " readiness"
 #: Below this many records one process is quicker than starting workers.
 PARALLEL_MIN_RECORDS = 4000
 
@@ -343,6 +353,11 @@ class _Columns:
         facts = engine_fact_columns(data)
         if facts:
             self._file((_ENGINE_FACTS_KEY, tuple(facts)), row, facts.values())
+        ready = get("readiness")
+        if isinstance(ready, dict):  # its state and reasons only: the probe's figures stay in the record
+            state = ready.get("state")
+            self._file((_READINESS_KEY, READINESS_COLUMNS), row,
+                       (state if isinstance(state, str) else None, readiness_reasons(ready)))
         rejected = contract.rejected_metrics(data)
         if rejected:  # the metrics the producer or the loader left out, and why (one text column)
             self._file((_REJECTED_KEY, (REJECTED_COLUMN,)), row, ("; ".join(rejected),))
@@ -467,8 +482,9 @@ def load_runs(root: str | os.PathLike[str], workers: int | None = None,
     kept = set(runs["record_dir"])  # a duplicate record's nodes are left out with it
     named = [row for part in parts for row in part[4] if row["record_dir"] in kept]
     nodes, node_problems = join_nodes(root, named, node_paths)
-    return LoadResult(runs=with_workers_readiness(runs, nodes), problems=problems + duplicates, root=root,
-                      accounting=accounting, serving=serving, nodes=nodes, node_problems=node_problems)
+    runs = with_workers_readiness(runs, nodes)
+    return LoadResult(runs=runs, problems=problems + duplicates, root=root, accounting=accounting,
+                      serving=with_run_readiness(serving, runs), nodes=nodes, node_problems=node_problems)
 
 
 def _outside(paths: list[str], root: Path, exclude: tuple[str | os.PathLike[str], ...]) -> list[str]:
@@ -502,8 +518,8 @@ NODE_COLUMNS = ["run_id", "campaign", "cluster", "host", "rank", "address", "sou
                 "readiness_clock_mhz", "readiness_reasons", "power_w_mean", "gpu_temp_c_max", "sm_clock_mhz_mean",
                 "clock_events", "samples", "telemetry_note", "record_dir", "node_dir"]
 FROM_RECORD, FROM_NODE_FILE, NO_NODE_FILE = "record", "node file", "no node file"
-#: The runs' columns a suspect worker sets (with_workers_readiness); hostcheck.run_states folds them into the run's
-#: own readiness state and reasons.
+#: The runs' columns a suspect worker sets (with_workers_readiness), beside the run's READINESS_COLUMNS it folds
+#: them into: they tell a run another node made suspect from one whose own probe was (hostcheck.run_states).
 WORKERS_STATE, WORKERS_REASONS = "workers_readiness_state", "workers_readiness_reasons"
 
 
@@ -642,19 +658,38 @@ def join_nodes(root: Path, named: list[dict[str, Any]], paths: list[str]) -> tup
 def with_workers_readiness(runs: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with WORKERS_STATE "suspect" and WORKERS_REASONS naming each node ("spark2 (rank 1): <reason>") on
     the runs where a worker's readiness probe found it suspect: such a run is suspect as if its own probe had said
-    so. Unchanged where no worker was."""
-    suspect = nodes[(nodes["rank"] > 0) & (nodes["readiness_state"] == "suspect")]
+    so (its READINESS_STATE "suspect", the nodes' reasons after rank 0's own). Unchanged where no worker was."""
+    suspect = nodes[(nodes["rank"] > 0) & (nodes["readiness_state"] == SUSPECT)]
     if suspect.empty:
         return runs
-    named = suspect.assign(said=[f"{h} (rank {r}): {why or 'suspect'}" for h, r, why in
+    named = suspect.assign(said=[f"{h} (rank {r}): {why or SUSPECT}" for h, r, why in
                                  zip(suspect["host"], suspect["rank"], suspect["readiness_reasons"], strict=True)])
     reasons = named.groupby("record_dir", sort=False)["said"].agg("; ".join)
     hit = runs["record_dir"].map(reasons)
     at = list(runs.columns).index("record_dir")
     runs = runs.copy()
     runs.insert(at, WORKERS_REASONS, hit)
-    runs.insert(at, WORKERS_STATE, hit.notna().map({True: "suspect", False: None}))
+    runs.insert(at, WORKERS_STATE, hit.notna().map({True: SUSPECT, False: None}))
+    for column in READINESS_COLUMNS:  # records without their own readiness section: the workers' alone
+        if column not in runs:
+            runs.insert(list(runs.columns).index(WORKERS_STATE), column, None)
+    runs[READINESS_STATE] = runs[READINESS_STATE].astype(object).where(hit.isna(), SUSPECT)
+    runs[READINESS_REASONS] = [_joined(own, workers) for own, workers in zip(runs[READINESS_REASONS], hit, strict=True)]
     return runs
+
+
+def _joined(*reasons: Any) -> str | None:
+    """The reasons given (text; NaN and None are none), "; "-joined; None for none."""
+    return "; ".join(r for r in reasons if isinstance(r, str) and r) or None
+
+
+def with_run_readiness(points: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The serving points with their run's READINESS_COLUMNS (the loader's word, workers folded in), so that the
+    points of a suspect run are kept apart as the run is (stats.kept_apart)."""
+    if points.empty or READINESS_STATE not in runs:
+        return points
+    readiness = runs.set_index("record_dir")[list(READINESS_COLUMNS)]
+    return points.assign(**{column: points["record_dir"].map(readiness[column]) for column in READINESS_COLUMNS})
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

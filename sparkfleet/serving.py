@@ -6,8 +6,9 @@ the record keeps one entry per point with its metrics, the client's raw values a
 (sparkfleet.load) explodes these into the *points table*: one row per run x point, with the run's identity,
 the point's profile and status, each point metric and the raw samples as JSON text. A *point cell* is
 (engine, environment, model, depth, concurrency, pp, tg): its statistics over the iterations are the
-report's own (stats.cell_statistics), from the measured points only: run status ok, not a warm-up, point ok.
-A failed point never enters a statistic and is named by ``failed_points``.
+report's own (stats.cell_statistics), from the measured points only: run status ok, not a warm-up, not found
+suspect by the readiness probe (stats.kept_apart, as for the runs), point ok. A failed point never enters a statistic
+and is named by ``failed_points``.
 
 A figure or a sample that cannot be (issue 32) is left out of every statistic too and named by
 :func:`impossible_samples`, with the reason: a negative or non-finite figure or sample; fewer (or more) samples
@@ -193,13 +194,16 @@ def points_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def measured_points(points: pd.DataFrame) -> pd.DataFrame:
-    """The points that enter statistics: the run ok and not a warm-up, the point ok, its profile complete."""
+def measured_points(points: pd.DataFrame, keep_suspect: bool = False) -> pd.DataFrame:
+    """The points that enter statistics: the run ok, not a warm-up and not found suspect by the readiness probe
+    (stats.kept_apart), the point ok, its profile complete. ``keep_suspect``: the suspect runs' points too (the host
+    verdict compares them on their own, report/host_normal.py)."""
     if points.empty:
         return points
     warmup = points["warmup"].fillna(False).astype(bool)
     complete = points[list(PROFILE)].notna().all(axis=1)
-    return points[(points["status"] == "ok") & ~warmup & (points["point_status"] == POINT_OK) & complete]
+    apart = stats.kept_apart(points) & (not keep_suspect)
+    return points[(points["status"] == "ok") & ~warmup & ~apart & (points["point_status"] == POINT_OK) & complete]
 
 
 def failed_points(points: pd.DataFrame) -> pd.DataFrame:
@@ -324,12 +328,13 @@ def _checks_of(row: Any) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def impossible_samples(points: pd.DataFrame) -> pd.DataFrame:
+def impossible_samples(points: pd.DataFrame, keep_suspect: bool = False) -> pd.DataFrame:
     """The measured run x point rows with a figure or a sample that cannot be (the module's doc), one row per
     (run, point, check): IMPOSSIBLE_COLUMNS, ``metric`` the metric checked, ``left_out`` the metric left out of
     every statistic there, ``check`` a CHECKS key, ``why`` in words with the values. Failed points and
-    runs are named elsewhere (failed_points) and not checked."""
-    measured = measured_points(points)
+    runs are named elsewhere (failed_points) and not checked, nor (without ``keep_suspect``) the points of a run the
+    readiness probe found suspect: the whole run is left out, and named (report/suspect_runs.py)."""
+    measured = measured_points(points, keep_suspect)
     rows = []
     if not measured.empty:
         for row in measured.itertuples(index=False):
@@ -341,11 +346,13 @@ def impossible_samples(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(IMPOSSIBLE_COLUMNS))
 
 
-def screened_points(points: pd.DataFrame, flagged: pd.DataFrame | None = None) -> pd.DataFrame:
+def screened_points(points: pd.DataFrame, flagged: pd.DataFrame | None = None,
+                    keep_suspect: bool = False) -> pd.DataFrame:
     """The measured points with what impossible_samples names left out: a figure it names is NaN, a point it
-    names whole is dropped. ``flagged``: impossible_samples(points), when the caller has it."""
-    measured = measured_points(points)
-    flagged = impossible_samples(points) if flagged is None else flagged
+    names whole is dropped. ``flagged``: impossible_samples(points), when the caller has it; ``keep_suspect``: as
+    measured_points."""
+    measured = measured_points(points, keep_suspect)
+    flagged = impossible_samples(points, keep_suspect) if flagged is None else flagged
     if measured.empty or flagged.empty:
         return measured
     screened = measured.copy()

@@ -2,7 +2,8 @@
 robust outliers and a CV quality gate.
 
 A *cell* is one (host, model, environment, workload). Only runs with ``status == "ok"`` that are not
-warm-ups enter the numbers; every other run is counted per cell so nothing vanishes silently.
+warm-ups and that the readiness probe did not find suspect (:func:`kept_apart`) enter the numbers; every other
+run is counted per cell so nothing vanishes silently.
 Everything is computed per group with vectorised pandas/numpy so 100k runs take well under a second.
 """
 
@@ -123,10 +124,32 @@ _MAD_TO_SIGMA = 0.6745
 _MEANAD_TO_SIGMA = 1.253314
 
 
-def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs that enter statistics: status ok and not a warm-up."""
+#: The run's readiness as the loader (load.py) puts it on the runs and the serving points: the record's
+#: ``readiness.state``, "suspect" where any node's probe was (a multi-node run's workers too), and its reasons.
+READINESS_STATE, READINESS_REASONS = "readiness_state", "readiness_reasons"
+SUSPECT = "suspect"
+
+
+def kept_apart(frame: pd.DataFrame) -> pd.Series:
+    """Per row (a run, or a serving point carrying its run's columns): whether the readiness probe found the run
+    suspect. Such a run is marked, not refused (``sparkfleet_readiness_policy: mark``), and kept out of every
+    statistic: never averaged in (the host verdict, report/host_normal.py, compares it on its own)."""
+    if READINESS_STATE not in frame:
+        return pd.Series(False, index=frame.index, dtype=bool)
+    return frame[READINESS_STATE].eq(SUSPECT).fillna(False).astype(bool)
+
+
+def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Status ok and not a warm-up, the suspect runs included: what the host verdict reads (it compares a host's
+    suspect runs apart, report/host_normal.py). Every statistic reads :func:`measured_runs`."""
     warmup = runs["warmup"].fillna(False).astype(bool) if "warmup" in runs else False
     return runs[(runs["status"] == "ok") & ~warmup]
+
+
+def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that enter statistics: status ok, not a warm-up, not found suspect by the readiness probe."""
+    ok = ok_runs(runs)
+    return ok[~kept_apart(ok)]
 
 
 def metric_columns(runs: pd.DataFrame) -> list[str]:
@@ -137,7 +160,8 @@ def metric_columns(runs: pd.DataFrame) -> list[str]:
 
 
 def status_counts(runs: pd.DataFrame, keys: tuple[str, ...] = CELL_KEYS) -> pd.DataFrame:
-    """Per cell: all runs, each status, warm-ups and how many entered statistics."""
+    """Per cell: all runs, each status, warm-ups, how many entered statistics and how many ok runs were left out
+    of them because the readiness probe found them suspect (``n_suspect``)."""
     keys_list = list(keys)
     counts = pd.crosstab([runs[k] for k in keys_list], runs["status"])
     counts = counts.reindex(columns=list(STATUSES), fill_value=0).add_prefix("n_")
@@ -146,8 +170,11 @@ def status_counts(runs: pd.DataFrame, keys: tuple[str, ...] = CELL_KEYS) -> pd.D
     counts["n_warmup"] = warmup.groupby([runs[k] for k in keys_list]).sum().astype("int64")
     counts["n_runs"] = runs.groupby(keys_list).size()
     counts["n_measured"] = measured_runs(runs).groupby(keys_list).size()
+    ok = ok_runs(runs)
+    counts["n_suspect"] = kept_apart(ok).groupby([ok[k] for k in keys_list]).sum()
     counts = counts.fillna(0).astype("int64")
-    return counts.reset_index()[keys_list + ["n_runs", "n_measured", *[f"n_{s}" for s in STATUSES], "n_warmup"]]
+    return counts.reset_index()[keys_list + ["n_runs", "n_measured", *[f"n_{s}" for s in STATUSES], "n_warmup",
+                                             "n_suspect"]]
 
 
 @cache

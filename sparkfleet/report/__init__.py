@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from sparkfleet.load import export_runs, write_csv
-from sparkfleet.report import cluster_nodes, sample_checks
+from sparkfleet.report import cluster_nodes, sample_checks, suspect_runs
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options
 from sparkfleet.report.compose import Report, analyse
@@ -42,6 +42,7 @@ def write_report(analysis: Report, out_dir: str | os.PathLike[str],
         "aa_noise.csv": analysis.memory.noise,
     } | report_serving.tables(analysis.serving)  # serving_points/cells/comparisons/aa_noise.csv; {} without
     tables |= sample_checks.tables(analysis)  # serving_left_out.csv: what cannot be, left out (issue 32)
+    tables |= suspect_runs.tables(analysis)  # suspect_runs.csv: the runs left out for readiness, where there are some
     tables |= cluster_nodes.tables(analysis.nodes)  # cluster_nodes.csv: each node of the multi-node runs (issue 36)
 
     for name, frame in tables.items():

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 import pandas as pd
 
 from sparkfleet.load import LoadResult
-from sparkfleet.report import cluster_nodes, host_normal, sample_checks
+from sparkfleet.report import cluster_nodes, host_normal, sample_checks, suspect_runs
 from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.analysis import Analysis, Options, compute_facts
@@ -28,6 +28,7 @@ class Report(Analysis):
     hosts: host_normal.HostCheck | None = None  # "is this host normal?" (host_normal.py); None: no evidence
     serving: report_serving.ServingStudy = field(default_factory=report_serving.ServingStudy)  # serving points
     serving_left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # sample_checks: what cannot be, named
+    suspect_runs: pd.DataFrame = field(default_factory=pd.DataFrame)  # suspect_runs: left out for readiness, named
     pair: report_pair.PairStudy = field(default_factory=report_pair.PairStudy)  # pair_preflight.json (issue 36)
     nodes: cluster_nodes.NodeStudy = field(default_factory=cluster_nodes.NodeStudy)  # multi-node runs' nodes (36)
 
@@ -41,10 +42,13 @@ def analyse(loaded: LoadResult, options: Options | None = None,
     serving = report_serving.serving_study(loaded.serving, o.alpha, o.threshold, o.level, o.resamples, o.seed,
                                            o.cv_gate, facts.regressions)  # empty without serving runs
     left_out = sample_checks.left_out(loaded.serving)  # the serving samples that cannot be (issue 32)
+    suspect = suspect_runs.suspect_runs(facts.runs)  # the runs the readiness probe found suspect, left out
     pair = report_pair.pair_study(facts.root)  # the clusters' pair preflights (issue 36)
     nodes = cluster_nodes.node_study(loaded)  # each node of the multi-node runs (issue 36)
     return Report(**{f.name: getattr(facts, f.name) for f in fields(Analysis)},
                   findings=collect_findings(facts) + host_normal.findings(hosts) + report_serving.findings(serving)
-                  + sample_checks.findings(left_out) + report_pair.findings(pair) + cluster_nodes.findings(nodes),
+                  + suspect_runs.findings(suspect) + sample_checks.findings(left_out) + report_pair.findings(pair)
+                  + cluster_nodes.findings(nodes),
                   verdicts=report_serving.with_serving_lines(build_verdicts(facts, memory), serving, o.threshold),
-                  memory=memory, hosts=hosts, serving=serving, serving_left_out=left_out, pair=pair, nodes=nodes)
+                  memory=memory, hosts=hosts, serving=serving, serving_left_out=left_out, suspect_runs=suspect,
+                  pair=pair, nodes=nodes)

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.contract.record import CONFIG_METRICS
 from sparkfleet import compare
-from sparkfleet.report import cluster_nodes, headline, host_normal, plots, sample_checks
+from sparkfleet.report import cluster_nodes, headline, host_normal, plots, sample_checks, suspect_runs
 from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
@@ -191,10 +191,13 @@ def overview(analysis: Report) -> Section:
             f"{len(analysis.counts)} cells (host / model / environment / workload). "
             f"{len(analysis.problems)} record(s) skipped as unreadable or invalid. "
             f"{analysis.accounting.summary()} "
-            f"Statistics use status=ok runs only (warm-ups excluded); CV gate {analysis.options.cv_gate * 100:g}%, "
+            f"Statistics use status=ok runs only (warm-ups excluded{suspect_runs.overview_words(analysis.suspect_runs)}"
+            f"); CV gate {analysis.options.cv_gate * 100:g}%, "
             f"confidence level {analysis.options.level * 100:g}%, bootstrap {analysis.options.resamples} resamples "
             f"(seed {analysis.options.seed}).")
-    counts = analysis.counts.rename(columns={"n_runs": "runs", "n_measured": "in stats"})
+    counts = analysis.counts.rename(columns={"n_runs": "runs", "n_measured": "in stats", "n_suspect": "suspect"})
+    if "suspect" in counts and not counts["suspect"].any():  # a column of zeros says nothing (cells.csv keeps it)
+        counts = counts.drop(columns="suspect")
     return Section("Overview", [Paragraph(text), Details(f"Runs per cell by status ({len(counts)} cells)",
                                                          [table(counts, "", "cells.csv")])])
 
@@ -282,7 +285,8 @@ def no_environment_comparison(runs: pd.DataFrame, serving_present: bool = False)
     natives = measured[is_native(measured)]
     if natives.empty:
         return (f"No native run entered the statistics (their status: {_listed(runs.loc[is_native(runs), 'status'])}; "
-                "warm-ups are left out): nothing to compare the other environments with.")
+                "warm-ups and runs found suspect by the readiness probe are left out): nothing to compare the other "
+                "environments with.")
     # each (host, model, workload)'s reference, as compare.compare_environments picks it; the rest are compared
     reference = natives.groupby(keys)["environment"].agg(compare.native_environment).rename("_reference")
     joined = measured.join(reference, on=keys)
@@ -290,7 +294,8 @@ def no_environment_comparison(runs: pd.DataFrame, serving_present: bool = False)
     if others.empty:
         statuses = _listed(runs.loc[~runs["run_id"].isin(natives["run_id"]), "status"])
         return (f"No run of another environment than native entered the statistics (their status: {statuses}; "
-                "warm-ups are left out): nothing to compare with native.")
+                "warm-ups and runs found suspect by the readiness probe are left out): nothing to compare with "
+                "native.")
     if others["_reference"].isna().all():
         pooled = natives.groupby(["model", "workload"]).size().index
         if others.set_index(["model", "workload"]).index.isin(pooled).any():
@@ -617,6 +622,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("pair preflight", lambda analysis, _figures: report_pair.section(analysis.pair)),  # issue 36
     ("serving", report_serving.serving_sections),  # only for serving runs (issue 25)
     ("nodes", lambda analysis, _figures: cluster_nodes.section(analysis.nodes)),  # multi-node runs only (issue 36)
+    ("suspect runs", lambda analysis, _figures: suspect_runs.section(analysis)),  # left out for readiness
     ("serving samples left out", lambda analysis, _figures: sample_checks.section(analysis)),  # issue 32
     ("memory", memory_sections),
     ("statistics", statistics_section),

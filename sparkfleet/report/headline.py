@@ -101,13 +101,15 @@ def point_table(analysis: Report) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-CELL_CAPTION = ("Per cell: its main throughput metric over the ok runs; median with the bootstrap 95% CI of the "
-                "median, mean with the t 95% CI of the mean")
+CELL_CAPTION = ("Per cell: its main throughput metric over the measured runs (ok, not warm-ups, not found suspect "
+                "by the readiness probe); median with the bootstrap 95% CI of the median, mean with the t 95% CI of "
+                "the mean")
 POINT_CAPTION = ("Per serving point: generation throughput (aggregate: all concurrent requests; per user: one "
                  "request) and end-to-end time to first token over the iterations, each the median [95% CI] (the "
                  "median's bootstrap interval, else the mean's t-interval)")
 #: The terminal's shorter captions.
-CELL_LINE = "per cell, its main throughput metric over the ok runs (95% CI: bootstrap of the median, t of the mean)"
+CELL_LINE = ("per cell, its main throughput metric over the measured runs (95% CI: bootstrap of the median, t of the "
+             "mean)")
 POINT_LINE = ("per serving point, median [95% CI] over the iterations: generation tok/s (aggregate, per user), "
               "time to first token")
 

@@ -43,7 +43,7 @@ from sparkfleet.compare import FAMILY_METHOD, classify, compare_sides, hold_to_f
 from sparkfleet.report.document import Bullets, Paragraph, Section, fmt, table
 from sparkfleet.report.types import Finding, plain
 from sparkfleet.report.wording import num, pct, words
-from sparkfleet.stats import DEFAULT_LEVEL, measured_runs, metric_columns
+from sparkfleet.stats import DEFAULT_LEVEL, metric_columns, ok_runs
 from sparkfleet.thresholds import DEFAULT_ALPHA, DEFAULT_TOLERANCE
 
 KEYS = ["model", "environment", "workload"]
@@ -121,7 +121,7 @@ def serving_rows(points: pd.DataFrame | None) -> pd.DataFrame:
     columns = ["run_id", "host", *KEYS, "status", "warmup", *serving.SERVING_METRICS]
     if points is None or points.empty:
         return pd.DataFrame(columns=columns)
-    measured = serving.screened_points(points)
+    measured = serving.screened_points(points, keep_suspect=True)  # a suspect run's points, compared apart
     if measured.empty:
         return pd.DataFrame(columns=columns)
     names = [point_workload(w, point_name(*p)) for w, *p in measured[["workload", *serving.PROFILE]].itertuples(
@@ -267,7 +267,7 @@ def reference_comparisons(reference: str | Path, measured: pd.DataFrame, suspect
         from sparkfleet.load import load_runs  # noqa: PLC0415 - only with a reference campaign
 
         ref = load_runs(path)
-        ref_runs = with_decode_rate(measured_runs(ref.runs))
+        ref_runs = with_decode_rate(ok_runs(ref.runs))
         ref_states = hostcheck.run_states(ref.root, ref_runs)
         ref_runs, _ = with_points(ref_runs, ref.serving)  # its serving points too, each a cell
         ref_runs = ref_runs[~ref_runs["run_id"].isin(set(ref_states.loc[ref_states["readiness_state"] == "suspect",
@@ -446,7 +446,8 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
     bandwidth = hostcheck.bandwidths(dirs)
     if not always and states.empty and not atts and not bandwidth and reference is None:
         return None
-    measured = with_decode_rate(measured_runs(runs))
+    # the suspect runs too, which every statistic leaves out (stats.measured_runs): a host's are compared apart here
+    measured = with_decode_rate(ok_runs(runs))
     metrics = [m for m in metric_columns(runs) if m not in CONFIG_METRICS]
     metrics += [m for m in ("decode_tok_s",) if m in measured and measured[m].notna().any()]
     suspect_ids = set(states.loc[states["readiness_state"] == "suspect", "run_id"].astype(str))
@@ -477,8 +478,8 @@ def check_hosts(root: str | Path, runs: pd.DataFrame, *, tolerance: float = DEFA
     weights = hostcheck.model_weights(root, runs) if any(b.get("bytes_per_s") for b in bandwidth.values()) else {}
     return HostCheck(
         hosts=pd.DataFrame(rows, columns=HOST_COLUMNS), comparisons=comparisons,
-        roofline=hostcheck.roofline_cells(measured_runs(runs), states, bandwidth, weights),
-        energy=hostcheck.energy_cells(measured_runs(runs), states), differences=differences, blocking=blocking,
+        roofline=hostcheck.roofline_cells(ok_runs(runs), states, bandwidth, weights),
+        energy=hostcheck.energy_cells(ok_runs(runs), states), differences=differences, blocking=blocking,
         acknowledged=hostcheck.acknowledged_in(root) if acknowledged is None else acknowledged,
         tolerance=tolerance, reference=None if reference is None else str(reference), unmatched=unmatched)
 

@@ -431,8 +431,11 @@ def serving_sections(report: Any, figures: dict[str, Figure]) -> list[Section]:
     runs = points.drop_duplicates("run_id")
     measured = serving.measured_points(points)
     engines = ", ".join(sorted(set(points["engine"].dropna().astype(str)))) or "–"
+    apart = int(stats.kept_apart(stats.ok_runs(runs)).sum())  # their points are left out with them
+    suspect = f", not found suspect by the readiness probe ({apart} run(s) left out)" if apart else ""
     text = (f"{len(runs)} serving run(s) ({int((runs['status'] == 'ok').sum())} ok) of engine(s) {engines}: "
-            f"{len(points)} run × point rows, {len(measured)} measured (run ok, not a warm-up, point ok). Per point "
+            f"{len(points)} run × point rows, {len(measured)} measured (run ok, not a warm-up{suspect}, point ok). "
+            "Per point "
             "(engine, environment, model, depth, concurrency, pp, tg) over the iterations: the median with a 95% "
             f"interval: the median's percentile bootstrap from {stats.MIN_N_BOOTSTRAP} iterations on, else the "
             f"mean's t-interval from {stats.MIN_N_INTERVAL} on (\"CI of\" says which), \"{N_TOO_SMALL}\" below. "

@@ -34,12 +34,13 @@ QUESTION = "serving-capacity"
 
 def capacity_rows(points: pd.DataFrame) -> pd.DataFrame:
     """One row per measured serving run and searched (depth, pp, tg): KEYS (targets as text), environment_kind,
-    run_id, iteration, capacity, cap, stopped. The ok runs that are not warm-ups (their points' ``sla_*``)."""
+    run_id, iteration, capacity, cap, stopped. The ok runs that are not warm-ups, nor found suspect by the readiness
+    probe (stats.kept_apart, as every statistic): their points' ``sla_*``."""
     columns = [*KEYS, "environment_kind", "run_id", "iteration", "capacity", "cap", "stopped"]
     if points.empty or points["sla_capacity"].isna().all():
         return pd.DataFrame(columns=columns)
     warmup = points["warmup"].fillna(False).astype(bool)
-    runs = points[(points["status"] == "ok") & ~warmup & points["sla_capacity"].notna()]
+    runs = points[(points["status"] == "ok") & ~warmup & ~stats.kept_apart(points) & points["sla_capacity"].notna()]
     runs = runs.drop_duplicates(["run_id", "depth", "pp", "tg"])
     rows = pd.DataFrame({**{k: runs[k] for k in KEYS[:-1]}, "targets": runs["sla_targets"].map(targets_words),
                          "environment_kind": runs["environment_kind"], "run_id": runs["run_id"],

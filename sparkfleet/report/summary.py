@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparkfleet.report import cluster_nodes, headline, host_normal
+from sparkfleet.report import cluster_nodes, headline, host_normal, suspect_runs
 from sparkfleet.report import pair as report_pair
 from sparkfleet.report import serving as report_serving
 from sparkfleet.report.compose import Report
@@ -34,6 +34,8 @@ def payload(analysis: Report) -> dict[str, Any]:
         "runs": {"total": len(analysis.runs), **{f"status_{k}": int(v) for k, v in
                                                  analysis.runs["status"].value_counts().sort_index().items()}},
         "skipped": [{"path": str(p.path), "reason": p.reason} for p in analysis.problems],
+        # the ok runs the readiness probe found suspect, left out of every statistic, each with its reason
+        "suspect_runs": records(analysis.suspect_runs),
         # every planned run accounted for: planned (campaign.json), with a record, each missing one named
         "accounting": analysis.accounting.to_dict(),
         "options": dataclasses.asdict(analysis.options),
@@ -115,6 +117,7 @@ def terminal_summary(analysis: Report, written: list[str]) -> str:
         for finding in analysis.findings:
             if finding.kind in ("sequential", "invalid", "not-ok", "skipped", "missing", "no-metrics", "leftover",
                                 "rejected-metric", "tree", report_pair.FINDING_KIND, cluster_nodes.FINDING_KIND,
+                                suspect_runs.FINDING_KIND,
                                 *host_normal.TERMINAL_KINDS):
                 lines.append(f"  ! {finding.message}")
     lines += [f"wrote {path}" for path in written]
