@@ -200,10 +200,8 @@ def measured_points(points: pd.DataFrame, keep_suspect: bool = False) -> pd.Data
     verdict compares them on their own, report/host_normal.py)."""
     if points.empty:
         return points
-    warmup = points["warmup"].fillna(False).astype(bool)
-    complete = points[list(PROFILE)].notna().all(axis=1)
-    apart = stats.kept_apart(points) & (not keep_suspect)
-    return points[(points["status"] == "ok") & ~warmup & ~apart & (points["point_status"] == POINT_OK) & complete]
+    runs_ok = stats.ok_runs(points) if keep_suspect else stats.measured_runs(points)  # the run's own predicate
+    return runs_ok[(runs_ok["point_status"] == POINT_OK) & runs_ok[list(PROFILE)].notna().all(axis=1)]
 
 
 def failed_points(points: pd.DataFrame) -> pd.DataFrame:

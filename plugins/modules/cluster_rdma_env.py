@@ -14,8 +14,8 @@ description:
   - Runs a short POSIX C(sh) probe inside each container environment, through C(docker run) with the environment's
     resolved flags and C(--network host), as a serving run's server is started. The probe lists
     C(/dev/infiniband), reads each port's state (C(ibv_devinfo) when the image has it, else sysfs) and C(ulimit -l).
-  - The check passes only when C(/dev/infiniband) holds a C(uverbs) device, every HCA in O(hcas) has an ACTIVE
-    port, and memlock is unlimited. Otherwise the reason names each cause and its fix (C(--device=/dev/infiniband),
+  - The check passes only when C(/dev/infiniband) holds a C(uverbs) device, every HCA of O(fabric_env)'s
+    C(NCCL_IB_HCA) has an ACTIVE port, and memlock is unlimited. Otherwise the reason names each cause and its fix (C(--device=/dev/infiniband),
     C(--ulimit memlock=-1)). NCCL would otherwise fall back to TCP sockets without a word.
   - A container whose image the node does not have yet, or a native environment, is not judged. Each multi-node run
     checks it again at its start.
@@ -34,11 +34,11 @@ options:
     description: The docker executable.
     type: str
     default: docker
-  hcas:
-    description: The rail HCAs the node's NCCL is given (C(NCCL_IB_HCA) of M(sparkfleet.bench.cluster_fabric)'s C(env)).
-    type: list
-    elements: str
-    default: []
+  fabric_env:
+    description: The node's fabric settings (M(sparkfleet.bench.cluster_fabric)'s C(env)); the HCAs of its
+      C(NCCL_IB_HCA) must each show an ACTIVE port inside.
+    type: dict
+    default: {}
 attributes:
   platform:
     support: full
@@ -55,7 +55,7 @@ EXAMPLES = r"""
   sparkfleet.bench.cluster_rdma_env:
     environments: "{{ sparkfleet_resolved_campaign | sparkfleet.bench.rdma_environments('pair', sparkfleet_plan.docker) }}"
     image: "{{ sparkfleet_plan.image.ref }}"
-    hcas: [rocep1s0f0, roceP2p1s0f0]
+    fabric_env: {NCCL_IB_HCA: "rocep1s0f0,roceP2p1s0f0"}
   register: pair_rdma_env
 """
 
@@ -83,7 +83,7 @@ def main():
     module = AnsibleModule(argument_spec=dict(environments=dict(type="list", elements="dict", default=[]),
                                               image=dict(type="str", default=""),
                                               docker=dict(type="str", default="docker"),
-                                              hcas=dict(type="list", elements="str", default=[])),
+                                              fabric_env=dict(type="dict", default={})),
                            supports_check_mode=True)
     task.exit_with(module, rdma_env.preflight_work)
 

@@ -39,8 +39,8 @@ def capacity_rows(points: pd.DataFrame) -> pd.DataFrame:
     columns = [*KEYS, "environment_kind", "run_id", "iteration", "capacity", "cap", "stopped"]
     if points.empty or points["sla_capacity"].isna().all():
         return pd.DataFrame(columns=columns)
-    warmup = points["warmup"].fillna(False).astype(bool)
-    runs = points[(points["status"] == "ok") & ~warmup & ~stats.kept_apart(points) & points["sla_capacity"].notna()]
+    runs = stats.measured_runs(points)
+    runs = runs[runs["sla_capacity"].notna()]
     runs = runs.drop_duplicates(["run_id", "depth", "pp", "tg"])
     rows = pd.DataFrame({**{k: runs[k] for k in KEYS[:-1]}, "targets": runs["sla_targets"].map(targets_words),
                          "environment_kind": runs["environment_kind"], "run_id": runs["run_id"],

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..engines import serving
 from ..run import runexec
 
 MARK = "==sparkfleet-rdma:"
@@ -264,19 +263,16 @@ def in_environments(environments: Sequence[Mapping[str, Any]], hcas: Sequence[st
 
 def preflight_work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     """The cluster_rdma_env module's work: :func:`in_environments` through ``docker run`` of the node's image with
-    each container environment's flags (``--gpus`` dropped on a host without a GPU, the host's network as a serving
-    run's server gets it), in a container named for this process (nodes sharing one Docker engine never collide)
-    and removed after."""
+    each container environment's flags, placed as a run's process is (runexec.placed_command: ``--gpus`` dropped
+    on a host without a GPU, the host's network), checking the HCAs the node's fabric gives NCCL, in a container
+    named for this process (nodes sharing one Docker engine never collide) and removed after."""
     docker, image = params["docker"], params["image"]
     name = "sparkfleet-rdma-probe-%d" % os.getpid()
+    gpu_present = shutil.which("nvidia-smi") is not None
 
     def wrap_for(env: Mapping[str, Any]) -> Callable[[List[str]], List[str]]:
-        flags = env.get("docker_flags") or []
-        if shutil.which("nvidia-smi") is None:  # a host without a GPU: the flags' --gpus would refuse the start
-            flags = runexec.strip_gpu_flags(flags)
-        flags = serving.with_host_network(flags)[0]
-        return lambda argv: runexec.container_command(docker, name, image, flags, argv, {}, "/", [],
-                                                      {"sparkfleet.step": "rdma"})
+        placed = dict(env, image=image, docker=docker, gpu_present=gpu_present)
+        return lambda argv: runexec.placed_command(name, argv, {}, "/", placed, {"sparkfleet.step": "rdma"})[0]
 
     def has_image() -> bool:
         return bool(image) and subprocess.run([docker, "image", "inspect", image], capture_output=True).returncode == 0
@@ -284,5 +280,7 @@ def preflight_work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     def cleanup() -> None:
         subprocess.run([docker, "rm", "-f", name], capture_output=True)
 
-    return {"changed": False, "environments": in_environments(params["environments"], params["hcas"], has_image,
-                                                               wrap_for, cleanup)}
+    # the environments given are those of a cluster whose workloads go over NCCL (the rdma_environments filter)
+    hcas = hcas_to_check(params["fabric_env"], over_nccl=True)
+    return {"changed": False, "environments": in_environments(params["environments"], hcas, has_image, wrap_for,
+                                                               cleanup)}

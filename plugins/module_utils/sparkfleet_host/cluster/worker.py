@@ -30,7 +30,6 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional
 
-from ..engines import serving
 from ..engines.serving import log_tail
 from ..run import runexec
 from ..run.jobs import ROOT_LABEL, RUN_LABEL
@@ -85,40 +84,11 @@ def container_name(name: str) -> str:
 
 def environment_command(name: str, argv: List[str], env: Dict[str, str], cwd: str,
                         environment: Optional[Dict[str, Any]]) -> tuple:
-    """(the command that runs ``argv`` in the run's ``environment``, the executable /proc shows once it runs, the
-    container or None). ``environment``: {kind, and for native rootfs and image_env, for container image, docker,
-    docker_flags, gpu_present, results_root, models_dir}; None or bare: on the host."""
-    environment = environment or {}
-    kind = environment.get("kind") or "bare"
-    if kind == "bare":
-        return runexec.bare_command(argv, env, cwd), runexec.bare_env(argv, env)[1], None
-    if kind == "native":
-        cmd = runexec.native_command(environment.get("rootfs"), environment.get("image_env") or {}, argv, env, cwd)
-        return cmd, _exec_name(cmd), None
-    if kind != "container":
-        raise runexec.RunSetupError("worker: unknown environment kind %r" % kind)
-    flags = environment.get("docker_flags")
-    if flags is None:
-        raise runexec.RunSetupError("worker: no docker flags resolved for environment %r" % environment.get("name"))
-    if not environment.get("gpu_present", True):
-        flags = runexec.strip_gpu_flags(flags)
-    flags, _ = serving.with_host_network(flags)  # it listens on the node's own address, as a bare worker does
-    root = environment.get("results_root") or cwd
-    binds = [(root, root, False)]
-    models = environment.get("models_dir")
-    if models and os.path.isdir(models):
-        binds.append((models, models, True))
-    docker = environment.get("docker") or "docker"
-    labels = {RUN_LABEL: name, "sparkfleet.step": "worker", ROOT_LABEL: root}  # restore.yml's clean-up finds it
-    cmd = runexec.container_command(docker, container_name(name), environment.get("image"), flags, argv, env, cwd,
-                                    binds, labels)
-    return cmd, docker, {"name": container_name(name), "docker": docker}
-
-
-def _exec_name(cmd: List[str]) -> str:
-    """The program a chroot command ends in (chroot ROOTFS env -i [-C DIR] -- K=V... PROGRAM ...)."""
-    rest = cmd[cmd.index("--") + 1:] if "--" in cmd else cmd
-    return next((a for a in rest if "=" not in a), cmd[0])
+    """runexec.placed_command for the worker ``name``: its container :func:`container_name`, labelled so that
+    restore.yml's clean-up finds it."""
+    root = (environment or {}).get("results_root") or cwd
+    return runexec.placed_command(container_name(name), argv, env, cwd, environment,
+                                  {RUN_LABEL: name, "sparkfleet.step": "worker", ROOT_LABEL: root})
 
 
 def start(name: str, argv: List[str], directory: str, address: str, port: Optional[int], timeout_s: float,

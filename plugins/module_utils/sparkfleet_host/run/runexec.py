@@ -252,6 +252,43 @@ def container_command(docker: str, name: str, image: str, flags: list, argv: lis
     return cmd + [str(a) for a in argv]
 
 
+def placed_command(container: str, argv: list, env: dict, cwd: str, environment, labels=None) -> tuple:
+    """(the command that runs ``argv`` in ``environment``, the executable /proc shows once it runs, {name, docker}
+    of its container or None), for a process beside a run (a cluster worker, a probe), placed as the run's own
+    commands are. ``environment``: {kind, name; native: rootfs, image_env; container: image, docker, docker_flags,
+    gpu_present (false drops --gpus), results_root (bound in when given), models_dir (when it exists)}; None or
+    bare: on the host. A container gets the host's network (it listens on the node's own address) and is named
+    ``container``."""
+    environment = environment or {}
+    kind = environment.get("kind") or "bare"
+    if kind == "bare":
+        return bare_command(argv, env, cwd), bare_env(argv, env)[1], None
+    if kind == "native":
+        cmd = native_command(environment.get("rootfs"), environment.get("image_env") or {}, argv, env, cwd)
+        return cmd, chroot_program(cmd), None
+    if kind != "container":
+        raise RunSetupError("unknown environment kind %r" % kind)
+    flags = environment.get("docker_flags")
+    if flags is None:
+        raise RunSetupError("no docker flags resolved for environment %r" % environment.get("name"))
+    if not environment.get("gpu_present", True):
+        flags = strip_gpu_flags(flags)
+    flags, _ = serving.with_host_network(flags)
+    root, models = environment.get("results_root"), environment.get("models_dir")
+    binds = [(root, root, False)] if root else []
+    if models and os.path.isdir(models):
+        binds.append((models, models, True))
+    docker = environment.get("docker") or "docker"
+    cmd = container_command(docker, container, environment.get("image"), flags, argv, env, cwd, binds, labels or {})
+    return cmd, docker, {"name": container, "docker": docker}
+
+
+def chroot_program(cmd: list) -> str:
+    """The program a chroot command ends in (chroot ROOTFS env -i [-C DIR] -- K=V... PROGRAM ...)."""
+    rest = cmd[cmd.index("--") + 1:] if "--" in cmd else cmd
+    return next((a for a in rest if "=" not in a), cmd[0])
+
+
 def container_cgroup_memory_file(docker: str, name: str, timeout: float = 10.0):
     """The container's cgroup memory-usage file (v1 or v2), found through its init process."""
     deadline = time.monotonic() + timeout

@@ -134,8 +134,9 @@ def test_a_container_worker_without_resolved_flags_is_refused():
 def test_a_chroot_command_runs_the_program_after_its_variables():
     cmd = ["chroot", "/rootfs", "/usr/bin/env", "-i", "-C", "/w", "--", "PATH=/usr/bin", "A=b=c", "ggml-rpc-server",
            "--host", "10.0.0.2"]
-    assert worker._exec_name(cmd) == "ggml-rpc-server"
-    assert os.path.basename(worker._exec_name(["chroot", "/r", "env", "-i", "--", "/opt/x/rpc", "-p"])) == "rpc"
+    assert worker.runexec.chroot_program(cmd) == "ggml-rpc-server"
+    program = worker.runexec.chroot_program(["chroot", "/r", "env", "-i", "--", "/opt/x/rpc", "-p"])
+    assert os.path.basename(program) == "rpc"
 
 
 def test_a_worker_over_nccl_that_cannot_see_rdma_in_its_environment_fails_naming_the_node_and_never_starts(tmp_path):
