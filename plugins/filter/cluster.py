@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import pair, rdma_env
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.cluster import nccl_env, pair, rdma_env
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
@@ -59,8 +59,17 @@ def rdma_environments(campaign, cluster, docker):
         raise AnsibleFilterError(f"rdma_environments: {exc}") from None
 
 
+def nccl_environments(environments, rdma_results):
+    """nccl_env.plan: which of ``environments`` (rdma_environments') the in-environment NCCL test runs in, from each
+    node's cluster_rdma_env result (``rdma_results``, rank 0 first; skipped when that check was left out)."""
+    try:
+        return nccl_env.plan([dict(e) for e in environments or []], list(rdma_results or []))
+    except (AttributeError, TypeError) as exc:
+        raise AnsibleFilterError(f"nccl_environments: {exc!r}") from None
+
+
 class FilterModule:
     def filters(self):
         return {"pair_verdict": pair_verdict, "perftest_args": pair.perftest_args, "nccl_argv": pair.nccl_argv,
                 "cluster_addresses": cluster_addresses, "worker_spec": worker_spec,
-                "rdma_environments": rdma_environments}
+                "rdma_environments": rdma_environments, "nccl_environments": nccl_environments}

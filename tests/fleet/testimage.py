@@ -7,7 +7,10 @@ tell its CLI surface (``bench/dataset/prepare_dataset.py`` where the version has
 ``/app/tensorrt_llm/benchmarks/cpp/prepare_dataset.py`` where the version has the standalone script, and a
 ``cupy`` stand-in (``tests/fleet/standins/python/cupy``, in the same dist-packages) for the readiness probe's GPU
 load: it has a device only where SPARKFLEET_FAKE_GPU_LOAD is set, so the image's other users still find no GPU
-array library but numpy. The
+array library but numpy. A ``torch`` stand-in (``tests/fleet/standins/python/torch``, there too) runs the pair
+preflight's NCCL test inside the image (cluster/nccl_env.py's SCRIPT: torch.distributed over a real TCP
+rendezvous, NCCL's INFO lines, modelled all-reduce times); its CUDA device exists only where
+SPARKFLEET_FAKE_TORCH_CUDA is set, so elsewhere torch sees no GPU and the readiness probe still takes cupy. The
 version is a parameter (default :data:`TRTLLM_VERSION`, the version of ``spark-single-gpu-dev``); the
 stand-ins enforce that version's command tree (tests/data/trtllm-cli). Its config sets
 PATH/LD_LIBRARY_PATH/CUDA_HOME the way NVIDIA's images do, so the
@@ -40,7 +43,7 @@ MIRROR = os.environ.get("SPARKFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debia
 IMAGE_TOOLS = ("trtllm-bench",)  # stand-ins that live inside the image (the engine's software)
 #: Python packages that stand in for GPU software inside the image (each a directory under it), into PYTHON_LIB.
 IMAGE_PYTHON = STANDINS / "python"
-IMAGE_PACKAGES = ("cupy",)
+IMAGE_PACKAGES = ("cupy", "torch")
 TRTLLM_VERSION = "1.1.0rc3"
 #: Versions the test image can be built as (each has a command tree in tests/data/trtllm-cli).
 TRTLLM_VERSIONS = ("1.1.0rc3", "1.2.0rc6", "1.2.0rc8", "1.2.1", "1.3.0rc13", "1.3.0rc29")

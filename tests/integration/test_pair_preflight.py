@@ -120,3 +120,7 @@ def test_as_a_stage_of_bench_the_preflight_refuses_a_container_environment_that_
     assert "rdma_in_environment on spark2" in out, out[-4000:]
     # the rest of the pair is healthy: only the environment refuses it
     assert {c["check"] for c in verdict["checks"] if not c["pass"]} == {"rdma_in_environment"}, verdict["causes"]
+    # NCCL's all-reduce inside that environment is not run where RDMA is not visible inside: named, not judged
+    nccl = [c for c in verdict["checks"] if c["check"] == "nccl_in_environment"]
+    assert {c["node"] for c in nccl} == {"spark1", "spark2"}, verdict["checks"]
+    assert all(c["pass"] and "not judged" in c["reason"] and "RDMA is not visible" in c["reason"] for c in nccl), nccl

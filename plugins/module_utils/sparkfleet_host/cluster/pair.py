@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..contract.fields import Field
 from ..health import readiness
 from ..parsers import nccl, rdma
-from . import fabric
+from . import fabric, nccl_env
 
 GIB = 1024 ** 3
 #: NCCL all_reduce_perf busbw between two Sparks: about 23.7 GB/s at MTU 9000, 18.9-21.0 GB/s at 1500
@@ -85,6 +85,14 @@ FIELDS = (
           "container environment whose image the node already has; each such run checks it again at its start and "
           "fails with a reason starting 'rdma:' (false: leave it out, e.g. NCCL over sockets on purpose).",
           option="rdma_env_check"),
+    Field("sparkfleet_pair_nccl_env_check", "bool", True, "Run NCCL's all-reduce inside each container environment "
+          "a multi-node run over NCCL uses, as a stage of bench.yml: one rank per node through torch.distributed in "
+          "the image, with the environment's docker flags, the fabric's settings and NCCL_DEBUG=INFO "
+          "(cluster/nccl_env.py); its transport, bus bandwidth (the nccl_busbw_gbs_min floor) and each node's NCCL "
+          "version are judged (false: leave it out).", option="nccl_env_check"),
+    Field("sparkfleet_pair_nccl_env_port", "int", 29517, "Pair preflight: the TCP port on rank 0's cluster address "
+          "where the in-environment NCCL test's ranks meet (torch.distributed's MASTER_PORT).", "", 1024, 65000,
+          option="nccl_env_port"),
     Field("sparkfleet_pair_rdma_duration_s", "int", 5, "Pair preflight: seconds each ib_write_bw runs (-D).", "s",
           1, 600, option="rdma_duration_s"),
 )
@@ -93,6 +101,7 @@ FIELDS = (
 #: The floor settings each check is judged by (recorded with the check; parity's is equality).
 CHECK_FLOORS = {"mtu": ("mtu_min",), "jumbo_ping": ("mtu_min",), "ib_write_bw": ("rdma_gbps_min", "rdma_sum_gbps_min"),
                 "ib_write_lat": ("rdma_lat_us_max",), "nccl_busbw": ("nccl_busbw_gbs_min",),
+                "nccl_busbw_in_environment": ("nccl_busbw_gbs_min",),
                 "probe_clocks": ("probe_clock_ratio_min",)}
 #: Facts a node may leave unread without failing parity (named all the same). Only the image's ID: bench.yml builds
 #: or pulls the image in the matrix stage, after this preflight, so a first campaign's nodes have none yet. An
@@ -144,7 +153,8 @@ def _arg(run: Mapping[str, Any], flag: str) -> str:
 def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any]) -> Dict[str, Any]:
     """The pair's verdict from what the playbook registered on each node (``nodes``: their variables, rank 0
     first: ``inventory_hostname``, ``pair_node`` from cluster_fabric, ``pair_pings``, ``pair_rdma_env`` from
-    cluster_rdma_env (RDMA inside each environment, as a bench.yml stage); on rank 0 ``pair_bw``,
+    cluster_rdma_env (RDMA inside each environment, as a bench.yml stage), ``pair_nccl_env`` from cluster_nccl_env
+    (NCCL's all-reduce inside each environment, every node a rank); on rank 0 ``pair_bw``,
     ``pair_lat`` and ``pair_nccl``). Every check is {check, node, pass, reason, floor}; ``causes`` are the failed
     checks as ``<check> on <node>: <reason>``; ``pass`` when none failed."""
     checks: List[dict] = []
@@ -170,8 +180,9 @@ def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str,
                 env.get("environment"), env.get("kind"), env.get("reason"))))
     if nodes:
         _judge_rank0(checks, names[0], nodes[0], floors)
+    env_versions = _judge_in_environments(checks, names, nodes, floors)
     if len(nodes) > 1:
-        _judge_parity(checks, names, nodes, floors)
+        _judge_parity(checks, names, nodes, floors, env_versions)
     for check in checks:
         check["floor"] = _floor_text(check["check"], floors)
     causes = ["%s on %s: %s" % (c["check"], c["node"], c["reason"]) for c in checks if not c["pass"]]
@@ -198,11 +209,29 @@ def nccl_versions(run: Any, names: Sequence[str]) -> Dict[str, Optional[str]]:
             for rank, name in enumerate(names)}
 
 
+def _active_hcas(node: Mapping[str, Any]) -> List[str]:
+    return [r["hca"] for r in (node.get("pair_node") or {}).get("rails") or [] if r.get("active")]
+
+
+def _judge_in_environments(checks: List[dict], names: Sequence[str], nodes: Sequence[Mapping[str, Any]],
+                           floors: Mapping[str, Any]) -> Dict[str, Dict[str, Optional[str]]]:
+    """NCCL's all-reduce inside each environment (nccl_env.judge); returns each judged environment's NCCL version
+    per node, for parity."""
+    found, versions = nccl_env.judge(names, [n.get("pair_nccl_env") for n in nodes],
+                                     [_active_hcas(n) for n in nodes], float(floors["nccl_busbw_gbs_min"]))
+    for name, host, verdict in found:
+        _record(checks, name, host, verdict)
+    return versions
+
+
 def _judge_parity(checks: List[dict], names: Sequence[str], nodes: Sequence[Mapping[str, Any]],
-                  floors: Mapping[str, Any]) -> None:
-    """What the nodes must share (their facts and each one's NCCL version), and the readiness probe's clocks."""
+                  floors: Mapping[str, Any], env_versions: Optional[Mapping[str, Mapping[str, Any]]] = None) -> None:
+    """What the nodes must share (their facts, each one's NCCL version on the host and inside each environment the
+    test ran in), and the readiness probe's clocks."""
     versions = nccl_versions(nodes[0].get("pair_nccl"), names)
-    facts = {host: dict((node.get("pair_node") or {}).get("facts") or {}, nccl_version=versions[host])
+    facts = {host: dict((node.get("pair_node") or {}).get("facts") or {}, nccl_version=versions[host],
+                        **{"nccl_version[%s]" % env: by_node.get(host)
+                           for env, by_node in (env_versions or {}).items()})
              for host, node in zip(names, nodes)}
     _record(checks, "parity", names[0], fabric.check_parity(facts, may_be_unread=MAY_BE_UNREAD))
     clocks = {host: ((node.get("pair_node") or {}).get("probe") or {}).get("sm_clock_mhz")
@@ -234,8 +263,7 @@ def _judge_rank0(checks: List[dict], host: str, rank0: Mapping[str, Any], floors
     if not isinstance(run, Mapping) or run.get("skipped"):
         return
     text = "%s\n%s" % (run.get("stdout") or "", run.get("stderr") or "")
-    hcas = [r["hca"] for r in (rank0.get("pair_node") or {}).get("rails") or [] if r.get("active")]
-    _record(checks, "nccl_transport", host, nccl.transport_verdict(nccl.nccl_transport(text), hcas))
+    _record(checks, "nccl_transport", host, nccl.transport_verdict(nccl.nccl_transport(text), _active_hcas(rank0)))
     busbw = nccl.large_message_busbw(nccl.parse_nccl_tests(text), nccl.GIB)
     floor = floors["nccl_busbw_gbs_min"]
     if busbw is None:

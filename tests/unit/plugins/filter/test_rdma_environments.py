@@ -29,3 +29,15 @@ def test_none_for_tcp_layers_replicas_or_another_cluster():
     assert rdma_environments(_campaign("llama.cpp", "layers"), "pair", DOCKER) == []
     assert rdma_environments(_campaign("vllm", "replicas"), "pair", DOCKER) == []
     assert rdma_environments(_campaign("vllm", "tensor", cluster="other"), "pair", DOCKER) == []
+
+
+def test_nccl_environments_plans_the_in_image_test_from_every_node_s_rdma_check():
+    from ansible_collections.sparkfleet.bench.plugins.filter.cluster import nccl_environments
+
+    environments = rdma_environments(_campaign("vllm", "tensor"), "pair", DOCKER)
+    seen = {"environments": [{"environment": "own", "kind": "container", "judged": True, "pass": True},
+                             {"environment": "ngc", "kind": "container", "judged": True, "pass": False}]}
+    planned = {e["name"]: e for e in nccl_environments(environments, [seen, seen])}
+    assert planned["own"]["run"] and planned["own"]["docker_flags"] == ["--privileged"]
+    assert not planned["ngc"]["run"] and not planned["chroot"]["run"]
+    assert FilterModule().filters()["nccl_environments"] is nccl_environments
