@@ -127,10 +127,56 @@ def test_streaming_chunks_arrive_as_the_replica_sends_them(replicas):
     tokens = [(t, json.loads(e)) for t, e in events[:-1]]
     content = [t for t, chunk in tokens if chunk["choices"] and chunk["choices"][0]["delta"].get("content")]
     assert len(content) == 10
-    # 9 decode steps between the first token and the last: relayed, not buffered to the end
-    spread = content[-1] - content[0]
-    assert 9 * STEP_S * 0.8 <= spread <= 9 * STEP_S * 4, spread
-    assert len({round(t, 3) for t in content}) >= 8  # the chunks came at distinct moments
+    assert not proxy_threads()
+
+
+def _held_stream_upstream(server: socket.socket, released: threading.Event, seen: dict) -> None:
+    """A replica that sends its first SSE event, then holds the rest until ``released`` (at most 30 s): the
+    client can only read that event before the end if the proxy relays as it receives."""
+    conn, _ = server.accept()
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                     b'data: {"first": true}\n\n')
+        seen["released_by_client"] = released.wait(30)
+        conn.sendall(b"data: [DONE]\n\n")
+
+
+def test_a_chunk_reaches_the_client_while_the_replica_still_holds_the_rest():
+    # causal, not timed: the replica sends the rest only once the client has read the first event through the
+    # proxy, so a proxy that buffered to the end would leave the client waiting until the replica gave up
+    released, seen = threading.Event(), {}
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        upstream = threading.Thread(target=_held_stream_upstream, args=(server, released, seen), daemon=True)
+        upstream.start()
+        with ReplicaProxy([f"http://127.0.0.1:{server.getsockname()[1]}"]) as proxy:
+            host, port = proxy.url.rsplit("/", 1)[1].split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            try:
+                conn.request("POST", "/v1/chat/completions", body=payload(2),
+                             headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                first = b""
+                for _ in range(1000):  # bounded: each read waits at most the connection's timeout
+                    if b"\n\n" in first:
+                        break
+                    first += response.read1(65536)
+                released.set()
+                rest = response.read()
+            finally:
+                conn.close()
+        upstream.join(60)
+    assert first.startswith(b'data: {"first": true}') and rest.rstrip().endswith(b"data: [DONE]"), (first, rest)
+    assert seen["released_by_client"] is True  # the first event arrived while the replica still held the rest
     assert not proxy_threads()
 
 
