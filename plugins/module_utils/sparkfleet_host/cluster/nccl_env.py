@@ -25,6 +25,7 @@ Stdlib only, Python 3.8+.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -121,8 +122,6 @@ def _marked(text: str, name: str) -> Optional[str]:
 def parse(text: str) -> Dict[str, Any]:
     """One node's output read: {result (its rank's figures, or None), error (the script's own, or None),
     transport (nccl_transport of its NCCL_DEBUG lines)}."""
-    import json
-
     raw, result = _marked(text, "result"), None
     if raw is not None:
         try:
