@@ -18,7 +18,8 @@ campaign's wall time):
 A **serving run** (an engine server and a load generator through the points of a profile) is estimated from its
 profile, as a rough planning figure only: server start (:func:`server_start_s`, per engine) + for every point,
 (runs + the client's warm-up run) x (concurrency x (depth + pp) prompt tokens at :data:`PREFILL_TOK_S` + tg
-tokens at :data:`DECODE_TOK_S` per request + :data:`POINT_OVERHEAD_S`). The rates are a mid-size model's order
+tokens at :data:`DECODE_TOK_S` per request + :data:`POINT_OVERHEAD_S`), and with an ``sla`` the levels its
+search may add at the most (:func:`sla_probe_levels`). The rates are a mid-size model's order
 of magnitude on a DGX Spark, not a measurement: prefill at long depth is slower (attention grows with the
 context), a prefix cache faster, a small model much faster. Unless the campaign gives ``timeout_s``, a serving
 run's timeout is :func:`serving_timeout_s`: its ``ready_timeout_s`` + :data:`SERVING_TIMEOUT_FACTOR` x its
@@ -43,6 +44,7 @@ from typing import Any
 import yaml
 
 from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.engines import serving
+from ansible_collections.sparkfleet.bench.plugins.module_utils.sparkfleet_host.run import sla_search
 from ansible_collections.sparkfleet.bench.plugins.plugin_utils import settings
 
 #: Most runs per host a campaign may plan unless it sets ``max_runs`` higher (README: Limits).
@@ -115,13 +117,34 @@ def serving_requests(workload: dict[str, Any]) -> int:
             * len(profile["tg"]))
 
 
-def _points_s(workload: dict[str, Any]) -> float:
-    """The client's time through every point of one run (see the module doc)."""
-    profile = workload["profile"]
-    one_pass = sum(c * (d + pp) / PREFILL_TOK_S + tg / DECODE_TOK_S + POINT_OVERHEAD_S
-                   for d in profile["depth"] for c in profile["concurrency"] for pp in profile["pp"]
-                   for tg in profile["tg"])
+def _point_s(workload: dict[str, Any], depth: int, concurrency: int, pp: int, tg: int) -> float:
+    """The client's time through one point of a run, its warm-up included (see the module doc)."""
+    one_pass = concurrency * (depth + pp) / PREFILL_TOK_S + tg / DECODE_TOK_S + POINT_OVERHEAD_S
     return one_pass * (workload["runs"] + CLIENT_WARMUP_RUNS)
+
+
+def sla_probe_levels(workload: dict[str, Any]) -> list[int]:
+    """The concurrencies an SLA search (run/sla_search.py's Bracket) may measure beyond the profile's, per (depth,
+    pp, tg), at the most: the search as it runs when every level below its cap meets the targets and the cap
+    does not (doubling up to the cap, then bisection just below it). [] without an sla."""
+    sla = workload.get("sla")
+    if not isinstance(sla, dict):
+        return []
+    concurrencies = sorted(set(workload["profile"]["concurrency"]))
+    cap = sla_search.cap_of(sla, concurrencies)
+    search, levels = sla_search.Bracket(concurrencies[0], cap), []
+    while (level := search.next()) is not None:
+        levels.append(level)
+        search.record(level, level < cap)
+    return [level for level in levels if level not in concurrencies]
+
+
+def _points_s(workload: dict[str, Any]) -> float:
+    """The client's time through every point of one run, the SLA search's probes at the most included."""
+    profile = workload["profile"]
+    probes = sla_probe_levels(workload)
+    return sum(_point_s(workload, d, c, pp, tg) for d in profile["depth"] for pp in profile["pp"]
+               for tg in profile["tg"] for c in [*profile["concurrency"], *probes])
 
 
 def serving_run_s(workload: dict[str, Any]) -> float:

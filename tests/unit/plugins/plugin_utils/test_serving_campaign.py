@@ -235,6 +235,20 @@ def test_a_serving_runs_estimate_grows_with_its_profile_and_runs():
     assert estimate.server_start_s("my-engine") == max(map(estimate.server_start_s, settings.SERVING_ENGINES))
 
 
+def test_an_sla_search_s_probes_are_budgeted_in_the_run_s_estimate_and_timeout():
+    base = {"engine": "vllm", "runs": 2, "profile": {**PROFILE, "concurrency": [1, 4]}}
+    sla = {**base, "sla": {"ttft_ms": {"percentile": 99, "max": 500}, "max_concurrency": 64}}
+    # the search's longest path: doubling from 1 to the cap, the cap failing, then bisection up to 63; the
+    # profile's own levels are measured already
+    assert estimate.sla_probe_levels(sla) == [2, 8, 16, 32, 64, 48, 56, 60, 62, 63]
+    assert estimate.sla_probe_levels(base) == []
+    assert estimate.serving_run_s(sla) > estimate.serving_run_s(base)
+    assert estimate.serving_timeout_s(sla, 60) > estimate.serving_timeout_s(base, 60)
+    # a cap the profile reaches: only the bisection below it can add levels
+    within = {**base, "sla": {"tpot_ms": {"percentile": 50, "max": 40}}}
+    assert estimate.sla_probe_levels(within) == [2, 3]
+
+
 def test_without_timeout_s_a_serving_run_gets_its_own_timeout_and_the_async_limit_grows(tmp_path):
     raw = {**BASE, "workloads": [{"name": "a", "preset": "spark-arena", "engine": "vllm"}, "T1"]}
     c = resolve(raw)
