@@ -6,5 +6,7 @@
 them, and the pure verdicts of a pair preflight (link, MTU, subnets, ib_write_bw / ib_write_lat floors, parity
 of facts between nodes).
 
+``probe_container.py``: a probe in the node's image (the pair preflight's RDMA and NCCL checks inside an environment).
+
 Stdlib only, Python 3.8+.
 """

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..parsers import nccl
-from ..run import runexec
+from .probe_container import ProbeContainer, tail
 
 MARK = "==sparkfleet-nccl:"
 #: nccl-tests' sizes as the pair preflight's all_reduce_perf runs them (-b 8M -e 2G -f 2).
@@ -132,10 +131,6 @@ def parse(text: str) -> Dict[str, Any]:
             "transport": nccl.nccl_transport(text)}
 
 
-def _tail(text: str, n: int = 400) -> str:
-    return " ".join(text.split())[-n:]
-
-
 def plan(environments: Sequence[Mapping[str, Any]], rdma_by_node: Sequence[Any]) -> List[Dict[str, Any]]:
     """Which environments the test runs in: each {name, kind, docker_flags, run, reason}. It runs in a container
     environment whose RDMA check ran and passed on every node (``rdma_by_node``: each node's cluster_rdma_env
@@ -185,7 +180,7 @@ def run(wrap: Callable[[List[str]], List[str]], timeout_s: float = TIMEOUT_S) ->
     except subprocess.TimeoutExpired as exc:
         text = (exc.output or b"").decode("utf-8", "replace")
         return {"ran": True, "rc": None, "output": text, "reading": parse(text), "command": command,
-                "error": "the test did not end within %.0f s: %s" % (timeout_s, _tail(text))}
+                "error": "the test did not end within %.0f s: %s" % (timeout_s, tail(text))}
     except OSError as exc:
         return {"ran": False, "rc": None, "output": "", "reading": None, "command": command,
                 "error": "the test could not start: %s" % exc}
@@ -193,26 +188,17 @@ def run(wrap: Callable[[List[str]], List[str]], timeout_s: float = TIMEOUT_S) ->
     reading = parse(text)
     error = None
     if reading["result"] is None:
-        error = "exit %s: %s" % (done.returncode, reading["error"] or _tail(text))
+        error = "exit %s: %s" % (done.returncode, reading["error"] or tail(text))
     return {"ran": True, "rc": done.returncode, "output": text, "reading": reading, "command": command,
             "error": error}
-
-
-def _placed(name: str, env: Mapping[str, str], environment: Mapping[str, Any]) -> Callable[[List[str]], List[str]]:
-    """argv -> its command in ``environment``, placed as a run's process is, in a container named ``name``."""
-    return lambda argv_: runexec.placed_command(name, argv_, dict(env), "/", dict(environment),
-                                                {"sparkfleet.step": "nccl"})[0]
 
 
 def preflight_work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     """The cluster_nccl_env module's work: the test in each planned environment (:func:`plan`'s, ``run`` true),
     through ``docker run`` of the node's image with the environment's flags, placed as a run's process is
-    (runexec.placed_command: the host's network, ``--gpus`` kept where the node has a GPU), in a container named
-    for this process and removed after. Each: {environment, kind, judged, reason, rank, world, error, reading,
-    command, log}; the raw output goes to ``<log_dir>/pair_nccl.<environment>.log`` when log_dir is given."""
-    docker, image = params["docker"], params["image"]
-    name = "sparkfleet-nccl-test-%d" % os.getpid()
-    gpu_present = shutil.which("nvidia-smi") is not None
+    (probe_container.ProbeContainer), removed after. Each: {environment, kind, judged, reason, rank, world, error,
+    reading, command, log}; the raw output goes to ``<log_dir>/pair_nccl.<environment>.log`` when log_dir is given."""
+    container = ProbeContainer(params["docker"], params["image"], "sparkfleet-nccl-test", "nccl")
     out = []
     for index, planned in enumerate(params["environments"]):
         # a port per environment: a rank that starts the next one early never joins the last one's rendezvous
@@ -224,14 +210,13 @@ def preflight_work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
                  "log": None}
         if not planned.get("run"):
             entry["reason"] = NOT_JUDGED % planned.get("reason")
-        elif subprocess.run([docker, "image", "inspect", image], capture_output=True).returncode != 0:
+        elif not container.has_image():
             entry["reason"] = NOT_JUDGED % "the image is not on the node yet"
         else:
-            placed = dict(planned, image=image, docker=docker, gpu_present=gpu_present)
             try:
-                done = run(_placed(name, env, placed), float(params["timeout_s"]))
+                done = run(container.wrap(planned, env), float(params["timeout_s"]))
             finally:
-                subprocess.run([docker, "rm", "-f", name], capture_output=True)
+                container.remove()
             entry.update(judged=True, reason="", error=done["error"], reading=done["reading"],
                          command=done["command"])
             if params.get("log_dir") and done["output"]:

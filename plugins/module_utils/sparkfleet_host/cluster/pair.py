@@ -25,6 +25,7 @@ from ..contract.fields import Field
 from ..health import readiness
 from ..parsers import nccl, rdma
 from . import fabric, nccl_env
+from .probe_container import tail
 
 GIB = 1024 ** 3
 #: NCCL all_reduce_perf busbw between two Sparks: about 23.7 GB/s at MTU 9000, 18.9-21.0 GB/s at 1500
@@ -128,14 +129,10 @@ def _results(registered: Any) -> List[Mapping[str, Any]]:
     return [r for r in registered.get("results") or [] if isinstance(r, Mapping) and not r.get("skipped")]
 
 
-def _tail(text: str, n: int = 300) -> str:
-    return " ".join(text.split())[-n:]
-
-
 def _why(result: Mapping[str, Any], parsed: Mapping[str, Any]) -> str:
     if parsed.get("errors"):
         return "; ".join(parsed["errors"])
-    return "rc=%s %s" % (result.get("rc"), _tail("%s %s %s" % (result.get("stderr") or "", result.get("stdout")
+    return "rc=%s %s" % (result.get("rc"), tail("%s %s %s" % (result.get("stderr") or "", result.get("stdout")
                                                                 or "", result.get("msg") or "")))
 
 
@@ -173,7 +170,7 @@ def judge(cluster: str, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str,
             size = int(_arg(ping, "-s")) + 28  # ICMP payload + 8 bytes ICMP + 20 bytes IPv4 header
             crossed = ping.get("rc") == 0
             _record(checks, "jumbo_ping", host, (crossed, "%d-byte ping with don't-fragment from %s to %s: %s" % (
-                size, _arg(ping, "-I"), _argv(ping)[-1], "crossed" if crossed else "did not cross (%s)" % _tail(
+                size, _arg(ping, "-I"), _argv(ping)[-1], "crossed" if crossed else "did not cross (%s)" % tail(
                     ping.get("stdout") or ping.get("stderr") or ""))))
         for env in (node.get("pair_rdma_env") or {}).get("environments") or []:
             _record(checks, "rdma_in_environment", host, (bool(env.get("pass")), "%s (%s): %s" % (
@@ -267,7 +264,7 @@ def _judge_rank0(checks: List[dict], host: str, rank0: Mapping[str, Any], floors
     busbw = nccl.large_message_busbw(nccl.parse_nccl_tests(text), nccl.GIB)
     floor = floors["nccl_busbw_gbs_min"]
     if busbw is None:
-        verdict = (False, "no result row of 1 GiB or more (rc=%s: %s)" % (run.get("rc"), _tail(text)))
+        verdict = (False, "no result row of 1 GiB or more (rc=%s: %s)" % (run.get("rc"), tail(text)))
     else:
         verdict = (busbw >= floor, "all-reduce bus bandwidth at >= 1 GiB %.2f GB/s (floor %.2f)" % (busbw, floor))
     _record(checks, "nccl_busbw", host, verdict)

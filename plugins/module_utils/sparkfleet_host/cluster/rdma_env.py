@@ -25,13 +25,11 @@ Stdlib only, Python 3.8+.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..run import runexec
+from . import probe_container
 
 MARK = "==sparkfleet-rdma:"
 SECTIONS = ("dev", "ibv_devinfo", "sysfs", "memlock", "end")
@@ -191,10 +189,6 @@ def verdict(reading: Mapping[str, Any], hcas: Optional[Sequence[str]] = None) ->
         ", ".join(d for d in reading["devices"] if d.startswith("uverbs")), ", ".join(active), reading["ports_from"])
 
 
-def _tail(text: str, n: int = 300) -> str:
-    return " ".join(text.split())[-n:]
-
-
 def hcas_to_check(fabric_env: Optional[Mapping[str, str]], over_nccl: bool, wanted: bool = True) -> List[str]:
     """The rail HCAs whose RDMA a node of a multi-node run must see in its environment: those its fabric gives NCCL
     (NCCL_IB_HCA, its ``hca:port`` and exact-match ``=`` forms too) when the run goes over NCCL (``over_nccl``:
@@ -229,7 +223,7 @@ def check(wrap: Callable[[List[str]], List[str]], hcas: Optional[Sequence[str]] 
     reading = dict(parse(text), rc=done.returncode)
     ok, reason = verdict(reading, hcas)
     if not reading["complete"]:
-        reason = "%s (exit %s: %s)" % (reason, done.returncode, _tail(text))
+        reason = "%s (exit %s: %s)" % (reason, done.returncode, probe_container.tail(text))
     return {"pass": ok, "reason": reason, "reading": reading, "command": command}
 
 
@@ -263,24 +257,11 @@ def in_environments(environments: Sequence[Mapping[str, Any]], hcas: Sequence[st
 
 def preflight_work(params: Dict[str, Any], _task: Any) -> Dict[str, Any]:
     """The cluster_rdma_env module's work: :func:`in_environments` through ``docker run`` of the node's image with
-    each container environment's flags, placed as a run's process is (runexec.placed_command: ``--gpus`` dropped
-    on a host without a GPU, the host's network), checking the HCAs the node's fabric gives NCCL, in a container
-    named for this process (nodes sharing one Docker engine never collide) and removed after."""
-    docker, image = params["docker"], params["image"]
-    name = "sparkfleet-rdma-probe-%d" % os.getpid()
-    gpu_present = shutil.which("nvidia-smi") is not None
-
-    def wrap_for(env: Mapping[str, Any]) -> Callable[[List[str]], List[str]]:
-        placed = dict(env, image=image, docker=docker, gpu_present=gpu_present)
-        return lambda argv: runexec.placed_command(name, argv, {}, "/", placed, {"sparkfleet.step": "rdma"})[0]
-
-    def has_image() -> bool:
-        return bool(image) and subprocess.run([docker, "image", "inspect", image], capture_output=True).returncode == 0
-
-    def cleanup() -> None:
-        subprocess.run([docker, "rm", "-f", name], capture_output=True)
-
+    each container environment's flags, placed as a run's process is (probe_container.ProbeContainer: the host's
+    network, ``--gpus`` dropped on a host without a GPU, named for this process), checking the HCAs the node's
+    fabric gives NCCL; the container is removed after."""
+    container = probe_container.ProbeContainer(params["docker"], params["image"], "sparkfleet-rdma-probe", "rdma")
     # the environments given are those of a cluster whose workloads go over NCCL (the rdma_environments filter)
     hcas = hcas_to_check(params["fabric_env"], over_nccl=True)
-    return {"changed": False, "environments": in_environments(params["environments"], hcas, has_image, wrap_for,
-                                                               cleanup)}
+    return {"changed": False, "environments": in_environments(params["environments"], hcas, container.has_image,
+                                                               container.wrap, container.remove)}
